@@ -1,0 +1,15 @@
+// The kvstash subcommands. Each takes the arguments after its name (argv[0] is the subcommand's
+// name) and returns the process exit code. main.cc dispatches on argv[1].
+#pragma once
+
+namespace kvstash::cli {
+
+int gen_model_main(int argc, char** argv);     // src/cli/gen_model_cmd.cc
+int tokenize_main(int argc, char** argv);      // src/cli/tokenize_cmd.cc
+int run_main(int argc, char** argv);           // src/cli/run_cmd.cc
+int bench_engine_main(int argc, char** argv);  // src/cli/bench_engine_cmd.cc
+int serve_main(int argc, char** argv);         // src/cli/serve_cmd.cc
+int bench_main(int argc, char** argv);         // src/cli/bench_cmd.cc
+int cache_main(int argc, char** argv);         // src/cli/cache_cmd.cc
+
+}  // namespace kvstash::cli

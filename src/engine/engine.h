@@ -1,0 +1,105 @@
+// The engine: a model, a paged KV block pool, a scheduler that runs continuous batching with
+// chunked prefill, a sampler and the in-engine prefix cache.
+//
+// Requests are submitted from any thread; one engine thread runs steps (a step = one batched
+// forward pass mixing prefill chunks and decode tokens) and reports each generated token through
+// the request's callback, on the engine thread. Callbacks must be quick and must not call back
+// into the engine except cancel().
+//
+// Thread safety: submit(), cancel() and stats() are safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstash/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash {
+
+class Model;
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = no limit
+  float top_p = 1.0f;        // 1 = no limit
+  std::uint64_t seed = 0;    // per request; same seed + same prompt = same output
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;  // already tokenized, BOS included if the model wants it
+  SamplingParams sampling;
+  int max_tokens = 16;             // tokens to generate at most
+  bool stop_at_end_of_generation = true;  // stop on the tokenizer's EOS/EOT tokens
+  std::vector<TokenId> stop_tokens;       // extra token ids that end generation
+  std::string cache_salt;          // tenant namespace: no KV sharing between salts
+  int top_logprobs = 0;            // alternatives to report per token (0..20)
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+struct TokenEvent {
+  TokenId token = -1;     // -1 on the final event of a request that ends without a token
+  float logprob = 0.0f;   // log-probability of `token` under the unmodified distribution
+  std::vector<std::pair<TokenId, float>> top_logprobs;
+  FinishReason finish = FinishReason::kNone;  // != kNone on the request's last event
+  std::string error;                          // set when finish == kError
+  int prompt_tokens = 0;   // filled on every event
+  int cached_tokens = 0;   // prompt tokens whose KV was reused (not prefilled)
+  double ttft_s = 0.0;     // seconds from submit to the first token
+};
+
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineOptions {
+  int n_ctx = 4096;                 // longest sequence (prompt + generated), tokens
+  int max_running = 16;             // sequences in the running batch at most
+  int block_size = 16;              // tokens per KV block
+  std::int64_t kv_pool_tokens = 0;  // KV pool capacity in tokens; 0 = max_running * n_ctx / 2
+  int prefill_chunk = 512;          // tokens of one prompt prefilled per step at most
+  int step_token_budget = 1024;     // tokens (prefill + decode) per step at most
+  int max_queued = 64;              // waiting requests beyond the running batch; more = rejected
+  bool prefix_cache = true;         // keep and reuse full blocks by prefix hash
+  int n_threads = 0;                // 0 = all cores
+};
+
+struct EngineStats {
+  std::int64_t requests_finished = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_prompt_tokens = 0;
+  std::int64_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int running = 0;
+  int waiting = 0;
+  std::int64_t kv_blocks_total = 0;
+  std::int64_t kv_blocks_used = 0;    // referenced by a sequence
+  std::int64_t kv_blocks_cached = 0;  // free but holding reusable prefix KV
+};
+
+class Engine {
+ public:
+  // Starts the engine thread. The model must outlive the engine.
+  static Expected<std::unique_ptr<Engine>> create(const Model& model, const EngineOptions& options);
+  ~Engine();  // cancels everything, joins the engine thread
+
+  // Queues a request. Errors: kInvalidArgument (empty prompt, prompt + max_tokens > n_ctx,
+  // token id out of range), kResourceExhausted (queue full). On success every request gets
+  // exactly one final event (finish != kNone) through `on_token`.
+  Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token);
+  // Ends a request early (its final event has FinishReason::kCancelled); frees its blocks.
+  void cancel(std::uint64_t request_id);
+  EngineStats stats() const;
+  const Model& model() const;
+  const EngineOptions& options() const;
+
+ private:
+  Engine() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstash

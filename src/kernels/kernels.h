@@ -1,0 +1,63 @@
+// CPU math for the model: matrix multiplication against weights in their stored type, and the
+// small vector operations of a transformer layer. The SIMD path (AVX-512, AVX2+FMA, scalar) is
+// chosen once at run time from the CPU's features; every path gives the same results up to
+// floating-point reassociation.
+//
+// Kernels know nothing of models: they see pointers, shapes and weight types.
+//
+// Thread safety: all functions are reentrant. Functions taking a ThreadPool use it for the
+// duration of the call (one call at a time per pool).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/thread_pool.h"
+
+namespace kvstash::kernels {
+
+enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+const char* weight_type_name(WeightType type);
+
+// Q8_0 as GGUF stores it: blocks of 32 values, an f16 scale then 32 int8s (34 bytes).
+inline constexpr int kQ8_0BlockElems = 32;
+inline constexpr int kQ8_0BlockBytes = 34;
+
+// A row-major matrix of `rows` rows (outputs) by `cols` columns (inputs), each row `row_bytes`
+// long, read in place (e.g. from a mapped GGUF file). cols is a multiple of 32 for kQ8_0.
+struct WeightView {
+  WeightType type = WeightType::kF32;
+  const void* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::size_t row_bytes = 0;
+};
+std::size_t row_bytes_for(WeightType type, std::int64_t cols);
+
+// The SIMD path in use: "avx512", "avx2" or "scalar". KVSTASH_SIMD=avx2|scalar in the environment
+// forces a lower path (for tests and benchmarks).
+const char* simd_path();
+
+// y[t * rows + r] = sum_c w[r][c] * x[t * cols + c] for t < n_tokens, r < rows.
+// Few tokens (decode): each weight row is read once for all tokens (memory bound).
+// Many tokens (prefill): weight panels are converted to f32 and multiplied with OpenBLAS sgemm.
+void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool);
+
+// Rows [row_begin, row_end) of w as f32, into out[(r - row_begin) * cols + c].
+void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);
+// Encodes n floats (n a multiple of 32) as Q8_0 blocks (round to nearest, scale = max|x| / 127).
+void quantize_q8_0(const float* x, std::int64_t n, void* out);
+
+// Vector operations, all on f32 unless named.
+void rms_norm(const float* x, const float* weight, int n, float eps, float* out);
+void softmax_inplace(float* x, int n);
+void silu_mul(const float* gate, const float* up, int n, float* out);  // silu(gate) * up
+void add_inplace(float* y, const float* x, int n);
+float dot_f32(const float* a, const float* b, int n);
+// For attention over an f16 KV cache.
+float dot_f32_f16(const float* a, const std::uint16_t* b, int n);
+void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n);  // y += alpha * x
+void f32_to_f16_row(const float* x, std::uint16_t* out, int n);
+void f16_to_f32_row(const std::uint16_t* x, float* out, int n);
+
+}  // namespace kvstash::kernels

@@ -1,0 +1,54 @@
+// Byte-level BPE tokenizer read from GGUF metadata (tokenizer.ggml.*), as used by Llama 3,
+// Qwen2 and GPT-2 family models.
+//
+// Reads: tokenizer.ggml.model ("gpt2" = byte-level BPE; anything else is kUnsupported),
+// tokenizer.ggml.pre (pre-tokenizer: "llama-bpe"/"llama3", "qwen2", "gpt2", "default"),
+// tokenizer.ggml.tokens, tokenizer.ggml.token_type, tokenizer.ggml.merges,
+// tokenizer.ggml.{bos,eos,eot,padding}_token_id, tokenizer.ggml.add_bos_token,
+// tokenizer.chat_template.
+//
+// Thread safety: immutable after construction; encode/decode may run on many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kvstash/status.h"
+
+namespace kvstash {
+
+using TokenId = std::int32_t;
+
+class Tokenizer {
+ public:
+  // Builds the tokenizer from a GGUF file's metadata (a model or a vocabulary-only file).
+  static Expected<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
+  virtual ~Tokenizer() = default;
+
+  // Text to token ids, never adding BOS. With parse_special, special/control tokens written
+  // literally in the text (e.g. "<|im_start|>") become their ids; without, they are plain text.
+  virtual std::vector<TokenId> encode(std::string_view text, bool parse_special) const = 0;
+  // Token ids to UTF-8 bytes (control tokens such as BOS render as nothing; invalid ids too).
+  virtual std::string decode(std::span<const TokenId> tokens) const = 0;
+  // One token's bytes (may be part of a UTF-8 character). Control tokens give "".
+  virtual std::string token_to_piece(TokenId token) const = 0;
+
+  virtual std::size_t vocab_size() const = 0;
+  virtual TokenId bos_id() const = 0;    // -1 when the vocabulary has none
+  virtual TokenId eos_id() const = 0;    // -1 when none
+  virtual bool add_bos() const = 0;      // whether prompts should start with BOS
+  // End of generation: eos, eot (<|eot_id|>, <|im_end|>, <|endoftext|>, ...).
+  virtual bool is_end_of_generation(TokenId token) const = 0;
+  // The exact id of a token's text (e.g. "<|im_start|>"), if present.
+  virtual std::optional<TokenId> find_token(std::string_view text) const = 0;
+  virtual const std::string& pre_tokenizer() const = 0;
+  virtual const std::string& chat_template() const = 0;  // "" when the file has none
+};
+
+}  // namespace kvstash
