@@ -102,4 +102,21 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// The whole output of one request, for callers that wait for it (the run command, tests).
+struct GenerationResult {
+  std::vector<TokenId> tokens;  // generated tokens (the stop token included when one ended it)
+  std::vector<float> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  double ttft_s = 0.0;
+  double total_s = 0.0;
+};
+
+// Submits `request` and blocks until it finishes. `on_token`, if set, sees each token as it comes
+// (on the engine thread). Errors are submit()'s; a request that ends in kError has it in `error`.
+Expected<GenerationResult> generate(Engine& engine, GenerationRequest request,
+                                    std::function<void(TokenId)> on_token = {});
+
 }  // namespace kvstash

@@ -70,6 +70,14 @@ struct Value {
   static Value f32_array(std::vector<float> v);
 };
 
+// Deep, exact equality (same types at every level, same values).
+bool operator==(const Array& a, const Array& b);
+bool operator==(const Value& a, const Value& b);
+// "u32", "string", "array", ...; "value type 42" for a number GGUF does not define.
+std::string value_type_name(ValueType type);
+// "u32 7", "string \"gpt2\"", "array<string>[151936]": a short, human description for errors and logs.
+std::string describe_value(const Value& value);
+
 struct TensorInfo {
   std::string name;
   TensorType type = TensorType::kF32;
@@ -116,6 +124,8 @@ class File {
 
  private:
   File() = default;
+  Status parse();  // fills everything below from the mapping; errors without the path prefix
+  Status check_tensor_ranges(std::uint64_t alignment);
   std::string path_;
   std::uint32_t version_ = 0;
   std::vector<std::pair<std::string, Value>> metadata_;

@@ -43,3 +43,92 @@ struct ModelConfig {
 };
 
 }  // namespace kvstash
+
+namespace kvstash {
+
+// Where the KV of one token of one layer lives. The pool is an array of blocks; a block holds,
+// for every layer, the K rows then the V rows of `block_size` tokens (f16, row = n_kv_heads *
+// head_dim). So one block is one contiguous byte range holding all of its tokens' KV, which is
+// what lets the engine export a run of tokens as bytes and import it back.
+struct KvPoolView {
+  std::uint16_t* base = nullptr;
+  std::int64_t n_blocks = 0;
+  int n_layers = 0;
+  int block_size = 16;
+  int row_elems = 0;  // n_kv_heads * head_dim
+
+  std::size_t block_elems() const {
+    return static_cast<std::size_t>(n_layers) * 2 * block_size * row_elems;
+  }
+  std::size_t block_bytes() const { return block_elems() * sizeof(std::uint16_t); }
+  std::uint16_t* k_row(std::int64_t block, int layer, int slot) const {
+    return base + block * block_elems() +
+           (static_cast<std::size_t>(layer) * 2 * block_size + slot) * row_elems;
+  }
+  std::uint16_t* v_row(std::int64_t block, int layer, int slot) const {
+    return k_row(block, layer, slot) + static_cast<std::size_t>(block_size) * row_elems;
+  }
+};
+
+// One sequence's part of a batched forward pass: `n_new` tokens at positions
+// [pos_start, pos_start + n_new), attending to every earlier position of the same sequence,
+// whose KV is already in the pool blocks of `block_table`.
+struct BatchSequence {
+  const std::int32_t* block_table = nullptr;  // covers positions [0, pos_start + n_new)
+  int pos_start = 0;
+  int n_new = 0;
+  bool want_logits = true;  // false: no logits for this sequence (a prefill chunk mid-prompt)
+  bool all_logits = false;  // with want_logits: a row for every new token, else for the last one
+};
+
+struct ForwardBatch {
+  std::vector<TokenId> tokens;  // the new tokens of all sequences, in sequence order
+  std::vector<BatchSequence> sequences;
+  // Rows of logits forward() writes: per sequence, 0 unless want_logits, else n_new if all_logits, else 1.
+  int logit_rows() const;
+};
+
+class Model {
+ public:
+  // Maps the GGUF file, checks that it is a supported architecture with supported tensor types
+  // and the expected shapes, and binds the weights in place. Errors name the file and the
+  // problem (kUnsupported for an architecture or tensor type this engine does not run).
+  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const gguf::File& file() const { return *file_; }
+  // SHA-256 over architecture, hyper-parameters and tensor bytes; the same on every machine.
+  const std::array<std::uint8_t, 32>& fingerprint() const { return fingerprint_; }
+  std::string fingerprint_hex() const;
+  // Names the KV element type and pool layout, part of every cache key.
+  static constexpr const char* kKvFormat = "f16-blk-v1";
+  // Bytes of weights read per decoded token (all matrices, incl. the output projection).
+  std::size_t weight_bytes_per_token() const;
+
+  // Runs the batch: computes and stores the new tokens' K/V into `kv`, and writes
+  // batch.logit_rows() rows of n_vocab logits to `logits`. Preconditions: every sequence's block
+  // table covers its positions; token ids < n_vocab.
+  void forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits,
+               ThreadPool& pool) const;
+
+ private:
+  struct Layer {
+    kernels::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // biases empty when absent
+  };
+  Model() = default;
+  Status bind(const std::string& path);
+
+  ModelConfig config_;
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  kernels::WeightView token_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<float> rope_inv_freq_;  // per rotated pair: base^(-2i/d) / freq_factor_i
+  std::vector<Layer> layers_;
+  std::array<std::uint8_t, 32> fingerprint_{};
+};
+
+}  // namespace kvstash

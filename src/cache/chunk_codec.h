@@ -1,0 +1,111 @@
+// The chunk codec: a self-describing header plus the KV payload, as stored in every tier.
+//
+// encode_chunk() writes the header described in docs/chunk-format.md (format version 1) followed by
+// the payload, optionally zstd-compressed. decode_chunk() checks, before it returns any payload
+// byte, that the bytes are a whole chunk (header checksum, magic, version, lengths, payload
+// checksum) and that every header field equals what the reader expects (key, model fingerprint,
+// kv_format, token count, position, shape, element type). Each failure is a distinct ChunkError so
+// callers can count them; the Status code is kCorrupt (kUnsupported for an unknown version).
+//
+// The cache does not interpret the payload: the engine decides its layout and names it kv_format.
+//
+// Thread safety: all functions are pure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/chunk_key.h"
+#include "kvstash/status.h"
+
+namespace kvstash::cache {
+
+using Bytes = std::vector<std::uint8_t>;
+
+inline constexpr std::uint16_t kChunkFormatVersion = 1;
+inline constexpr std::size_t kMaxKvFormatLength = 256;  // longer names are refused by encode
+
+// What a chunk claims to be. A reader fills this from the request it serves and decode checks the
+// stored header against it field by field.
+struct ChunkMeta {
+  ChunkKey key;
+  ModelFingerprint model_fingerprint{};
+  std::string kv_format;            // element type and layout version, e.g. "f16-kvh-v1"
+  std::uint32_t token_count = 0;    // tokens whose KV the payload holds
+  std::uint32_t first_position = 0; // absolute position of the first token (K is stored post-RoPE)
+  std::uint32_t n_layers = 0;
+  std::uint32_t n_kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t element_type = 0;   // the engine's tensor type id; opaque here
+
+  friend bool operator==(const ChunkMeta&, const ChunkMeta&) = default;
+};
+
+enum class ChunkError {
+  kNone = 0,
+  kTruncated,          // fewer bytes than the header says the chunk has (or than a header)
+  kTrailingBytes,      // more bytes than the header says
+  kBadMagic,
+  kBadVersion,
+  kHeaderChecksum,     // the header's own checksum does not match
+  kKeyMismatch,
+  kModelMismatch,
+  kKvFormatMismatch,
+  kShapeMismatch,      // token count, first position, layers, heads, head_dim or element type
+  kPayloadChecksum,
+  kDecompress,         // zstd refused the payload or it decompressed to the wrong size
+};
+const char* chunk_error_name(ChunkError error);
+
+struct EncodeOptions {
+  bool compress = false;       // zstd the payload (header flag bit 0); off by default
+  int compression_level = 1;   // zstd level; 1 favours speed, loading must stay cheap
+};
+
+// The header as stored, plus the facts derived from it.
+struct ChunkHeader {
+  ChunkMeta meta;
+  std::uint16_t version = 0;
+  std::uint16_t flags = 0;
+  std::uint32_t header_size = 0;         // bytes before the payload
+  std::uint64_t stored_payload_size = 0; // bytes after the header (compressed size if compressed)
+  std::uint64_t payload_size = 0;        // bytes after decompression
+  std::uint64_t payload_checksum = 0;    // XXH3-64 of the stored payload bytes
+  bool compressed() const { return flags & 1u; }
+  std::uint64_t total_size() const { return header_size + stored_payload_size; }
+};
+
+// A decoded chunk. `payload` points either into the bytes given to decode_chunk (uncompressed
+// chunks: zero copy, valid while those bytes live) or into `owned` (decompressed chunks).
+struct ChunkView {
+  ChunkHeader header;
+  std::span<const std::uint8_t> payload;
+  Bytes owned;
+};
+
+// Header plus payload. Fails with kInvalidArgument when meta.kv_format is too long or the token
+// count does not fit, kInternal when zstd fails.
+Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
+                             const EncodeOptions& options = {});
+
+// The fixed-size part of a header is this many bytes; a header is never shorter.
+std::size_t chunk_header_min_size();
+
+// Parses and checks the header only (magic, version, header checksum), from a prefix of a chunk.
+// It does not need the payload; `why` (optional) receives the reason on failure.
+Expected<ChunkHeader> parse_chunk_header(std::span<const std::uint8_t> bytes,
+                                         ChunkError* why = nullptr);
+
+// A whole chunk checked on its own: header, exact length and payload checksum, no expectations.
+// Used by tiers that verify what they hold (disk scan, `kvstash cache verify`).
+Expected<ChunkHeader> verify_chunk(std::span<const std::uint8_t> bytes, ChunkError* why = nullptr);
+
+// A whole chunk checked against what the reader expects; the payload is returned only if every
+// check passes.
+Expected<ChunkView> decode_chunk(std::span<const std::uint8_t> bytes, const ChunkMeta& expected,
+                                 ChunkError* why = nullptr);
+
+}  // namespace kvstash::cache

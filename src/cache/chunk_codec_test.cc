@@ -1,0 +1,139 @@
+#include "cache/chunk_codec.h"
+
+#include <gtest/gtest.h>
+
+namespace kvstash::cache {
+namespace {
+
+ChunkMeta test_meta() {
+  ChunkMeta m;
+  for (int i = 0; i < 32; ++i) m.key.bytes[i] = static_cast<std::uint8_t>(100 + i);
+  for (int i = 0; i < 32; ++i) m.model_fingerprint[i] = static_cast<std::uint8_t>(i * 3);
+  m.kv_format = "f16-v1";
+  m.token_count = 16;
+  m.first_position = 256;
+  m.n_layers = 2;
+  m.n_kv_heads = 2;
+  m.head_dim = 4;
+  m.element_type = 1;
+  return m;
+}
+
+Bytes test_payload(std::size_t n) {
+  Bytes p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(i * 31 + 7);
+  return p;
+}
+
+ChunkError decode_error(const Bytes& bytes, const ChunkMeta& expected) {
+  ChunkError why = ChunkError::kNone;
+  auto view = decode_chunk(bytes, expected, &why);
+  EXPECT_FALSE(view.has_value());
+  return why;
+}
+
+TEST(ChunkCodec, RoundTrip) {
+  Bytes payload = test_payload(1000);
+  auto bytes = encode_chunk(test_meta(), payload);
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(bytes->size(), chunk_header_min_size() + 6 + payload.size());
+  auto view = decode_chunk(*bytes, test_meta());
+  ASSERT_TRUE(view.has_value()) << view.status().to_string();
+  EXPECT_EQ(view->header.meta, test_meta());
+  EXPECT_FALSE(view->header.compressed());
+  EXPECT_EQ(Bytes(view->payload.begin(), view->payload.end()), payload);
+  // Uncompressed payloads are not copied.
+  EXPECT_EQ(view->payload.data(), bytes->data() + view->header.header_size);
+}
+
+TEST(ChunkCodec, CompressedRoundTrip) {
+  Bytes payload(50000, 0);  // KV of padding compresses; the point is the flag and the sizes
+  for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] = static_cast<std::uint8_t>(i);
+  auto bytes = encode_chunk(test_meta(), payload, {.compress = true});
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_LT(bytes->size(), payload.size() / 2);
+  auto view = decode_chunk(*bytes, test_meta());
+  ASSERT_TRUE(view.has_value()) << view.status().to_string();
+  EXPECT_TRUE(view->header.compressed());
+  EXPECT_EQ(Bytes(view->payload.begin(), view->payload.end()), payload);
+}
+
+TEST(ChunkCodec, EachExpectationMismatchIsDistinct) {
+  auto bytes = *encode_chunk(test_meta(), test_payload(64));
+  ChunkMeta m = test_meta();
+  m.key.bytes[5] ^= 1;
+  EXPECT_EQ(decode_error(bytes, m), ChunkError::kKeyMismatch);
+  m = test_meta();
+  m.model_fingerprint[0] ^= 0x80;
+  EXPECT_EQ(decode_error(bytes, m), ChunkError::kModelMismatch);
+  m = test_meta();
+  m.kv_format = "q8-v1";
+  EXPECT_EQ(decode_error(bytes, m), ChunkError::kKvFormatMismatch);
+  for (auto field : {&ChunkMeta::token_count, &ChunkMeta::first_position, &ChunkMeta::n_layers,
+                     &ChunkMeta::n_kv_heads, &ChunkMeta::head_dim, &ChunkMeta::element_type}) {
+    m = test_meta();
+    m.*field += 1;
+    EXPECT_EQ(decode_error(bytes, m), ChunkError::kShapeMismatch);
+  }
+}
+
+TEST(ChunkCodec, StructuralErrorsAreDistinct) {
+  const Bytes good = *encode_chunk(test_meta(), test_payload(64));
+  Bytes b = good;
+  b[0] = 'X';
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kBadMagic);
+  b = good;
+  b[8] = 2;  // version 2
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kBadVersion);
+  EXPECT_EQ(decode_chunk(b, test_meta()).status().code(), StatusCode::kUnsupported);
+  b = good;
+  b[90] ^= 4;  // inside n_layers: caught by the header checksum before any field is believed
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kHeaderChecksum);
+  b = good;
+  b.back() ^= 1;
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kPayloadChecksum);
+  b = good;
+  b.push_back(0);
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kTrailingBytes);
+  EXPECT_EQ(decode_error(Bytes{}, test_meta()), ChunkError::kTruncated);
+}
+
+TEST(ChunkCodec, EveryTruncationDetected) {
+  const Bytes good = *encode_chunk(test_meta(), test_payload(40));
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    Bytes b(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kTruncated) << "length " << n;
+  }
+}
+
+TEST(ChunkCodec, EveryBitFlipDetected) {
+  for (bool compress : {false, true}) {
+    const Bytes good = *encode_chunk(test_meta(), test_payload(48), {.compress = compress});
+    for (std::size_t bit = 0; bit < good.size() * 8; ++bit) {
+      Bytes b = good;
+      b[bit / 8] ^= static_cast<std::uint8_t>(1u << (bit % 8));
+      ChunkError why = ChunkError::kNone;
+      EXPECT_FALSE(decode_chunk(b, test_meta(), &why).has_value()) << "bit " << bit;
+      EXPECT_NE(why, ChunkError::kNone);
+      EXPECT_FALSE(verify_chunk(b).has_value()) << "bit " << bit;
+    }
+  }
+}
+
+TEST(ChunkCodec, HeaderParsesFromPrefix) {
+  const Bytes good = *encode_chunk(test_meta(), test_payload(4096));
+  auto header = parse_chunk_header(std::span(good).first(chunk_header_min_size() + 6));
+  ASSERT_TRUE(header.has_value());
+  EXPECT_EQ(header->meta, test_meta());
+  EXPECT_EQ(header->total_size(), good.size());
+  ASSERT_TRUE(verify_chunk(good).has_value());
+}
+
+TEST(ChunkCodec, RejectsOverlongKvFormat) {
+  ChunkMeta m = test_meta();
+  m.kv_format = std::string(kMaxKvFormatLength + 1, 'x');
+  EXPECT_EQ(encode_chunk(m, test_payload(4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvstash::cache

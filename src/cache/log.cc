@@ -1,0 +1,16 @@
+#include "cache/log.h"
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+namespace kvstash::cache {
+
+void log_warning(std::string_view message) {
+  static std::mutex mu;
+  std::string line = "kvstash cache: " + std::string(message) + "\n";
+  std::lock_guard lock(mu);
+  std::fputs(line.c_str(), stderr);
+}
+
+}  // namespace kvstash::cache

@@ -1,0 +1,87 @@
+#include "cache/memory_tier.h"
+
+namespace kvstash::cache {
+
+MemoryTier::MemoryTier(std::uint64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+std::size_t MemoryTier::contains(std::span<const ChunkKey> keys) {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  while (n < keys.size() && index_.count(keys[n])) ++n;
+  return n;
+}
+
+Expected<Bytes> MemoryTier::get(const ChunkKey& key) {
+  const auto start = std::chrono::steady_clock::now();
+  Bytes out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      counters_.miss();
+      return not_found("memory tier: " + key.hex());
+    }
+    lru_.splice(lru_.begin(), lru_, it->second);
+    out = it->second->bytes;
+  }
+  counters_.hit(out.size(), std::chrono::steady_clock::now() - start);
+  return out;
+}
+
+Status MemoryTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
+  if (bytes.size() > capacity_bytes_) {
+    return resource_exhausted("memory tier: chunk of " + std::to_string(bytes.size()) +
+                              " bytes exceeds capacity");
+  }
+  Bytes copy(bytes.begin(), bytes.end());  // outside the lock: the copy is the slow part
+  std::lock_guard lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) erase_locked(it->second);
+  while (bytes_used_ + copy.size() > capacity_bytes_) {
+    erase_locked(std::prev(lru_.end()));
+    counters_.evicted();
+  }
+  bytes_used_ += copy.size();
+  lru_.push_front(Entry{key, std::move(copy)});
+  index_[key] = lru_.begin();
+  counters_.written(bytes.size());
+  return Status::ok();
+}
+
+Status MemoryTier::erase(const ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) erase_locked(it->second);
+  return Status::ok();
+}
+
+void MemoryTier::erase_locked(Lru::iterator it) {
+  bytes_used_ -= it->bytes.size();
+  index_.erase(it->key);
+  lru_.erase(it);
+}
+
+TierStats MemoryTier::stats() const {
+  TierStats s;
+  counters_.fill(s);
+  std::lock_guard lock(mu_);
+  s.entries = index_.size();
+  s.bytes_used = bytes_used_;
+  s.capacity_bytes = capacity_bytes_;
+  return s;
+}
+
+Expected<std::vector<ChunkKey>> MemoryTier::list_keys() {
+  std::lock_guard lock(mu_);
+  std::vector<ChunkKey> keys;
+  for (const auto& e : lru_) keys.push_back(e.key);
+  return keys;
+}
+
+Status MemoryTier::clear() {
+  std::lock_guard lock(mu_);
+  lru_.clear();
+  index_.clear();
+  bytes_used_ = 0;
+  return Status::ok();
+}
+
+}  // namespace kvstash::cache

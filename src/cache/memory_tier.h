@@ -1,0 +1,49 @@
+// MemoryTier: chunks held in this process's RAM, bounded in bytes, least recently used evicted.
+//
+// Bytes held (the sum of stored chunk sizes) never exceed capacity_bytes: a put evicts from the
+// cold end until the new chunk fits, and a chunk larger than the whole capacity is refused
+// (kResourceExhausted). get() copies the chunk out, so an eviction never invalidates a caller.
+//
+// Thread safety: all methods are safe from many threads; one mutex guards the map and LRU list.
+#pragma once
+
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cache/tier.h"
+
+namespace kvstash::cache {
+
+class MemoryTier final : public Tier {
+ public:
+  explicit MemoryTier(std::uint64_t capacity_bytes);
+
+  std::string name() const override { return "memory"; }
+  std::size_t contains(std::span<const ChunkKey> keys) override;
+  Expected<Bytes> get(const ChunkKey& key) override;
+  Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
+  Status erase(const ChunkKey& key) override;
+  TierStats stats() const override;
+  Expected<std::vector<ChunkKey>> list_keys() override;
+  Status clear() override;
+
+ private:
+  struct Entry {
+    ChunkKey key;
+    Bytes bytes;
+  };
+  using Lru = std::list<Entry>;  // front = most recently used
+
+  void erase_locked(Lru::iterator it);
+
+  const std::uint64_t capacity_bytes_;
+  TierCounters counters_;
+  mutable std::mutex mu_;
+  Lru lru_;                                             // guarded by mu_
+  std::unordered_map<ChunkKey, Lru::iterator> index_;   // guarded by mu_
+  std::uint64_t bytes_used_ = 0;                        // guarded by mu_
+};
+
+}  // namespace kvstash::cache

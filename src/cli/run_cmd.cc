@@ -1,0 +1,101 @@
+// kvstash run: load a GGUF model, generate from one prompt, print the text and a timing line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace kvstash::cli {
+namespace {
+
+// Length of the longest prefix of s that does not end inside a UTF-8 sequence.
+std::size_t complete_utf8_prefix(const std::string& s) {
+  std::size_t n = s.size();
+  for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead byte
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    return len > back ? n - back : n;
+  }
+  return n;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  CLI::App app{"Generate text from a prompt with a GGUF model and print the timings.", "kvstash run"};
+  std::string model_path, prompt;
+  int n_predict = 64, n_ctx = 4096, n_threads = 0;
+  SamplingParams sampling;
+  bool no_bos = false, ignore_eos = false;
+  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("-p,--prompt", prompt, "prompt text (special tokens like <|im_start|> are parsed)")->required();
+  app.add_option("-n,--n-predict", n_predict, "tokens to generate at most")->capture_default_str();
+  app.add_option("--temp", sampling.temperature, "sampling temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", sampling.top_k, "keep the k most likely tokens; 0 = all")->capture_default_str();
+  app.add_option("--top-p", sampling.top_p, "nucleus sampling mass")->capture_default_str();
+  app.add_option("--seed", sampling.seed, "sampling seed")->capture_default_str();
+  app.add_option("-c,--ctx", n_ctx, "context length in tokens")->capture_default_str();
+  app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
+  app.add_flag("--no-bos", no_bos, "do not start the prompt with BOS even if the model asks for it");
+  app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
+  CLI11_PARSE(app, argc, argv);
+
+  auto model = Model::load(model_path);
+  if (!model) {
+    std::fprintf(stderr, "kvstash run: %s\n", model.status().to_string().c_str());
+    return 1;
+  }
+  const Tokenizer& tok = (*model)->tokenizer();
+  GenerationRequest req;
+  if (tok.add_bos() && tok.bos_id() >= 0 && !no_bos) req.prompt.push_back(tok.bos_id());
+  auto ids = tok.encode(prompt, /*parse_special=*/true);
+  req.prompt.insert(req.prompt.end(), ids.begin(), ids.end());
+  req.sampling = sampling;
+  req.stop_at_end_of_generation = !ignore_eos;
+  n_ctx = std::min(n_ctx, (*model)->config().n_ctx_train);
+  req.max_tokens = std::max(1, std::min(n_predict, n_ctx - static_cast<int>(req.prompt.size())));
+
+  EngineOptions opts;
+  opts.n_ctx = n_ctx;
+  opts.max_running = 1;
+  opts.n_threads = n_threads;
+  opts.kv_pool_tokens = n_ctx;
+  opts.prefill_chunk = n_ctx;
+  opts.step_token_budget = n_ctx;
+  auto engine = Engine::create(**model, opts);
+  if (!engine) {
+    std::fprintf(stderr, "kvstash run: %s\n", engine.status().to_string().c_str());
+    return 1;
+  }
+  std::string pending;
+  auto result = generate(**engine, std::move(req), [&](TokenId t) {
+    pending += tok.token_to_piece(t);
+    const std::size_t n = complete_utf8_prefix(pending);
+    std::fwrite(pending.data(), 1, n, stdout);
+    std::fflush(stdout);
+    pending.erase(0, n);
+  });
+  std::fwrite(pending.data(), 1, pending.size(), stdout);
+  std::printf("\n");
+  if (!result) {
+    std::fprintf(stderr, "kvstash run: %s\n", result.status().to_string().c_str());
+    return 1;
+  }
+  if (result->finish == FinishReason::kError) {
+    std::fprintf(stderr, "kvstash run: %s\n", result->error.c_str());
+    return 1;
+  }
+  const int n_gen = static_cast<int>(result->tokens.size());
+  const double decode_s = result->total_s - result->ttft_s;
+  std::fprintf(stderr,
+               "prompt: %d tokens | prefill: %.1f tokens/s | decode: %.1f tokens/s (%d tokens) | "
+               "time to first token: %.1f ms\n",
+               result->prompt_tokens, result->prompt_tokens / std::max(result->ttft_s, 1e-9),
+               n_gen > 1 ? (n_gen - 1) / std::max(decode_s, 1e-9) : 0.0, n_gen, result->ttft_s * 1e3);
+  return 0;
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,77 @@
+#include "engine/block_pool.h"
+
+#include <cassert>
+
+namespace kvstash {
+
+BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_blocks) {
+  view_.n_blocks = n_blocks;
+  view_.n_layers = config.n_layers;
+  view_.block_size = block_size;
+  view_.row_elems = config.kv_row_elems();
+  storage_.resize(view_.block_elems() * static_cast<std::size_t>(n_blocks));
+  view_.base = storage_.data();
+  meta_.resize(static_cast<std::size_t>(n_blocks));
+  free_.reserve(static_cast<std::size_t>(n_blocks));
+  // Hand out low block numbers first (pop from the back).
+  for (std::int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<std::int32_t>(b));
+}
+
+Expected<std::int32_t> BlockPool::allocate() {
+  std::int32_t block;
+  if (!free_.empty()) {
+    block = free_.back();
+    free_.pop_back();
+  } else if (!lru_.empty()) {
+    block = lru_.front();
+    lru_.pop_front();
+    BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+    by_key_.erase(*m.key);
+    m.key.reset();
+  } else {
+    return resource_exhausted("KV block pool is full (" + std::to_string(n_blocks()) + " blocks in use)");
+  }
+  meta_[static_cast<std::size_t>(block)].refs = 1;
+  return block;
+}
+
+void BlockPool::retain(std::int32_t block) {
+  BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+  if (m.refs == 0) {
+    assert(m.key && "retaining a free block");
+    lru_.erase(m.lru_pos);
+  }
+  ++m.refs;
+}
+
+void BlockPool::release(std::int32_t block) {
+  BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+  assert(m.refs > 0);
+  if (--m.refs > 0) return;
+  if (m.key) {
+    m.lru_pos = lru_.insert(lru_.end(), block);
+  } else {
+    free_.push_back(block);
+  }
+}
+
+std::optional<std::int32_t> BlockPool::lookup(const cache::ChunkKey& key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return std::nullopt;
+  retain(it->second);
+  return it->second;
+}
+
+void BlockPool::register_block(std::int32_t block, const cache::ChunkKey& key) {
+  BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+  if (m.key || by_key_.count(key)) return;
+  m.key = key;
+  by_key_.emplace(key, block);
+}
+
+std::span<std::uint8_t> BlockPool::block_bytes(std::int32_t block) {
+  auto* p = reinterpret_cast<std::uint8_t*>(view_.base + view_.block_elems() * static_cast<std::size_t>(block));
+  return {p, view_.block_bytes()};
+}
+
+}  // namespace kvstash

@@ -1,0 +1,72 @@
+// The paged KV block pool and the in-engine prefix cache.
+//
+// The pool owns one array of `n_blocks` KV blocks (layout: model/model.h KvPoolView). A sequence
+// holds blocks through a block table; each block has a reference count, so sequences that share a
+// prefix share its blocks. A full block may be registered under its prefix key (the SHA-256 chain
+// of ARCHITECTURE.md at block granularity); when its last reference goes, a registered block stays
+// cached — its KV intact and findable by key — until the pool needs room, and then the least
+// recently used cached block is evicted. Unregistered blocks return to the free list at once.
+//
+// Thread safety: not thread safe; owned and used by the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/chunk_key.h"
+#include "kvstash/status.h"
+#include "model/model.h"
+
+namespace kvstash {
+
+class BlockPool {
+ public:
+  BlockPool(const ModelConfig& config, int block_size, std::int64_t n_blocks);
+
+  const KvPoolView& view() const { return view_; }
+  std::int64_t n_blocks() const { return view_.n_blocks; }
+  int block_size() const { return view_.block_size; }
+  // Blocks that allocate() can hand out now: free ones plus cached ones it may evict.
+  std::int64_t n_available() const { return static_cast<std::int64_t>(free_.size() + lru_.size()); }
+  std::int64_t n_used() const { return n_blocks() - n_available(); }
+  std::int64_t n_cached() const { return static_cast<std::int64_t>(lru_.size()); }
+
+  // A block with reference count 1, taken from the free list or else by evicting the least
+  // recently used cached block (which forgets its key). kResourceExhausted when neither exists.
+  Expected<std::int32_t> allocate();
+  void retain(std::int32_t block);
+  // Drops one reference; at zero a registered block becomes cached (most recently used), an
+  // unregistered one free.
+  void release(std::int32_t block);
+
+  // The block registered under `key`, retained for the caller; nullopt when there is none.
+  std::optional<std::int32_t> lookup(const cache::ChunkKey& key);
+  // Whether `key` is registered, without touching reference counts or recency.
+  bool contains(const cache::ChunkKey& key) const { return by_key_.count(key) != 0; }
+  // Registers a full block under `key`. If the key already names another block, nothing changes
+  // (the existing block keeps serving it; this one stays private and is freed on release).
+  void register_block(std::int32_t block, const cache::ChunkKey& key);
+
+  // The block's bytes (all layers' K and V of its tokens): for export and import of KV.
+  std::span<std::uint8_t> block_bytes(std::int32_t block);
+  int ref_count(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].refs; }
+
+ private:
+  struct BlockMeta {
+    int refs = 0;
+    std::optional<cache::ChunkKey> key;
+    std::list<std::int32_t>::iterator lru_pos;  // valid while cached (refs == 0 && key)
+  };
+  std::vector<std::uint16_t> storage_;
+  KvPoolView view_;
+  std::vector<BlockMeta> meta_;
+  std::vector<std::int32_t> free_;
+  std::list<std::int32_t> lru_;  // cached blocks, least recently used first
+  std::unordered_map<cache::ChunkKey, std::int32_t> by_key_;
+};
+
+}  // namespace kvstash

@@ -1,0 +1,106 @@
+#include "engine/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace kvstash {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  return c;
+}
+
+cache::ChunkKey key(int n) {
+  cache::ChunkKey k;
+  k.bytes[0] = static_cast<std::uint8_t>(n);
+  k.bytes[31] = 0x5a;
+  return k;
+}
+
+TEST(BlockPool, AllocatesEveryBlockOnceThenRefuses) {
+  BlockPool pool(small_config(), 16, 4);
+  std::set<std::int32_t> seen;
+  for (int i = 0; i < 4; ++i) {
+    auto b = pool.allocate();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_TRUE(seen.insert(*b).second) << "block handed out twice";
+  }
+  EXPECT_EQ(pool.n_available(), 0);
+  auto none = pool.allocate();
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(BlockPool, FreedUnregisteredBlockReturnsToPool) {
+  BlockPool pool(small_config(), 16, 2);
+  auto a = *pool.allocate();
+  pool.retain(a);
+  pool.release(a);
+  EXPECT_EQ(pool.n_available(), 1) << "still referenced once";
+  pool.release(a);
+  EXPECT_EQ(pool.n_available(), 2);
+  EXPECT_EQ(pool.n_cached(), 0);
+}
+
+TEST(BlockPool, RegisteredBlockStaysCachedAndIsFoundByKey) {
+  BlockPool pool(small_config(), 16, 2);
+  auto a = *pool.allocate();
+  pool.block_bytes(a)[0] = 0xAB;
+  pool.register_block(a, key(1));
+  pool.release(a);
+  EXPECT_EQ(pool.n_cached(), 1);
+  EXPECT_EQ(pool.n_used(), 0);
+  auto hit = pool.lookup(key(1));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(*hit, a);
+  EXPECT_EQ(pool.ref_count(a), 1);
+  EXPECT_EQ(pool.block_bytes(a)[0], 0xAB) << "cached KV must survive";
+  EXPECT_FALSE(pool.lookup(key(2)).has_value());
+}
+
+TEST(BlockPool, EvictsLeastRecentlyUsedCachedBlockWhenFull) {
+  BlockPool pool(small_config(), 16, 2);
+  auto a = *pool.allocate();
+  auto b = *pool.allocate();
+  pool.register_block(a, key(1));
+  pool.register_block(b, key(2));
+  pool.release(a);  // a is older
+  pool.release(b);
+  auto c = pool.allocate();
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, a) << "the least recently used cached block goes first";
+  EXPECT_FALSE(pool.contains(key(1)));
+  EXPECT_TRUE(pool.contains(key(2)));
+}
+
+TEST(BlockPool, SharedBlockNeedsEveryReferenceReleased) {
+  BlockPool pool(small_config(), 16, 1);
+  auto a = *pool.allocate();
+  pool.register_block(a, key(7));
+  auto again = pool.lookup(key(7));  // a second sequence shares it
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(pool.ref_count(a), 2);
+  pool.release(a);
+  EXPECT_FALSE(pool.allocate().has_value()) << "a block still referenced must not be evicted";
+  pool.release(a);
+  EXPECT_TRUE(pool.allocate().has_value());
+}
+
+TEST(BlockPool, DuplicateKeyKeepsTheFirstBlock) {
+  BlockPool pool(small_config(), 16, 2);
+  auto a = *pool.allocate();
+  auto b = *pool.allocate();
+  pool.register_block(a, key(3));
+  pool.register_block(b, key(3));
+  pool.release(b);
+  EXPECT_EQ(pool.n_cached(), 0) << "b was not registered, so it is simply free";
+  EXPECT_EQ(*pool.lookup(key(3)), a);
+}
+
+}  // namespace
+}  // namespace kvstash

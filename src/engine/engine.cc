@@ -1,0 +1,420 @@
+// Engine: the request queue, the engine thread and the scheduler step.
+//
+// A step: take new requests and cancellations; admit waiting requests while the running batch has
+// room (looking their prompt's full blocks up in the prefix cache first); give every running
+// sequence its next tokens — 1 for a decoding sequence, a chunk of at most prefill_chunk for one
+// still prefilling — within step_token_budget; make sure their block tables cover the new
+// positions (preempting the newest sequences when the pool runs dry); run one batched forward;
+// register newly filled blocks under their prefix keys; sample for every sequence whose pending
+// tokens are all in, report the token, and retire finished sequences.
+//
+// Lock order: mu_ only (the engine thread never holds it while calling callbacks or the model).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "common/thread_pool.h"
+#include "engine/block_pool.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace kvstash {
+
+struct Engine::Impl {
+  Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
+      : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads) {}
+
+  const Model& model;
+  EngineOptions options;
+  BlockPool pool;
+  ThreadPool threads;
+  std::thread thread;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  // Guarded by mu:
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  std::vector<std::uint64_t> cancels;
+  bool stopping = false;
+  std::uint64_t next_id = 1;
+  int n_waiting_total = 0;  // incoming + waiting, for the queue bound
+  EngineStats stats;
+
+  // Engine thread only:
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  std::vector<std::unique_ptr<Sequence>> running;
+  std::vector<float> logits;
+
+  void loop();
+  void step();
+  void take_new_work();
+  bool admit(Sequence& seq);
+  bool ensure_blocks(Sequence& seq, int n_new);
+  void preempt(std::unique_ptr<Sequence> seq);
+  void register_full_blocks(Sequence& seq);
+  void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
+  void publish_stats(double prefill_s, double decode_s);
+};
+
+namespace {
+
+cache::ChunkKey block_key(const Model& model, const Sequence& seq, int block_index, int block_size) {
+  std::span<const TokenId> toks(seq.tokens.data() + static_cast<std::size_t>(block_index) * block_size,
+                                static_cast<std::size_t>(block_size));
+  if (block_index == 0) {
+    return cache::first_chunk_key(model.fingerprint(), Model::kKvFormat, seq.request.cache_salt, toks);
+  }
+  return cache::next_chunk_key(seq.block_keys[static_cast<std::size_t>(block_index - 1)], toks);
+}
+
+// Extends seq.block_keys to cover the first n_blocks full blocks of its tokens.
+void extend_block_keys(const Model& model, Sequence& seq, int n_blocks, int block_size) {
+  while (static_cast<int>(seq.block_keys.size()) < n_blocks) {
+    seq.block_keys.push_back(block_key(model, seq, static_cast<int>(seq.block_keys.size()), block_size));
+  }
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineOptions& options) {
+  EngineOptions o = options;
+  if (o.block_size <= 0 || o.n_ctx <= 0 || o.max_running <= 0 || o.prefill_chunk <= 0 || o.step_token_budget <= 0) {
+    return invalid_argument("engine options must be positive (block_size, n_ctx, max_running, prefill_chunk, step_token_budget)");
+  }
+  if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
+  // The pool must hold at least one full-length sequence, or a long request could never run.
+  o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
+  const std::int64_t n_blocks = (o.kv_pool_tokens + o.block_size - 1) / o.block_size;
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->impl_ = std::make_unique<Impl>(model, o, n_blocks);
+  Impl* impl = engine->impl_.get();
+  {
+    std::lock_guard<std::mutex> lock(impl->mu);
+    impl->stats.kv_blocks_total = n_blocks;
+  }
+  impl->thread = std::thread([impl] { impl->loop(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  if (!impl_) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  impl_->thread.join();
+}
+
+const Model& Engine::model() const { return impl_->model; }
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+Expected<std::uint64_t> Engine::submit(GenerationRequest request, TokenCallback on_token) {
+  const int n_vocab = impl_->model.config().n_vocab;
+  const int n_ctx = impl_->options.n_ctx;
+  if (request.prompt.empty()) return invalid_argument("the prompt is empty");
+  for (TokenId t : request.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return invalid_argument("token id " + std::to_string(t) + " is out of range [0, " + std::to_string(n_vocab) + ")");
+    }
+  }
+  if (static_cast<int>(request.prompt.size()) >= n_ctx) {
+    return invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
+                            " tokens; the context holds " + std::to_string(n_ctx) + " (prompt plus at least one generated token)");
+  }
+  if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (static_cast<std::int64_t>(request.prompt.size()) + request.max_tokens > n_ctx) {
+    return invalid_argument("prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
+                            std::to_string(request.max_tokens) + ") exceeds the context length " + std::to_string(n_ctx));
+  }
+  request.top_logprobs = std::clamp(request.top_logprobs, 0, 20);
+  std::uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->n_waiting_total >= impl_->options.max_queued) {
+      return resource_exhausted("the request queue is full (" + std::to_string(impl_->options.max_queued) + " waiting)");
+    }
+    id = impl_->next_id++;
+    impl_->incoming.push_back(std::make_unique<Sequence>(id, std::move(request), std::move(on_token)));
+    ++impl_->n_waiting_total;
+    impl_->stats.waiting = impl_->n_waiting_total;
+  }
+  impl_->wake.notify_one();
+  return id;
+}
+
+void Engine::cancel(std::uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->cancels.push_back(request_id);
+  }
+  impl_->wake.notify_one();
+}
+
+void Engine::Impl::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      wake.wait(lock, [&] { return stopping || !incoming.empty() || !cancels.empty() || !waiting.empty() || !running.empty(); });
+      if (stopping) break;
+    }
+    step();
+  }
+  // Shutting down: every request still known gets its final event.
+  take_new_work();
+  for (auto& s : running) finish(*s, FinishReason::kCancelled, "the engine is shutting down");
+  for (auto& s : waiting) finish(*s, FinishReason::kCancelled, "the engine is shutting down");
+  running.clear();
+  waiting.clear();
+}
+
+void Engine::Impl::take_new_work() {
+  std::vector<std::uint64_t> to_cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& s : incoming) waiting.push_back(std::move(s));
+    incoming.clear();
+    to_cancel.swap(cancels);
+  }
+  for (std::uint64_t id : to_cancel) {
+    for (auto& s : running) if (s->id == id) s->cancelled = true;
+    for (auto& s : waiting) if (s->id == id) s->cancelled = true;
+  }
+  auto retire_cancelled = [&](auto& list) {
+    for (auto& s : list) {
+      if (s && s->cancelled) {
+        finish(*s, FinishReason::kCancelled);
+        s.reset();
+      }
+    }
+    list.erase(std::remove(list.begin(), list.end(), nullptr), list.end());
+  };
+  retire_cancelled(running);
+  retire_cancelled(waiting);
+}
+
+bool Engine::Impl::admit(Sequence& seq) {
+  const int bs = pool.block_size();
+  const int n_tokens = static_cast<int>(seq.tokens.size());
+  // Reuse the longest cached run of leading full blocks, but leave at least one token to compute:
+  // the last prompt token's forward pass gives the logits of the first generated token.
+  int hits = 0;
+  if (options.prefix_cache) {
+    const int max_reuse = (n_tokens - 1) / bs;
+    extend_block_keys(model, seq, max_reuse, bs);
+    while (hits < max_reuse && pool.contains(seq.block_keys[static_cast<std::size_t>(hits)])) ++hits;
+  }
+  // Admit only if the rest of the prompt (plus the first generated token) fits beside what the
+  // running sequences need for their next token.
+  // (Retaining a cached hit block takes it out of n_available(), so the check below is exact.)
+  for (int i = 0; i < hits; ++i) seq.block_table.push_back(*pool.lookup(seq.block_keys[static_cast<std::size_t>(i)]));
+  const int needed = ceil_div(n_tokens + 1, bs) - hits;
+  if (pool.n_available() < needed + static_cast<std::int64_t>(running.size())) {
+    for (std::int32_t b : seq.block_table) pool.release(b);
+    seq.block_table.clear();
+    return false;
+  }
+  seq.num_computed_tokens = hits * bs;
+  seq.num_registered_blocks = hits;
+  if (!seq.admitted_before) {
+    seq.num_cached_tokens = std::min(hits * bs, seq.n_prompt);
+    seq.admitted_before = true;
+  }
+  return true;
+}
+
+bool Engine::Impl::ensure_blocks(Sequence& seq, int n_new) {
+  const int need = ceil_div(seq.num_computed_tokens + n_new, pool.block_size());
+  while (static_cast<int>(seq.block_table.size()) < need) {
+    auto b = pool.allocate();
+    if (!b) return false;
+    seq.block_table.push_back(*b);
+  }
+  return true;
+}
+
+void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
+  // Its full blocks stay in the prefix cache, so re-admission usually finds most of its KV.
+  for (std::int32_t b : seq->block_table) pool.release(b);
+  seq->block_table.clear();
+  seq->num_computed_tokens = 0;
+  seq->num_registered_blocks = 0;
+  waiting.push_front(std::move(seq));
+}
+
+void Engine::Impl::register_full_blocks(Sequence& seq) {
+  if (!options.prefix_cache) return;
+  const int bs = pool.block_size();
+  const int full = seq.num_computed_tokens / bs;
+  extend_block_keys(model, seq, full, bs);
+  for (; seq.num_registered_blocks < full; ++seq.num_registered_blocks) {
+    const auto i = static_cast<std::size_t>(seq.num_registered_blocks);
+    pool.register_block(seq.block_table[i], seq.block_keys[i]);
+  }
+}
+
+void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reason) {
+  TokenEvent ev;
+  ev.token = r.token;
+  ev.logprob = r.logprob;
+  ev.top_logprobs = r.top_logprobs;
+  ev.finish = reason;
+  ev.prompt_tokens = seq.n_prompt;
+  ev.cached_tokens = seq.num_cached_tokens;
+  ev.ttft_s = seq.ttft_s;
+  seq.on_token(ev);
+}
+
+void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string& error) {
+  for (std::int32_t b : seq.block_table) pool.release(b);
+  seq.block_table.clear();
+  TokenEvent ev;
+  ev.finish = reason;
+  ev.error = error;
+  ev.prompt_tokens = seq.n_prompt;
+  ev.cached_tokens = seq.num_cached_tokens;
+  ev.ttft_s = seq.ttft_s;
+  seq.on_token(ev);
+}
+
+void Engine::Impl::step() {
+  take_new_work();
+  while (!waiting.empty() && static_cast<int>(running.size()) < options.max_running) {
+    if (!admit(*waiting.front())) {
+      if (running.empty()) {  // cannot fit even alone: the pool is too small for this request
+        finish(*waiting.front(), FinishReason::kError, "the KV pool cannot hold this request");
+        waiting.pop_front();
+        continue;
+      }
+      break;
+    }
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    n_waiting_total = static_cast<int>(waiting.size() + incoming.size());
+  }
+  if (running.empty()) {
+    publish_stats(0, 0);
+    return;
+  }
+
+  // Plan: decoding sequences first (one token each keeps every stream moving), then prefill chunks.
+  struct Planned {
+    Sequence* seq;
+    int n_new;
+  };
+  std::vector<Planned> plan;
+  int budget = options.step_token_budget;
+  for (auto& s : running) {
+    if (s->pending() == 1 && budget > 0) {
+      plan.push_back({s.get(), 1});
+      --budget;
+    }
+  }
+  int prefill_tokens = 0;
+  for (auto& s : running) {
+    if (s->pending() > 1 && budget > 0) {
+      const int n = std::min({s->pending(), options.prefill_chunk, budget});
+      plan.push_back({s.get(), n});
+      budget -= n;
+      prefill_tokens += n;
+    }
+  }
+  // Blocks for the new positions; when the pool runs dry, preempt the newest running sequence.
+  for (std::size_t i = 0; i < plan.size();) {
+    if (ensure_blocks(*plan[i].seq, plan[i].n_new)) {
+      ++i;
+      continue;
+    }
+    Sequence* victim = running.back().get();
+    plan.erase(std::remove_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; }), plan.end());
+    preempt(std::move(running.back()));
+    running.pop_back();
+  }
+  if (plan.empty()) {
+    publish_stats(0, 0);
+    return;
+  }
+
+  ForwardBatch batch;
+  for (const Planned& p : plan) {
+    Sequence& s = *p.seq;
+    batch.tokens.insert(batch.tokens.end(), s.tokens.begin() + s.num_computed_tokens,
+                        s.tokens.begin() + s.num_computed_tokens + p.n_new);
+    BatchSequence bs;
+    bs.block_table = s.block_table.data();
+    bs.pos_start = s.num_computed_tokens;
+    bs.n_new = p.n_new;
+    bs.want_logits = p.n_new == s.pending();
+    batch.sequences.push_back(bs);
+  }
+  const int n_vocab = model.config().n_vocab;
+  logits.resize(static_cast<std::size_t>(batch.logit_rows()) * static_cast<std::size_t>(n_vocab));
+  const auto t0 = Clock::now();
+  model.forward(batch, pool.view(), logits.data(), threads);
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  int row = 0;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].seq;
+    const bool sample_now = batch.sequences[i].want_logits;
+    s.num_computed_tokens += plan[i].n_new;
+    register_full_blocks(s);
+    if (!sample_now) continue;
+    SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs);
+    if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
+    s.tokens.push_back(r.token);
+    FinishReason reason = FinishReason::kNone;
+    const auto& stops = s.request.stop_tokens;
+    if ((s.request.stop_at_end_of_generation && model.tokenizer().is_end_of_generation(r.token)) ||
+        std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
+      reason = FinishReason::kStop;
+    } else if (s.n_generated() >= s.request.max_tokens || static_cast<int>(s.tokens.size()) >= options.n_ctx) {
+      reason = FinishReason::kLength;
+    }
+    emit(s, r, reason);
+    if (reason != FinishReason::kNone) {
+      for (std::int32_t b : s.block_table) pool.release(b);
+      s.block_table.clear();
+      s.finished = true;
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.requests_finished;
+      stats.prompt_tokens += s.n_prompt;
+      stats.cached_prompt_tokens += s.num_cached_tokens;
+    }
+  }
+  const int decode_tokens = static_cast<int>(batch.tokens.size()) - prefill_tokens;
+  const double total = static_cast<double>(batch.tokens.size());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.generated_tokens += row;
+  }
+  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
+  publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
+}
+
+void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
+  std::lock_guard<std::mutex> lock(mu);
+  stats.prefill_seconds += prefill_s;
+  stats.decode_seconds += decode_s;
+  stats.running = static_cast<int>(running.size());
+  stats.waiting = n_waiting_total;
+  stats.kv_blocks_used = pool.n_used();
+  stats.kv_blocks_cached = pool.n_cached();
+}
+
+}  // namespace kvstash

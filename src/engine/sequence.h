@@ -1,0 +1,49 @@
+// One request's state inside the engine: its tokens, its block table and how far its KV has been
+// computed. Owned by the engine thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "cache/chunk_key.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+namespace kvstash {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  Sequence(std::uint64_t id, GenerationRequest req, TokenCallback cb)
+      : id(id), request(std::move(req)), on_token(std::move(cb)), sampler(request.sampling) {
+    tokens = request.prompt;
+    n_prompt = static_cast<int>(tokens.size());
+  }
+
+  std::uint64_t id;
+  GenerationRequest request;
+  TokenCallback on_token;
+  Sampler sampler;
+  Clock::time_point submitted = Clock::now();
+
+  std::vector<TokenId> tokens;  // prompt, then generated tokens
+  int n_prompt = 0;
+  int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+
+  std::vector<std::int32_t> block_table;
+  int num_computed_tokens = 0;  // leading tokens whose KV is in the pool
+  int num_cached_tokens = 0;    // prompt tokens whose KV was reused, not computed
+  // Prefix keys of the leading full blocks (block_keys[i] names tokens [0, (i+1) * block_size)),
+  // each registered in the pool once computed.
+  std::vector<cache::ChunkKey> block_keys;
+  int num_registered_blocks = 0;
+  bool admitted_before = false;  // set at first admission; a preempted sequence keeps its counts
+
+  double ttft_s = -1.0;        // < 0 until the first token is out
+  bool cancelled = false;
+  bool finished = false;  // its final event is out; removed from the running batch
+  int pending() const { return static_cast<int>(tokens.size()) - num_computed_tokens; }
+};
+
+}  // namespace kvstash

@@ -1,0 +1,49 @@
+// The public entry points of kernels.h that forward to the active SIMD table, and the weight-type
+// facts they share. matmul() lives in matmul.cc.
+#include "kernels/kernels.h"
+
+#include <cassert>
+
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+
+const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::kF32: return "f32";
+    case WeightType::kF16: return "f16";
+    case WeightType::kBF16: return "bf16";
+    case WeightType::kQ8_0: return "q8_0";
+  }
+  return "?";
+}
+
+std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
+  const auto n = static_cast<std::size_t>(cols);
+  switch (type) {
+    case WeightType::kF32: return n * 4;
+    case WeightType::kF16:
+    case WeightType::kBF16: return n * 2;
+    case WeightType::kQ8_0: return n / kQ8_0BlockElems * kQ8_0BlockBytes;
+  }
+  return 0;
+}
+
+void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  assert(row_begin >= 0 && row_begin <= row_end && row_end <= w.rows);
+  active_kernels().dequantize_rows(w, row_begin, row_end, out);
+}
+
+void rms_norm(const float* x, const float* weight, int n, float eps, float* out) {
+  active_kernels().rms_norm(x, weight, n, eps, out);
+}
+void softmax_inplace(float* x, int n) { active_kernels().softmax_inplace(x, n); }
+void silu_mul(const float* gate, const float* up, int n, float* out) { active_kernels().silu_mul(gate, up, n, out); }
+void add_inplace(float* y, const float* x, int n) { active_kernels().add_inplace(y, x, n); }
+float dot_f32(const float* a, const float* b, int n) { return active_kernels().dot_f32(a, b, n); }
+float dot_f32_f16(const float* a, const std::uint16_t* b, int n) { return active_kernels().dot_f32_f16(a, b, n); }
+void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n) { active_kernels().axpy_f16(alpha, x, y, n); }
+void f32_to_f16_row(const float* x, std::uint16_t* out, int n) { active_kernels().f32_to_f16_row(x, out, n); }
+void f16_to_f32_row(const std::uint16_t* x, float* out, int n) { active_kernels().f16_to_f32_row(x, out, n); }
+
+}  // namespace kvstash::kernels

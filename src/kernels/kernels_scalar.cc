@@ -1,0 +1,174 @@
+// The portable implementations: the fallback on CPUs without AVX2 and the readable statement of
+// what each vector kernel computes. Built without any -m flag.
+#include <cmath>
+#include <cstring>
+
+#include "common/fp16.h"
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+namespace {
+
+float load_f16_scale(const std::uint8_t* block) {
+  std::uint16_t h;
+  std::memcpy(&h, block, 2);
+  return f16_to_f32(h);
+}
+
+float weight_at(const WeightView& w, const std::uint8_t* row, std::int64_t c) {
+  std::uint16_t h;
+  switch (w.type) {
+    case WeightType::kF32: {
+      float f;
+      std::memcpy(&f, row + c * 4, 4);
+      return f;
+    }
+    case WeightType::kF16:
+      std::memcpy(&h, row + c * 2, 2);
+      return f16_to_f32(h);
+    case WeightType::kBF16:
+      std::memcpy(&h, row + c * 2, 2);
+      return bf16_to_f32(h);
+    case WeightType::kQ8_0: {
+      const std::uint8_t* block = row + c / kQ8_0BlockElems * kQ8_0BlockBytes;
+      return load_f16_scale(block) * static_cast<float>(static_cast<std::int8_t>(block[2 + c % kQ8_0BlockElems]));
+    }
+  }
+  return 0.0f;
+}
+
+float q8_0_row_dot(const std::uint8_t* row, std::int64_t cols, const float* x_scales, const std::int8_t* x_values) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < cols / kQ8_0BlockElems; ++b) {
+    const std::uint8_t* block = row + b * kQ8_0BlockBytes;
+    const auto* q = reinterpret_cast<const std::int8_t*>(block + 2);
+    std::int32_t isum = 0;
+    for (int i = 0; i < kQ8_0BlockElems; ++i) isum += q[i] * x_values[b * kQ8_0BlockElems + i];
+    acc += load_f16_scale(block) * x_scales[b] * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                        std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* row = base + r * w.row_bytes;
+    for (int t = 0; t < n_tokens; ++t) {
+      float acc = 0.0f;
+      if (w.type == WeightType::kQ8_0) {
+        acc = q8_0_row_dot(row, w.cols, xq.scales + t * blocks, xq.values + t * w.cols);
+      } else {
+        const float* xt = x + static_cast<std::int64_t>(t) * w.cols;
+        for (std::int64_t c = 0; c < w.cols; ++c) acc += weight_at(w, row, c) * xt[c];
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* row = base + r * w.row_bytes;
+    float* o = out + (r - row_begin) * w.cols;
+    for (std::int64_t c = 0; c < w.cols; ++c) o[c] = weight_at(w, row, c);
+  }
+}
+
+void quantize_activations_scalar(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
+  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
+    const float* xb = x + b * kQ8_0BlockElems;
+    float amax = 0.0f;
+    for (int i = 0; i < kQ8_0BlockElems; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f;
+    const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+    scales[b] = d;
+    for (int i = 0; i < kQ8_0BlockElems; ++i) {
+      values[b * kQ8_0BlockElems + i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * inv_d));
+    }
+  }
+}
+
+void rms_norm_scalar(const float* x, const float* weight, int n, float eps, float* out) {
+  float sum_sq = 0.0f;
+  for (int i = 0; i < n; ++i) sum_sq += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void softmax_inplace_scalar(float* x, int n) {
+  if (n <= 0) return;
+  float max_value = x[0];
+  for (int i = 1; i < n; ++i) max_value = std::fmax(max_value, x[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += x[i];
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int i = 0; i < n; ++i) x[i] *= inv_sum;
+}
+
+void silu_mul_scalar(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add_inplace_scalar(float* y, const float* x, int n) {
+  for (int i = 0; i < n; ++i) y[i] += x[i];
+}
+
+float dot_f32_scalar(const float* a, const float* b, int n) {
+  float acc = 0.0f;
+  for (int i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+float dot_f32_f16_scalar(const float* a, const std::uint16_t* b, int n) {
+  float acc = 0.0f;
+  for (int i = 0; i < n; ++i) acc += a[i] * f16_to_f32(b[i]);
+  return acc;
+}
+
+void axpy_f16_scalar(float alpha, const std::uint16_t* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * f16_to_f32(x[i]);
+}
+
+void f32_to_f16_row_scalar(const float* x, std::uint16_t* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+
+void f16_to_f32_row_scalar(const std::uint16_t* x, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = f16_to_f32(x[i]);
+}
+
+std::uint64_t read_sum_scalar(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const std::uint64_t*>(data);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes / 8; ++i) sum += p[i];
+  return sum;
+}
+
+const KernelTable kTable = {
+    .path = SimdPath::kScalar,
+    .matmul_rows = matmul_rows_scalar,
+    .dequantize_rows = dequantize_rows_scalar,
+    .quantize_activations = quantize_activations_scalar,
+    .rms_norm = rms_norm_scalar,
+    .softmax_inplace = softmax_inplace_scalar,
+    .silu_mul = silu_mul_scalar,
+    .add_inplace = add_inplace_scalar,
+    .dot_f32 = dot_f32_scalar,
+    .dot_f32_f16 = dot_f32_f16_scalar,
+    .axpy_f16 = axpy_f16_scalar,
+    .f32_to_f16_row = f32_to_f16_row_scalar,
+    .f16_to_f32_row = f16_to_f32_row_scalar,
+    .read_sum = read_sum_scalar,
+};
+
+}  // namespace
+
+const KernelTable& scalar_kernel_table() { return kTable; }
+
+}  // namespace kvstash::kernels

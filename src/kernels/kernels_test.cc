@@ -1,0 +1,138 @@
+// Every kernel on every SIMD path this CPU can run, against plain double-precision references.
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/fp16.h"
+#include "kernels/simd_dispatch.h"
+#include "kernels/test_weights.h"
+
+namespace kvstash::kernels {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+class KernelsOnPath : public ::testing::TestWithParam<SimdPath> {
+ protected:
+  void SetUp() override {
+    if (!set_simd_path_for_testing(GetParam())) GTEST_SKIP() << "CPU lacks " << simd_path_name(GetParam());
+    ASSERT_STREQ(simd_path(), simd_path_name(GetParam()));
+  }
+  void TearDown() override { reset_simd_path_for_testing(); }
+};
+
+// Error bound for one output of a q8_0 decode: the activation quantization moves each x by at most
+// half its block's step (d / 2), plus float rounding.
+double q8_decode_tolerance(const TestWeights& tw, std::int64_t r, const float* x) {
+  double bound = 0.0;
+  for (std::int64_t b = 0; b < tw.view.cols / 32; ++b) {
+    double amax = 0.0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(static_cast<double>(x[b * 32 + i])));
+    double w_abs = 0.0;
+    for (int i = 0; i < 32; ++i) w_abs += std::fabs(tw.dequantized[r * tw.view.cols + b * 32 + i]);
+    bound += w_abs * amax / 127.0 * 0.5 * 1.001;
+  }
+  return bound;
+}
+
+void check_matmul(WeightType type, std::int64_t rows, std::int64_t cols, int n_tokens, ThreadPool& pool) {
+  SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " " << rows << "x" << cols << " tokens "
+                                    << n_tokens << " path " << simd_path());
+  const TestWeights tw = make_test_weights(type, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols + n_tokens));
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 7 + n_tokens);
+  std::vector<float> y(static_cast<std::size_t>(n_tokens * rows), -12345.0f);
+  matmul(tw.view, x.data(), n_tokens, y.data(), pool);
+  const bool quantized_decode = type == WeightType::kQ8_0 && n_tokens < 32;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* xt = x.data() + t * cols;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double exact = 0.0, magnitude = 0.0;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(tw.dequantized[r * cols + c]) * xt[c];
+        exact += p;
+        magnitude += std::fabs(p);
+      }
+      // f32 accumulation over cols terms: relative 2e-5 of sum |w x| covers cols up to a few
+      // thousand with any summation order.
+      double tol = 2e-5 * magnitude + 1e-6;
+      if (quantized_decode) tol += q8_decode_tolerance(tw, r, xt);
+      ASSERT_NEAR(y[t * rows + r], exact, tol) << "row " << r << " token " << t;
+    }
+  }
+}
+
+TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
+  ThreadPool pool(3);
+  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
+    // 37 rows: not a multiple of the row tile (4, 2) nor of the 3 threads; 83 columns leave a tail
+    // after every vector width (q8_0 needs whole blocks: 96 = 3 blocks).
+    const std::int64_t cols = type == WeightType::kQ8_0 ? 96 : 83;
+    for (int n_tokens : {1, 2, 3, 5, 8, 17, 31, 32, 64}) check_matmul(type, 37, cols, n_tokens, pool);
+  }
+}
+
+TEST_P(KernelsOnPath, MatmulManyTasksAndPanels) {
+  ThreadPool pool(3);
+  for (WeightType type : {WeightType::kF16, WeightType::kQ8_0}) {
+    check_matmul(type, 1001, 256, 1, pool);  // many decode tasks, a ragged last one
+    check_matmul(type, 1001, 256, 6, pool);
+  }
+  // 300 rows of 4096: the prefill converts more than one panel (256 rows of 16 KiB).
+  check_matmul(WeightType::kBF16, 300, 4096, 33, pool);
+  check_matmul(WeightType::kQ8_0, 300, 4096, 33, pool);
+}
+
+TEST_P(KernelsOnPath, MatmulSingleThreadPool) {
+  ThreadPool pool(1);
+  check_matmul(WeightType::kQ8_0, 9, 64, 4, pool);
+  check_matmul(WeightType::kF32, 9, 20, 40, pool);
+}
+
+TEST_P(KernelsOnPath, DequantizeRowsIsExact) {
+  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
+    const std::int64_t cols = type == WeightType::kQ8_0 ? 160 : 45;
+    const TestWeights tw = make_test_weights(type, 13, cols, 99);
+    std::vector<float> out(8 * cols, -1.0f);
+    dequantize_rows(tw.view, 3, 11, out.data());
+    for (std::int64_t i = 0; i < 8 * cols; ++i) {
+      ASSERT_EQ(out[i], tw.dequantized[3 * cols + i]) << weight_type_name(type) << " element " << i;
+    }
+  }
+}
+
+TEST_P(KernelsOnPath, ActivationQuantizerMatchesScalarBitForBit) {
+  std::vector<float> x = random_floats(32 * 9, 5, -3.0f, 3.0f);
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;  // an all-zero block: scale 0, values 0
+  x[100] = 1e-30f;
+  std::vector<float> s_ref(9), s(9);
+  std::vector<std::int8_t> q_ref(x.size()), q(x.size());
+  scalar_kernel_table().quantize_activations(x.data(), x.size(), s_ref.data(), q_ref.data());
+  active_kernels().quantize_activations(x.data(), x.size(), s.data(), q.data());
+  EXPECT_EQ(0, std::memcmp(s.data(), s_ref.data(), s.size() * 4));
+  EXPECT_EQ(q, q_ref);
+  EXPECT_EQ(s[2], 0.0f);
+  for (int b = 0; b < 9; ++b) {
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_LE(std::fabs(x[b * 32 + i] - s[b] * q[b * 32 + i]), s[b] * 0.5f * 1.0001f + 1e-30f);
+    }
+  }
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, KernelsOnPath,
+                         ::testing::Values(SimdPath::kScalar, SimdPath::kAvx2, SimdPath::kAvx512),
+                         [](const auto& info) { return std::string(simd_path_name(info.param)); });
+
+}  // namespace kvstash::kernels

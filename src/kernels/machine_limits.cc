@@ -1,0 +1,76 @@
+#include "kernels/machine_limits.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+namespace {
+
+constexpr int kGemmRepeats = 3;
+constexpr int kStreamRepeats = 5;
+// Each thread's part starts on its own page-aligned boundary: no two threads share a cache line.
+constexpr std::size_t kAlignment = 4096;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace
+
+double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0.0;
+  openblas_set_num_threads(pool.size());
+  std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(k) * n),
+      c(static_cast<std::size_t>(m) * n);
+  // Values do not change sgemm's speed; small ones keep the sums finite.
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.01f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.01f;
+  double best = 0.0;
+  for (int rep = 0; rep <= kGemmRepeats; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                c.data(), n);
+    const double s = seconds_since(start);
+    if (rep > 0) best = std::max(best, 2.0 * m * n * static_cast<double>(k) / s / 1e9);  // rep 0 warms up
+  }
+  return best;
+}
+
+double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes) {
+  const auto n_threads = static_cast<std::size_t>(pool.size());
+  const std::size_t part = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
+  const std::size_t total = part * n_threads;
+  std::unique_ptr<void, FreeDeleter> buffer(std::aligned_alloc(kAlignment, total));
+  if (!buffer) return 0.0;
+  auto* bytes = static_cast<std::uint8_t*>(buffer.get());
+  // Each thread first touches its own part, so pages land on that thread's memory node.
+  pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes + t * part, t + 1, part); });
+  const KernelTable& k = active_kernels();
+  std::atomic<std::uint64_t> checksum{0};
+  double best = 0.0;
+  for (int rep = 0; rep <= kStreamRepeats; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.run(static_cast<int>(n_threads), [&](int t) {
+      checksum.fetch_add(k.read_sum(bytes + t * part, part), std::memory_order_relaxed);
+    });
+    const double s = seconds_since(start);
+    if (rep > 0) best = std::max(best, static_cast<double>(total) / s / 1e9);
+  }
+  // The checksum is observable, so the reads cannot be dropped; it is never 0 for a filled buffer.
+  return checksum.load() == 0 ? 0.0 : best;
+}
+
+}  // namespace kvstash::kernels

@@ -1,0 +1,101 @@
+// matmul(): the split between the memory-bound decode path (our SIMD row kernels, rows spread over
+// the pool) and the compute-bound prefill path (weight panels converted to f32, OpenBLAS sgemm).
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+namespace {
+
+// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels (measured
+// with kernels_bench: at 32 tokens sgemm is already several times faster for f16/q8_0).
+constexpr int kPrefillMinTokens = 32;
+// Rows of a decode task: a multiple of the row kernels' register block (4) and big enough that a
+// task's weights (>= 64 rows) cost far more to stream than the task costs to hand out.
+constexpr std::int64_t kDecodeRowGrain = 64;
+// Decode tasks per thread: more than one so that a thread slowed by another process does not hold
+// up the whole call (the pool hands tasks out dynamically).
+constexpr std::int64_t kDecodeTasksPerThread = 4;
+// f32 bytes of one converted weight panel in prefill: about the L2+L3 share that keeps the panel
+// cached between its conversion and sgemm reading it.
+constexpr std::int64_t kPanelBytes = 4 << 20;
+
+void set_blas_threads(int n_threads) {
+  static std::atomic<int> current{0};
+  if (current.load(std::memory_order_relaxed) != n_threads) {
+    openblas_set_num_threads(n_threads);
+    current.store(n_threads, std::memory_order_relaxed);
+  }
+}
+
+void matmul_decode(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
+  const KernelTable& k = active_kernels();
+  QuantizedActivations xq;
+  // Per calling thread: one matmul at a time per pool, but several pools may call at once.
+  thread_local std::vector<float> scales;
+  thread_local std::vector<std::int8_t> values;
+  if (w.type == WeightType::kQ8_0) {
+    const std::int64_t n = static_cast<std::int64_t>(n_tokens) * w.cols;
+    scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
+    values.resize(static_cast<std::size_t>(n));
+    k.quantize_activations(x, n, scales.data(), values.data());
+    xq.scales = scales.data();
+    xq.values = values.data();
+  }
+  const std::int64_t max_tasks = static_cast<std::int64_t>(pool.size()) * kDecodeTasksPerThread;
+  std::int64_t chunk = std::max(kDecodeRowGrain, (w.rows + max_tasks - 1) / max_tasks);
+  chunk = (chunk + 3) / 4 * 4;
+  const auto n_tasks = static_cast<int>((w.rows + chunk - 1) / chunk);
+  pool.run(n_tasks, [&](int task) {
+    const std::int64_t begin = task * chunk;
+    const std::int64_t end = std::min(w.rows, begin + chunk);
+    k.matmul_rows(w, x, xq, n_tokens, begin, end, y, w.rows);
+  });
+}
+
+void matmul_prefill(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
+  set_blas_threads(pool.size());
+  const auto m = n_tokens;
+  const auto k_dim = static_cast<int>(w.cols);
+  const auto ldc = static_cast<int>(w.rows);
+  if (w.type == WeightType::kF32) {
+    // y = x * w^T straight from the mapped rows.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(w.rows), k_dim, 1.0f, x, k_dim,
+                static_cast<const float*>(w.data), static_cast<int>(w.row_bytes / 4), 0.0f, y, ldc);
+    return;
+  }
+  const KernelTable& k = active_kernels();
+  std::int64_t panel_rows = std::max<std::int64_t>(64, kPanelBytes / (w.cols * 4)) / 16 * 16;
+  panel_rows = std::min(panel_rows, w.rows);
+  thread_local std::vector<float> panel;
+  panel.resize(static_cast<std::size_t>(panel_rows * w.cols));
+  for (std::int64_t begin = 0; begin < w.rows; begin += panel_rows) {
+    const std::int64_t rows = std::min(panel_rows, w.rows - begin);
+    pool.parallel_for(static_cast<std::size_t>(rows), 16, [&](std::size_t lo, std::size_t hi) {
+      k.dequantize_rows(w, begin + static_cast<std::int64_t>(lo), begin + static_cast<std::int64_t>(hi),
+                        panel.data() + lo * w.cols);
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(rows), k_dim, 1.0f, x, k_dim,
+                panel.data(), k_dim, 0.0f, y + begin, ldc);
+  }
+}
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
+  assert(w.type != WeightType::kQ8_0 || w.cols % kQ8_0BlockElems == 0);
+  if (n_tokens <= 0 || w.rows == 0) return;
+  if (n_tokens >= kPrefillMinTokens) {
+    matmul_prefill(w, x, n_tokens, y, pool);
+  } else {
+    matmul_decode(w, x, n_tokens, y, pool);
+  }
+}
+
+}  // namespace kvstash::kernels

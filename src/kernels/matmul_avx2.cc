@@ -1,0 +1,251 @@
+// AVX2 + FMA + F16C weight kernels: decode row tiles (4 rows x 1 token or 2 rows x up to 4 tokens,
+// sized for 16 ymm registers), weight-to-f32 conversion, the q8_0 activation quantizer, and this
+// level's KernelTable.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/simd_dispatch.h"
+#include "kernels/simd_impl.h"
+
+namespace kvstash::kernels::avx2 {
+namespace {
+
+constexpr int kTokenTile = 4;
+
+float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+template <WeightType kType>
+__m256 load_weights(const std::uint8_t* row, std::int64_t c) {
+  if constexpr (kType == WeightType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (kType == WeightType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c * 2)));
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c * 2));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <WeightType kType>
+float load_weight(const std::uint8_t* row, std::int64_t c) {
+  if constexpr (kType == WeightType::kF32) {
+    float f;
+    std::memcpy(&f, row + c * 4, 4);
+    return f;
+  } else {
+    std::uint16_t h;
+    std::memcpy(&h, row + c * 2, 2);
+    if constexpr (kType == WeightType::kF16) return _cvtsh_ss(h);
+    const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+}
+
+template <WeightType kType, int R, int T>
+void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x,
+                float* y, std::int64_t y_stride) {
+  __m256 acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    __m256 wv[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) wv[i] = load_weights<kType>(row0 + i * row_bytes, c);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * cols + c);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) acc[i][t] = _mm256_fmadd_ps(wv[i], xv, acc[i][t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < R; ++i) {
+      float sum = hsum(acc[i][t]);
+      for (std::int64_t k = c; k < cols; ++k) sum += load_weight<kType>(row0 + i * row_bytes, k) * x[t * cols + k];
+      y[t * y_stride + i] = sum;
+    }
+  }
+}
+
+// q8_0 rows against q8 activations; maddubs takes |w| unsigned and x with w's sign. Its pairwise
+// int16 sums cannot saturate: 2 * 128 * 127 < 32767.
+template <int R, int T>
+void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
+             const std::int8_t* x_values, float* y, std::int64_t y_stride) {
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m256i w[R];
+    __m256i abs_w[R];
+    float dw[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const std::uint8_t* block = row0 + i * row_bytes + b * kQ8_0BlockBytes;
+      std::uint16_t h;
+      std::memcpy(&h, block, 2);
+      dw[i] = _cvtsh_ss(h);
+      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+      abs_w[i] = _mm256_abs_epi8(w[i]);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + t * cols + b * 32));
+      const float dx = x_scales[t * blocks + b];
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        const __m256i pairs = _mm256_maddubs_epi16(abs_w[i], _mm256_sign_epi8(xv, w[i]));
+        const __m256i prod = _mm256_madd_epi16(pairs, ones);
+        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(dw[i] * dx), acc[i][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) y[t * y_stride + i] = hsum(acc[i][t]);
+}
+
+template <int R, int T>
+void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r,
+          float* y, std::int64_t y_stride) {
+  const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+  float* yt = y + t0 * y_stride + r;
+  const float* xt = x + t0 * w.cols;
+  switch (w.type) {
+    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kQ8_0: {
+      const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+      return q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
+                           y_stride);
+    }
+  }
+}
+
+// Rows in tiles of R, tokens in tiles of up to kTokenTile.
+template <int R>
+void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t r, float* y, std::int64_t y_stride) {
+  for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+    switch (n_tokens - t0) {
+      case 1: tile<R, 1>(w, x, xq, t0, r, y, y_stride); break;
+      case 2: tile<R, 2>(w, x, xq, t0, r, y, y_stride); break;
+      case 3: tile<R, 3>(w, x, xq, t0, r, y, y_stride); break;
+      default: tile<R, 4>(w, x, xq, t0, r, y, y_stride); break;
+    }
+  }
+}
+
+void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  std::int64_t r = row_begin;
+  if (n_tokens == 1) {
+    // One token: 4 rows give 4 independent FMA chains, enough to keep up with memory.
+    for (; r + 4 <= row_end; r += 4) tile<4, 1>(w, x, xq, 0, r, y, y_stride);
+  } else {
+    for (; r + 2 <= row_end; r += 2) tile_tokens<2>(w, x, xq, n_tokens, r, y, y_stride);
+  }
+  for (; r < row_end; ++r) tile_tokens<1>(w, x, xq, n_tokens, r, y, y_stride);
+}
+
+void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* row = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+    float* o = out + (r - row_begin) * w.cols;
+    if (w.type == WeightType::kQ8_0) {
+      for (std::int64_t b = 0; b < w.cols / kQ8_0BlockElems; ++b) {
+        const std::uint8_t* block = row + b * kQ8_0BlockBytes;
+        std::uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+        for (int k = 0; k < 4; ++k) {
+          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + k * 8));
+          _mm256_storeu_ps(o + b * 32 + k * 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+      }
+      continue;
+    }
+    std::int64_t c = 0;
+    for (; c + 8 <= w.cols; c += 8) {
+      switch (w.type) {
+        case WeightType::kF32: _mm256_storeu_ps(o + c, load_weights<WeightType::kF32>(row, c)); break;
+        case WeightType::kF16: _mm256_storeu_ps(o + c, load_weights<WeightType::kF16>(row, c)); break;
+        default: _mm256_storeu_ps(o + c, load_weights<WeightType::kBF16>(row, c)); break;
+      }
+    }
+    for (; c < w.cols; ++c) {
+      switch (w.type) {
+        case WeightType::kF32: o[c] = load_weight<WeightType::kF32>(row, c); break;
+        case WeightType::kF16: o[c] = load_weight<WeightType::kF16>(row, c); break;
+        default: o[c] = load_weight<WeightType::kBF16>(row, c); break;
+      }
+    }
+  }
+}
+
+// Same operations in the same order as the scalar quantizer, so the results are bit-identical.
+void quantize_activations(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
+    const float* xb = x + b * 32;
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xb + k * 8), abs_mask));
+    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+    const float d = amax / 127.0f;
+    const __m256 inv_d = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    scales[b] = d;
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + k * 8), inv_d),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q[k] = _mm256_cvtps_epi32(v);
+    }
+    // Pack 32 int32 to 32 int8 (values are within [-127, 127]); packs interleave 128-bit lanes,
+    // which the final permute undoes.
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i bytes = _mm256_packs_epi16(w01, w23);
+    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + b * 32), ordered);
+  }
+}
+
+const KernelTable kTable = {
+    .path = SimdPath::kAvx2,
+    .matmul_rows = matmul_rows,
+    .dequantize_rows = dequantize_rows,
+    .quantize_activations = quantize_activations,
+    .rms_norm = rms_norm,
+    .softmax_inplace = softmax_inplace,
+    .silu_mul = silu_mul,
+    .add_inplace = add_inplace,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f16 = axpy_f16,
+    .f32_to_f16_row = f32_to_f16_row,
+    .f16_to_f32_row = f16_to_f32_row,
+    .read_sum = read_sum,
+};
+
+}  // namespace
+}  // namespace kvstash::kernels::avx2
+
+namespace kvstash::kernels {
+const KernelTable& avx2_kernel_table() { return avx2::kTable; }
+}  // namespace kvstash::kernels

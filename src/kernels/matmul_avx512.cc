@@ -1,0 +1,220 @@
+// AVX-512 weight kernels: the decode row kernels (register tiles of 4 rows x up to 4 tokens, so a
+// weight vector loaded once feeds every token), weight-to-f32 conversion for the sgemm path, and
+// the activation quantizer for q8_0. Also assembles this level's KernelTable.
+// GCC 12's own AVX-512 headers trip its uninitialized-value warnings (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/simd_dispatch.h"
+#include "kernels/simd_impl.h"
+
+namespace kvstash::kernels::avx512 {
+namespace {
+
+constexpr int kRowTile = 4;    // rows per register tile
+constexpr int kTokenTile = 4;  // tokens per register tile: 16 accumulators + 4 weights of 32 zmm
+
+__mmask16 tail_mask(std::int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+// 16 weights from column c of a row, as f32; `m` masks the columns that exist.
+template <WeightType kType>
+__m512 load_weights(const std::uint8_t* row, std::int64_t c, __mmask16 m) {
+  if constexpr (kType == WeightType::kF32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (kType == WeightType::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const std::uint16_t*>(row) + c));
+  } else {  // bf16 is the top half of an f32
+    const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const std::uint16_t*>(row) + c);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <WeightType kType, int R, int T>
+void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x,
+                float* y, std::int64_t y_stride) {
+  __m512 acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (std::int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 m = tail_mask(cols - c);
+    __m512 wv[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) wv[i] = load_weights<kType>(row0 + i * row_bytes, c, m);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * cols + c);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) acc[i][t] = _mm512_fmadd_ps(wv[i], xv, acc[i][t]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+// q8_0 rows against q8 activations. Per block the int8 products are exact: VNNI multiplies
+// unsigned by signed bytes, so |w| is the unsigned side and x takes w's sign.
+template <int R, int T>
+void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
+             const std::int8_t* x_values, float* y, std::int64_t y_stride) {
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  __m256 acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m256i w[R];
+    __m256i abs_w[R];
+    float dw[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const std::uint8_t* block = row0 + i * row_bytes + b * kQ8_0BlockBytes;
+      std::uint16_t h;
+      std::memcpy(&h, block, 2);
+      dw[i] = _cvtsh_ss(h);
+      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+      abs_w[i] = _mm256_abs_epi8(w[i]);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + t * cols + b * 32));
+      const float dx = x_scales[t * blocks + b];
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        const __m256i prod = _mm256_dpbusd_epi32(_mm256_setzero_si256(), abs_w[i], _mm256_sign_epi8(xv, w[i]));
+        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(dw[i] * dx), acc[i][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i][t]), _mm256_extractf128_ps(acc[i][t], 1));
+      const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      y[t * y_stride + i] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    }
+}
+
+template <int R, int T>
+void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r,
+          float* y, std::int64_t y_stride) {
+  const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+  float* yt = y + t0 * y_stride + r;
+  const float* xt = x + t0 * w.cols;
+  switch (w.type) {
+    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kQ8_0: {
+      const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+      return q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
+                           y_stride);
+    }
+  }
+}
+
+template <int R>
+void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t r, float* y, std::int64_t y_stride) {
+  for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+    switch (n_tokens - t0) {
+      case 1: tile<R, 1>(w, x, xq, t0, r, y, y_stride); break;
+      case 2: tile<R, 2>(w, x, xq, t0, r, y, y_stride); break;
+      case 3: tile<R, 3>(w, x, xq, t0, r, y, y_stride); break;
+      default: tile<R, 4>(w, x, xq, t0, r, y, y_stride); break;
+    }
+  }
+}
+
+void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  std::int64_t r = row_begin;
+  for (; r + kRowTile <= row_end; r += kRowTile) tile_tokens<kRowTile>(w, x, xq, n_tokens, r, y, y_stride);
+  for (; r < row_end; ++r) tile_tokens<1>(w, x, xq, n_tokens, r, y, y_stride);
+}
+
+void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+  for (std::int64_t b = 0; b < cols / kQ8_0BlockElems; ++b) {
+    const std::uint8_t* block = row + b * kQ8_0BlockBytes;
+    std::uint16_t h;
+    std::memcpy(&h, block, 2);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18));
+    _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+    _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+  }
+}
+
+void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* row = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+    float* o = out + (r - row_begin) * w.cols;
+    if (w.type == WeightType::kQ8_0) {
+      dequantize_q8_0_row(row, w.cols, o);
+      continue;
+    }
+    for (std::int64_t c = 0; c < w.cols; c += 16) {
+      const __mmask16 m = tail_mask(w.cols - c);
+      __m512 v;
+      switch (w.type) {
+        case WeightType::kF32: v = load_weights<WeightType::kF32>(row, c, m); break;
+        case WeightType::kF16: v = load_weights<WeightType::kF16>(row, c, m); break;
+        default: v = load_weights<WeightType::kBF16>(row, c, m); break;
+      }
+      _mm512_mask_storeu_ps(o + c, m, v);
+    }
+  }
+}
+
+// Same operations in the same order as the scalar quantizer, so the results are bit-identical.
+void quantize_activations(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32);
+    const __m512 x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_and_ps(x1, abs_mask)));
+    const float d = amax / 127.0f;
+    const __m512 inv_d = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    scales[b] = d;
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv_d), kNearest));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv_d), kNearest));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * 32), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * 32 + 16), _mm512_cvtepi32_epi8(q1));
+  }
+}
+
+const KernelTable kTable = {
+    .path = SimdPath::kAvx512,
+    .matmul_rows = matmul_rows,
+    .dequantize_rows = dequantize_rows,
+    .quantize_activations = quantize_activations,
+    .rms_norm = rms_norm,
+    .softmax_inplace = softmax_inplace,
+    .silu_mul = silu_mul,
+    .add_inplace = add_inplace,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f16 = axpy_f16,
+    .f32_to_f16_row = f32_to_f16_row,
+    .f16_to_f32_row = f16_to_f32_row,
+    .read_sum = read_sum,
+};
+
+}  // namespace
+}  // namespace kvstash::kernels::avx512
+
+namespace kvstash::kernels {
+const KernelTable& avx512_kernel_table() { return avx512::kTable; }
+}  // namespace kvstash::kernels

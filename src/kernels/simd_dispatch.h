@@ -1,0 +1,71 @@
+// Internal to kernels: the table of per-instruction-set implementations behind kernels.h, and the
+// run-time choice among them.
+//
+// Each SIMD level (scalar, AVX2+FMA+F16C, AVX-512) fills one KernelTable in its own translation unit,
+// compiled with that level's -m flags, so that the generic code never executes an instruction the
+// CPU lacks. active_kernels() picks the best table the CPU supports once (lowered by KVSTASH_SIMD);
+// tests switch tables with set_simd_path_for_testing().
+//
+// Thread safety: active_kernels() is safe from any thread. set_simd_path_for_testing() must not
+// run concurrently with any kernel call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace kvstash::kernels {
+
+enum class SimdPath { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* simd_path_name(SimdPath path);
+
+// Activations quantized for the q8_0 decode kernels: per 32-value block an f32 scale d and int8
+// values q with x ~= d * q (d = max|x| / 127, q = round-to-nearest-even(x / d)). Every path
+// quantizes identically, so every path's integer block dot products agree exactly.
+struct QuantizedActivations {
+  const float* scales = nullptr;     // [n_tokens * blocks_per_row]
+  const std::int8_t* values = nullptr;  // [n_tokens * cols]
+};
+
+struct KernelTable {
+  SimdPath path = SimdPath::kScalar;
+
+  // Decode matmul on rows [row_begin, row_end): y[t * y_stride + r] for t < n_tokens.
+  // x is f32 [n_tokens * cols] for f32/f16/bf16 weights; xq is used (x ignored) for q8_0.
+  void (*matmul_rows)(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                      std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) = nullptr;
+  // Rows [row_begin, row_end) of w as f32, packed with stride cols.
+  void (*dequantize_rows)(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) = nullptr;
+  // n (a multiple of 32) floats into QuantizedActivations layout (scales[n/32], values[n]).
+  void (*quantize_activations)(const float* x, std::int64_t n, float* scales, std::int8_t* values) = nullptr;
+
+  void (*rms_norm)(const float* x, const float* weight, int n, float eps, float* out) = nullptr;
+  void (*softmax_inplace)(float* x, int n) = nullptr;
+  void (*silu_mul)(const float* gate, const float* up, int n, float* out) = nullptr;
+  void (*add_inplace)(float* y, const float* x, int n) = nullptr;
+  float (*dot_f32)(const float* a, const float* b, int n) = nullptr;
+  float (*dot_f32_f16)(const float* a, const std::uint16_t* b, int n) = nullptr;
+  void (*axpy_f16)(float alpha, const std::uint16_t* x, float* y, int n) = nullptr;
+  void (*f32_to_f16_row)(const float* x, std::uint16_t* out, int n) = nullptr;
+  void (*f16_to_f32_row)(const std::uint16_t* x, float* out, int n) = nullptr;
+  // Sums bytes (a multiple of 64, 64-byte aligned) as 64-bit integers with the widest loads; used
+  // by the stream-read measurement so the read cannot be optimised away.
+  std::uint64_t (*read_sum)(const void* data, std::size_t bytes) = nullptr;
+};
+
+// One table per level; avx2/avx512 tables exist in every build but may only be called when the CPU
+// supports them (cpu_supports).
+const KernelTable& scalar_kernel_table();
+const KernelTable& avx2_kernel_table();
+const KernelTable& avx512_kernel_table();
+
+bool cpu_supports(SimdPath path);
+// The table in use: the best the CPU supports, lowered by KVSTASH_SIMD, or the one a test set.
+const KernelTable& active_kernels();
+// Returns false (and changes nothing) when the CPU cannot run `path`.
+bool set_simd_path_for_testing(SimdPath path);
+// Back to the choice made from the CPU and the environment.
+void reset_simd_path_for_testing();
+
+}  // namespace kvstash::kernels

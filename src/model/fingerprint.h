@@ -1,0 +1,18 @@
+// The model fingerprint: a SHA-256 that names a model's weights and shape on every machine, the
+// root of every KV cache key (ARCHITECTURE.md, "The cache key").
+//
+// Definition (version 1): SHA-256("kvstash-model-v1" ‖ architecture ‖ hyper-parameters as u32/f32
+// LE ‖ for each tensor in file order: name ‖ type ‖ dims ‖ SHA-256(tensor bytes)). Hashing tensors
+// separately lets the work spread over cores; the result is remembered in a sidecar file under
+// $XDG_CACHE_HOME/kvstash/fingerprints (or ~/.cache/...) keyed by the file's path, size and mtime.
+#pragma once
+
+#include "common/sha256.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace kvstash {
+
+Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& config);
+
+}  // namespace kvstash

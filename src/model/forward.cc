@@ -1,0 +1,148 @@
+// The batched forward pass of a Llama-family decoder over a paged f16 KV cache.
+//
+// Per layer: RMSNorm → Q, K, V projections (+ bias for qwen2) → RoPE at each token's absolute
+// position → K, V stored into the pool → causal attention over the sequence's positions (GQA:
+// query head h reads KV head h / (n_heads / n_kv_heads)) → output projection + residual →
+// RMSNorm → SwiGLU feed-forward + residual. Then the final norm and the output projection for the
+// rows that need logits.
+#include <cmath>
+#include <vector>
+
+#include "model/model.h"
+
+namespace kvstash {
+namespace {
+
+// Per new token: where it sits and which sequence it belongs to.
+struct TokenSlot {
+  int pos;
+  int seq;
+};
+
+// cos/sin of every rotated pair for every new token, computed once per forward pass in double
+// (angles reach 1e5 radians at long contexts, where float loses the fraction).
+struct RopeTable {
+  std::vector<float> cos, sin;  // [token][pair]
+  void build(const std::vector<TokenSlot>& slots, const std::vector<float>& inv_freq) {
+    const std::size_t half = inv_freq.size();
+    cos.resize(slots.size() * half);
+    sin.resize(slots.size() * half);
+    for (std::size_t t = 0; t < slots.size(); ++t) {
+      for (std::size_t i = 0; i < half; ++i) {
+        double angle = static_cast<double>(slots[t].pos) * static_cast<double>(inv_freq[i]);
+        cos[t * half + i] = static_cast<float>(std::cos(angle));
+        sin[t * half + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+  }
+};
+
+void apply_rope(float* head, int head_dim, RopeStyle style, const float* cs, const float* sn) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // llama (GGUF): the converter permuted Q/K rows so that rotated pairs are adjacent;
+    // qwen2 (NEOX layout): pair i is (i, i + half), as in the original checkpoints.
+    const int a = style == RopeStyle::kInterleaved ? 2 * i : i;
+    const int b = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * cs[i] - x1 * sn[i];
+    head[b] = x0 * sn[i] + x1 * cs[i];
+  }
+}
+
+void add_bias(float* rows, int n_rows, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const int n = static_cast<int>(bias.size());
+  for (int t = 0; t < n_rows; ++t) kernels::add_inplace(rows + static_cast<std::size_t>(t) * n, bias.data(), n);
+}
+
+}  // namespace
+
+void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const int T = static_cast<int>(batch.tokens.size());
+  if (T == 0) return;
+  const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
+  const int q_dim = nh * hd, kv_dim = nkv * hd, group = nh / nkv, half = hd / 2;
+  const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
+
+  std::vector<TokenSlot> slots;
+  slots.reserve(static_cast<std::size_t>(T));
+  for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
+    const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(s)];
+    for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, s});
+  }
+  RopeTable rope;
+  rope.build(slots, rope_inv_freq_);
+
+  std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
+      att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff));
+  for (int t = 0; t < T; ++t) {
+    const TokenId tok = batch.tokens[static_cast<std::size_t>(t)];
+    kernels::dequantize_rows(token_embd_, tok, tok + 1, &x[sz(t, d)]);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[static_cast<std::size_t>(l)];
+    for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+    kernels::matmul(L.wq, xn.data(), T, q.data(), pool);
+    kernels::matmul(L.wk, xn.data(), T, k.data(), pool);
+    kernels::matmul(L.wv, xn.data(), T, v.data(), pool);
+    add_bias(q.data(), T, L.bq);
+    add_bias(k.data(), T, L.bk);
+    add_bias(v.data(), T, L.bv);
+    for (int t = 0; t < T; ++t) {
+      const float* cs = &rope.cos[sz(t, half)];
+      const float* sn = &rope.sin[sz(t, half)];
+      for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
+      for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
+      const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
+      const std::int32_t block = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table[slot.pos / kv.block_size];
+      kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.pos % kv.block_size), kv_dim);
+      kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.pos % kv.block_size), kv_dim);
+    }
+    // Causal attention, one task per (token, head).
+    pool.run(T * nh, [&](int task) {
+      const int t = task / nh, h = task % nh, kvh = h / group;
+      const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
+      const std::int32_t* table = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table;
+      const int n_ctx = slot.pos + 1;
+      thread_local std::vector<float> scores;
+      if (scores.size() < static_cast<std::size_t>(n_ctx)) scores.resize(static_cast<std::size_t>(n_ctx));
+      const float* qh = &q[sz(t, q_dim) + sz(h, hd)];
+      for (int j = 0; j < n_ctx; ++j) {
+        const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, j % kv.block_size) + sz(kvh, hd);
+        scores[static_cast<std::size_t>(j)] = kernels::dot_f32_f16(qh, kr, hd) * scale;
+      }
+      kernels::softmax_inplace(scores.data(), n_ctx);
+      float* out = &att[sz(t, q_dim) + sz(h, hd)];
+      std::fill(out, out + hd, 0.0f);
+      for (int j = 0; j < n_ctx; ++j) {
+        const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, j % kv.block_size) + sz(kvh, hd);
+        kernels::axpy_f16(scores[static_cast<std::size_t>(j)], vr, out, hd);
+      }
+    });
+    kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
+    kernels::add_inplace(x.data(), xn.data(), T * d);
+    for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+    kernels::matmul(L.w_gate, xn.data(), T, gate.data(), pool);
+    kernels::matmul(L.w_up, xn.data(), T, up.data(), pool);
+    kernels::silu_mul(gate.data(), up.data(), T * ff, gate.data());
+    kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
+    kernels::add_inplace(x.data(), xn.data(), T * d);
+  }
+
+  // Final norm for the rows that need logits, then the output projection.
+  int rows = 0, t0 = 0;
+  for (const BatchSequence& seq : batch.sequences) {
+    const int first = !seq.want_logits ? seq.n_new : seq.all_logits ? 0 : seq.n_new - 1;
+    for (int i = first; i < seq.n_new; ++i, ++rows) {
+      kernels::rms_norm(&x[sz(t0 + i, d)], output_norm_.data(), d, c.rms_eps, &xn[sz(rows, d)]);
+    }
+    t0 += seq.n_new;
+  }
+  if (rows > 0) kernels::matmul(output_, xn.data(), rows, logits, pool);
+}
+
+}  // namespace kvstash

@@ -1,0 +1,225 @@
+// A plain reference implementation of the Llama-family forward pass, written from the model's
+// definition for tests only: scalar, double precision, no SIMD, no paging, no batching. Its own
+// dequantization of f32/f16/bf16/q8_0 (nothing shared with src/kernels), so that a bug in the
+// optimized path cannot hide in code both use.
+//
+// RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
+// rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
+// Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
+// NORM mode to adjacent pairs (x[2i], x[2i+1]); for `qwen2` weights are stored as in the
+// checkpoint and RoPE is NEOX mode on (x[i], x[i + d/2]). `hf_order` lets a test undo the
+// converter's permutation and run the checkpoint's own convention instead.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/fp16.h"
+#include "gguf/gguf.h"
+
+namespace kvstash::testing {
+
+class ReferenceModel {
+ public:
+  enum class Rope { kInterleaved, kHalves };
+
+  // Loads every tensor as double. With undo_llama_permutation, attn_q/attn_k rows are put back
+  // into Hugging Face order and RoPE is applied in halves — which must give the same logits as
+  // the GGUF convention if the convention is understood right.
+  explicit ReferenceModel(const gguf::File& f, bool undo_llama_permutation = false) : f_(f) {
+    arch_ = *f.get_string("general.architecture");
+    auto u = [&](const char* k) { return static_cast<int>(*f.get_uint(arch_ + "." + k)); };
+    n_layers_ = u("block_count");
+    d_ = u("embedding_length");
+    nh_ = u("attention.head_count");
+    nkv_ = u("attention.head_count_kv");
+    ff_ = u("feed_forward_length");
+    hd_ = d_ / nh_;
+    eps_ = *f.get_float(arch_ + ".attention.layer_norm_rms_epsilon");
+    base_ = *f.get_float(arch_ + ".rope.freq_base");
+    rope_ = arch_ == "llama" ? Rope::kInterleaved : Rope::kHalves;
+    embd_ = load("token_embd.weight");
+    n_vocab_ = static_cast<int>(embd_.size() / static_cast<std::size_t>(d_));
+    out_ = f.find_tensor("output.weight") ? load("output.weight") : embd_;
+    out_norm_ = load("output_norm.weight");
+    if (f.find_tensor("rope_freqs.weight")) rope_factors_ = load("rope_freqs.weight");
+    for (int l = 0; l < n_layers_; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Layer L;
+      L.attn_norm = load(p + "attn_norm.weight");
+      L.wq = load(p + "attn_q.weight");
+      L.wk = load(p + "attn_k.weight");
+      L.wv = load(p + "attn_v.weight");
+      L.wo = load(p + "attn_output.weight");
+      if (f.find_tensor(p + "attn_q.bias")) {
+        L.bq = load(p + "attn_q.bias");
+        L.bk = load(p + "attn_k.bias");
+        L.bv = load(p + "attn_v.bias");
+      }
+      L.ffn_norm = load(p + "ffn_norm.weight");
+      L.wg = load(p + "ffn_gate.weight");
+      L.wu = load(p + "ffn_up.weight");
+      L.wd = load(p + "ffn_down.weight");
+      if (undo_llama_permutation) {
+        L.wq = hf_order(L.wq, nh_);
+        L.wk = hf_order(L.wk, nkv_);
+      }
+      layers_.push_back(std::move(L));
+    }
+    if (undo_llama_permutation) rope_ = Rope::kHalves;
+  }
+
+  int n_vocab() const { return n_vocab_; }
+
+  // Logits for every position of `tokens` (a fresh sequence from position 0).
+  std::vector<std::vector<double>> forward(const std::vector<int>& tokens) const {
+    const int T = static_cast<int>(tokens.size());
+    std::vector<std::vector<double>> x(T, std::vector<double>(d_));
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < d_; ++i) x[t][i] = embd_[static_cast<std::size_t>(tokens[t]) * d_ + i];
+    // Full (non-paged) KV per layer: kcache[t][kv_dim]
+    for (const Layer& L : layers_) {
+      std::vector<std::vector<double>> k(T), v(T), att(T, std::vector<double>(nh_ * hd_, 0.0));
+      std::vector<std::vector<double>> q(T);
+      for (int t = 0; t < T; ++t) {
+        auto xn = rms_norm(x[t], L.attn_norm);
+        q[t] = matvec(L.wq, xn, nh_ * hd_, L.bq);
+        k[t] = matvec(L.wk, xn, nkv_ * hd_, L.bk);
+        v[t] = matvec(L.wv, xn, nkv_ * hd_, L.bv);
+        for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t);
+        for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t);
+      }
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < nh_; ++h) {
+          const int kvh = h / (nh_ / nkv_);
+          std::vector<double> s(t + 1);
+          double mx = -1e300;
+          for (int j = 0; j <= t; ++j) {
+            double dot = 0;
+            for (int i = 0; i < hd_; ++i) dot += q[t][h * hd_ + i] * k[j][kvh * hd_ + i];
+            s[j] = dot / std::sqrt(static_cast<double>(hd_));
+            mx = std::max(mx, s[j]);
+          }
+          double z = 0;
+          for (int j = 0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
+          for (int j = 0; j <= t; ++j)
+            for (int i = 0; i < hd_; ++i) att[t][h * hd_ + i] += s[j] / z * v[j][kvh * hd_ + i];
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        auto o = matvec(L.wo, att[t], d_, {});
+        for (int i = 0; i < d_; ++i) x[t][i] += o[i];
+        auto xn = rms_norm(x[t], L.ffn_norm);
+        auto g = matvec(L.wg, xn, ff_, {});
+        auto u = matvec(L.wu, xn, ff_, {});
+        for (int i = 0; i < ff_; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        auto dn = matvec(L.wd, g, d_, {});
+        for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
+      }
+    }
+    std::vector<std::vector<double>> logits(T);
+    for (int t = 0; t < T; ++t) logits[t] = matvec(out_, rms_norm(x[t], out_norm_), n_vocab_, {});
+    return logits;
+  }
+
+ private:
+  struct Layer {
+    std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, wg, wu, wd;
+  };
+
+  std::vector<double> load(const std::string& name) const {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    std::vector<double> out(t->n_elements);
+    const std::uint8_t* p = t->data;
+    for (std::uint64_t i = 0; i < t->n_elements; ++i) {
+      std::uint16_t h;
+      switch (t->type) {
+        case gguf::TensorType::kF32: {
+          float v;
+          std::memcpy(&v, p + 4 * i, 4);
+          out[i] = v;
+          break;
+        }
+        case gguf::TensorType::kF16:
+          std::memcpy(&h, p + 2 * i, 2);
+          out[i] = f16_to_f32(h);
+          break;
+        case gguf::TensorType::kBF16:
+          std::memcpy(&h, p + 2 * i, 2);
+          out[i] = bf16_to_f32(h);
+          break;
+        case gguf::TensorType::kQ8_0: {
+          const std::uint8_t* blk = p + (i / 32) * 34;
+          std::memcpy(&h, blk, 2);
+          out[i] = f16_to_f32(h) * static_cast<std::int8_t>(blk[2 + i % 32]);
+          break;
+        }
+        default:
+          out[i] = std::nan("");
+      }
+    }
+    return out;
+  }
+
+  // Inverse of the converter's permute(): GGUF row (head, 2i + j) came from HF row (head, j*half + i).
+  std::vector<double> hf_order(const std::vector<double>& w, int n_heads) const {
+    std::vector<double> out(w.size());
+    const int half = hd_ / 2;
+    for (int h = 0; h < n_heads; ++h)
+      for (int i = 0; i < half; ++i)
+        for (int j = 0; j < 2; ++j) {
+          const std::size_t gguf_row = static_cast<std::size_t>(h) * hd_ + 2 * i + j;
+          const std::size_t hf_row = static_cast<std::size_t>(h) * hd_ + j * half + i;
+          std::memcpy(&out[hf_row * d_], &w[gguf_row * d_], sizeof(double) * d_);
+        }
+    return out;
+  }
+
+  std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<double>& w) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps_);
+    std::vector<double> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] * r * w[i];
+    return out;
+  }
+
+  // W is [rows][cols] row-major (GGUF dims[0] = cols).
+  static std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, int rows,
+                                    const std::vector<double>& bias) {
+    const std::size_t cols = x.size();
+    std::vector<double> y(rows);
+    for (int r = 0; r < rows; ++r) {
+      double acc = bias.empty() ? 0.0 : bias[r];
+      for (std::size_t c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
+      y[r] = acc;
+    }
+    return y;
+  }
+
+  void rope(double* head, int pos) const {
+    const int half = hd_ / 2;
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(base_, -2.0 * i / hd_);
+      if (!rope_factors_.empty()) freq /= rope_factors_[i];
+      const double a = pos * freq, c = std::cos(a), s = std::sin(a);
+      const int i0 = rope_ == Rope::kInterleaved ? 2 * i : i;
+      const int i1 = rope_ == Rope::kInterleaved ? 2 * i + 1 : i + half;
+      const double x0 = head[i0], x1 = head[i1];
+      head[i0] = x0 * c - x1 * s;
+      head[i1] = x0 * s + x1 * c;
+    }
+  }
+
+  const gguf::File& f_;
+  std::string arch_;
+  int n_layers_, d_, nh_, nkv_, ff_, hd_, n_vocab_;
+  double eps_, base_;
+  Rope rope_;
+  std::vector<double> embd_, out_, out_norm_, rope_factors_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace kvstash::testing

@@ -1,0 +1,43 @@
+// The model shapes `kvstash gen-model` can produce: tiny ones for tests and the exact shapes of
+// real Qwen2.5 and Llama 3.2 checkpoints (from their config.json) for benchmarks.
+//
+// Thread safety: the preset table is immutable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvstash::modelgen {
+
+struct ModelPreset {
+  std::string name;          // "qwen2.5-0.5b"
+  std::string arch;          // "qwen2" or "llama": the GGUF general.architecture
+  std::uint32_t n_layers = 0;
+  std::uint32_t n_embd = 0;
+  std::uint32_t n_heads = 0;
+  std::uint32_t n_kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t n_ff = 0;
+  std::uint64_t n_vocab = 0;  // 0: the built-in vocabulary's size
+  std::uint32_t n_ctx = 0;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied_output = true;    // no output.weight; the token embedding doubles as the output matrix
+  bool qkv_bias = false;      // qwen2 carries attn_{q,k,v}.bias
+  bool llama3_rope_freqs = false;  // write rope_freqs.weight with Llama 3's rope scaling
+};
+
+// Llama 3's rope scaling (config.json "rope_scaling" of Llama 3.2 1B).
+struct Llama3RopeScaling {
+  float factor = 32.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float original_context = 8192.0f;
+};
+
+std::vector<std::string> preset_names();
+const ModelPreset* find_preset(std::string_view name);  // nullptr when unknown
+
+}  // namespace kvstash::modelgen

@@ -1,0 +1,42 @@
+// What the HTTP server needs from the engine and the model, as one small interface, so that the
+// server's tests can run against a scripted backend and the server itself does not depend on how
+// the engine or the model is built. EngineBackend (engine_backend.cc) adapts a real Engine.
+//
+// Thread safety: implementations must allow submit(), cancel() and stats() from any thread;
+// callbacks run on the backend's own thread (see Engine).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "kvstash/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash::server {
+
+// The served model as the API describes it.
+struct ModelInfo {
+  std::string id;                        // the model name in responses and /v1/models
+  const Tokenizer* tokenizer = nullptr;  // not owned; outlives the server
+  int n_vocab = 0;                       // token ids must be < n_vocab
+  int n_ctx = 0;                         // prompt + generated tokens at most
+  std::string chat_template;             // the GGUF tokenizer.chat_template ("" when none)
+};
+
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // As Engine::submit: exactly one final event per accepted request.
+  virtual Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token) = 0;
+  virtual void cancel(std::uint64_t request_id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const ModelInfo& model_info() const = 0;
+};
+
+// Adapts an engine (which must outlive the result). `model_id` overrides the model's name when
+// non-empty.
+std::unique_ptr<GenerationBackend> make_engine_backend(Engine& engine, const std::string& model_id);
+
+}  // namespace kvstash::server

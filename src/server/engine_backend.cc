@@ -1,0 +1,39 @@
+// The one place that knows how the engine and the model expose what the server needs (the
+// tokenizer, the vocabulary size, the context length, the model's name and chat template).
+#include "model/model.h"
+#include "server/backend.h"
+
+namespace kvstash::server {
+namespace {
+
+class EngineBackend final : public GenerationBackend {
+ public:
+  EngineBackend(Engine& engine, const std::string& model_id) : engine_(engine) {
+    const Model& model = engine.model();
+    info_.id = model_id.empty() ? model.config().name : model_id;
+    if (info_.id.empty()) info_.id = "kvstash";
+    info_.tokenizer = &model.tokenizer();
+    info_.n_vocab = model.config().n_vocab;
+    info_.n_ctx = engine.options().n_ctx;
+    info_.chat_template = model.tokenizer().chat_template();
+  }
+
+  Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token) override {
+    return engine_.submit(std::move(request), std::move(on_token));
+  }
+  void cancel(std::uint64_t request_id) override { engine_.cancel(request_id); }
+  EngineStats stats() const override { return engine_.stats(); }
+  const ModelInfo& model_info() const override { return info_; }
+
+ private:
+  Engine& engine_;
+  ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<GenerationBackend> make_engine_backend(Engine& engine, const std::string& model_id) {
+  return std::make_unique<EngineBackend>(engine, model_id);
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,95 @@
+#include "server/generation.h"
+
+#include <algorithm>
+
+namespace kvstash::server {
+
+Generation::Generation(GenerationBackend& backend, std::vector<std::string> stop, bool want_logprobs)
+    : backend_(backend),
+      tokenizer_(*backend.model_info().tokenizer),
+      want_logprobs_(want_logprobs),
+      text_(std::move(stop)) {}
+
+Generation::~Generation() {
+  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+}
+
+std::optional<ApiError> Generation::start(GenerationRequest request) {
+  stop_tokens_ = request.stop_tokens;
+  std::shared_ptr<EventQueue> queue = queue_;
+  Expected<std::uint64_t> id =
+      backend_.submit(std::move(request), [queue](const TokenEvent& e) { queue->push(e); });
+  if (!id) return from_status(id.status());
+  request_id_ = *id;
+  return std::nullopt;
+}
+
+Delta Generation::poll(std::chrono::milliseconds wait) {
+  Delta delta;
+  if (done()) return delta;
+  std::vector<TokenEvent> events;
+  queue_->wait_pop(events, wait);
+  for (const TokenEvent& e : events) {
+    if (done()) break;
+    apply(e, delta);
+  }
+  return delta;
+}
+
+void Generation::apply(const TokenEvent& event, Delta& delta) {
+  outcome_.prompt_tokens = event.prompt_tokens;
+  outcome_.cached_tokens = event.cached_tokens;
+  if (event.ttft_s > 0) outcome_.ttft_s = event.ttft_s;
+  if (event.finish != FinishReason::kNone) engine_finished_ = true;
+
+  if (event.token >= 0) {
+    ++outcome_.completion_tokens;
+    // An end-of-generation or stop token ends the turn; its text is not part of the answer.
+    bool is_end = event.finish == FinishReason::kStop &&
+                  (tokenizer_.is_end_of_generation(event.token) ||
+                   std::find(stop_tokens_.begin(), stop_tokens_.end(), event.token) != stop_tokens_.end());
+    if (!is_end) {
+      if (want_logprobs_) {
+        delta.logprobs.push_back({event.token, event.logprob, event.top_logprobs,
+                                  text_.emitted_bytes() + delta.text.size()});
+      }
+      delta.text += text_.push(tokenizer_.token_to_piece(event.token));
+      if (text_.stopped()) {
+        // A stop string matched: nothing more is wanted from the engine.
+        if (!engine_finished_ && request_id_) backend_.cancel(*request_id_);
+        finish("stop", delta);
+        return;
+      }
+    }
+  }
+  switch (event.finish) {
+    case FinishReason::kNone:
+      break;
+    case FinishReason::kStop:
+      finish("stop", delta);
+      break;
+    case FinishReason::kLength:
+      finish("length", delta);
+      break;
+    case FinishReason::kCancelled:
+      finish("cancelled", delta);
+      break;
+    case FinishReason::kError:
+      outcome_.error = event.error.empty() ? "engine error" : event.error;
+      finish("error", delta);
+      break;
+  }
+}
+
+void Generation::finish(std::string reason, Delta& delta) {
+  delta.text += text_.finish();
+  outcome_.finish_reason = std::move(reason);
+}
+
+void Generation::abandon() {
+  if (done()) return;
+  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+  outcome_.finish_reason = "cancelled";
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,77 @@
+// One request's generation as the HTTP side sees it: submits to the backend, folds the engine's
+// token events into text deltas (incremental UTF-8 decoding, stop strings held back and cut,
+// logprobs collected) and ends the engine's side when a stop string matches or the client goes
+// away.
+//
+// Usage: start(); then poll() until done(); outcome() gives finish reason and usage.
+//
+// Thread safety: one HTTP thread owns a Generation; the engine thread only touches the shared
+// EventQueue.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/backend.h"
+#include "server/event_queue.h"
+#include "server/text_stream.h"
+
+namespace kvstash::server {
+
+struct LogprobEntry {
+  TokenId token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<TokenId, float>> top;
+  std::size_t text_offset = 0;  // bytes of output text before this token's text
+};
+
+// New output since the previous poll().
+struct Delta {
+  std::string text;
+  std::vector<LogprobEntry> logprobs;  // only when logprobs were requested
+};
+
+struct Outcome {
+  std::string finish_reason;  // "stop", "length", "cancelled" or "error"; "" while running
+  std::string error;          // when finish_reason == "error"
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  int completion_tokens = 0;
+  double ttft_s = 0.0;
+};
+
+class Generation {
+ public:
+  Generation(GenerationBackend& backend, std::vector<std::string> stop, bool want_logprobs);
+  ~Generation();  // cancels the engine's side if still running
+
+  // Submits. Errors: the backend's (400 for invalid, 429 when the queue is full, else 500).
+  std::optional<ApiError> start(GenerationRequest request);
+  // Waits up to `wait` for events and returns what they add to the output.
+  Delta poll(std::chrono::milliseconds wait);
+  bool done() const { return !outcome_.finish_reason.empty(); }
+  // The client went away: cancels the engine's side; done() becomes true.
+  void abandon();
+  const Outcome& outcome() const { return outcome_; }
+
+ private:
+  void apply(const TokenEvent& event, Delta& delta);
+  void finish(std::string reason, Delta& delta);
+
+  GenerationBackend& backend_;
+  const Tokenizer& tokenizer_;
+  bool want_logprobs_;
+  std::vector<TokenId> stop_tokens_;
+  TextStream text_;
+  std::shared_ptr<EventQueue> queue_ = std::make_shared<EventQueue>();
+  std::optional<std::uint64_t> request_id_;
+  bool engine_finished_ = false;  // the final event arrived
+  Outcome outcome_;
+};
+
+}  // namespace kvstash::server

@@ -1,0 +1,43 @@
+// The server's counters and the /metrics page in Prometheus text format (version 0.0.4):
+// requests by endpoint and HTTP status, prompt / cached / generated token counters, a TTFT
+// histogram, plus the engine's own gauges and counters read from EngineStats at scrape time
+// (running, waiting, KV blocks used/free/cached, prefill and decode seconds).
+//
+// Thread safety: all methods may be called from any thread; one mutex guards the counters.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "engine/engine.h"
+
+namespace kvstash::server {
+
+class Metrics {
+ public:
+  // Upper bounds of the TTFT histogram's buckets, seconds (+Inf is implied).
+  static constexpr std::array<double, 11> kTtftBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                          0.5,   1.0,  2.5,   5.0,  10.0};
+
+  void count_request(const std::string& endpoint, int http_status);
+  // One finished generation's token counts and its time to first token (ttft_s < 0: none).
+  void observe_generation(int prompt_tokens, int cached_tokens, int generated_tokens, double ttft_s);
+
+  std::string render(const EngineStats& engine) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::int64_t> requests_;  // guarded by mutex_
+  std::int64_t prompt_tokens_ = 0;                                // guarded by mutex_
+  std::int64_t cached_tokens_ = 0;                                // guarded by mutex_
+  std::int64_t generated_tokens_ = 0;                             // guarded by mutex_
+  std::array<std::int64_t, kTtftBuckets.size()> ttft_counts_{};   // guarded by mutex_ (not cumulative)
+  std::int64_t ttft_count_ = 0;                                   // guarded by mutex_
+  double ttft_sum_ = 0.0;                                         // guarded by mutex_
+};
+
+}  // namespace kvstash::server

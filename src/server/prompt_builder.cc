@@ -1,0 +1,63 @@
+#include "server/prompt_builder.h"
+
+#include <string>
+
+namespace kvstash::server {
+
+std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, const ModelInfo& model,
+                                                 ChatTemplateKind chat_template,
+                                                 GenerationRequest& out) {
+  out = GenerationRequest{};
+  const Tokenizer& tok = *model.tokenizer;
+  if (tok.add_bos() && tok.bos_id() >= 0) out.prompt.push_back(tok.bos_id());
+  if (parsed.endpoint == Endpoint::kChatCompletions) {
+    std::string text = render_chat(chat_template, parsed.messages, /*add_generation_prompt=*/true);
+    std::vector<TokenId> ids = tok.encode(text, /*parse_special=*/true);
+    out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
+    if (std::optional<TokenId> end = tok.find_token(chat_template_end_token(chat_template))) {
+      out.stop_tokens.push_back(*end);
+    }
+  } else if (parsed.prompt_is_tokens) {
+    // A token-id prompt is taken as given: the client chose whether it starts with BOS.
+    out.prompt = parsed.prompt_tokens;
+    for (std::size_t i = 0; i < out.prompt.size(); ++i) {
+      if (out.prompt[i] < 0 || out.prompt[i] >= model.n_vocab) {
+        return bad_request("token id " + std::to_string(out.prompt[i]) + " at 'prompt[" +
+                               std::to_string(i) + "]' is out of range (vocabulary size " +
+                               std::to_string(model.n_vocab) + ")",
+                           "prompt", "invalid_token");
+      }
+    }
+  } else {
+    std::vector<TokenId> ids = tok.encode(parsed.prompt_text, /*parse_special=*/false);
+    out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
+  }
+
+  const int prompt_tokens = static_cast<int>(out.prompt.size());
+  if (prompt_tokens == 0) return bad_request("the prompt is empty after tokenization", "prompt", "empty_prompt");
+  if (prompt_tokens >= model.n_ctx) {
+    return bad_request("the prompt has " + std::to_string(prompt_tokens) +
+                           " tokens, which leaves no room to generate in the context of " +
+                           std::to_string(model.n_ctx) + " tokens",
+                       parsed.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt",
+                       "context_length_exceeded");
+  }
+  const int room = model.n_ctx - prompt_tokens;
+  if (parsed.max_tokens) {
+    if (*parsed.max_tokens > room) {
+      return bad_request("max_tokens is " + std::to_string(*parsed.max_tokens) + " but the prompt (" +
+                             std::to_string(prompt_tokens) + " tokens) leaves room for " +
+                             std::to_string(room) + " in the context of " + std::to_string(model.n_ctx),
+                         "max_tokens", "context_length_exceeded");
+    }
+    out.max_tokens = *parsed.max_tokens;
+  } else {
+    out.max_tokens = std::min(room, kDefaultMaxTokens);
+  }
+  out.sampling = parsed.sampling;
+  out.cache_salt = parsed.cache_salt;
+  out.top_logprobs = parsed.logprobs ? parsed.top_logprobs : 0;
+  return std::nullopt;
+}
+
+}  // namespace kvstash::server

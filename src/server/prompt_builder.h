@@ -1,0 +1,29 @@
+// Turns a parsed request into the engine's GenerationRequest: renders chat messages with the
+// chat template, tokenizes (special tokens parsed in rendered chat text, not in plain
+// completion prompts), prepends BOS when the tokenizer wants it, range-checks token ids, and
+// fits the generation into the context.
+//
+// max_tokens default: the rest of the context, capped at kDefaultMaxTokens, so that a client
+// that forgets it does not occupy the engine for thousands of tokens.
+//
+// Thread safety: pure functions (the tokenizer is immutable).
+#pragma once
+
+#include <optional>
+
+#include "server/api_error.h"
+#include "server/backend.h"
+#include "server/chat_template.h"
+#include "server/request_parser.h"
+
+namespace kvstash::server {
+
+inline constexpr int kDefaultMaxTokens = 256;
+
+// On error returns a 400 naming the problem: token id out of range (param "prompt"), prompt
+// longer than the context (code "context_length_exceeded"), max_tokens beyond the context.
+std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, const ModelInfo& model,
+                                                 ChatTemplateKind chat_template,
+                                                 GenerationRequest& out);
+
+}  // namespace kvstash::server

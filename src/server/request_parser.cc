@@ -1,0 +1,295 @@
+#include "server/request_parser.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kvstash::server {
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  return "object";
+}
+
+ApiError wrong_type(const std::string& param, const char* expected, const json& v) {
+  return bad_request("'" + param + "' must be " + expected + ", got " + type_name(v), param,
+                     "invalid_type");
+}
+
+// The field's value, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> get_int(const json& obj, const char* name, std::optional<std::int64_t>& out) {
+  const json* v = field(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
+  out = v->is_number_unsigned() && v->get<std::uint64_t>() > INT64_MAX
+            ? INT64_MAX
+            : v->get<std::int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_number(const json& obj, const char* name, std::optional<double>& out) {
+  const json* v = field(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return wrong_type(name, "a number", *v);
+  out = v->get<double>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& obj, const char* name, bool& out) {
+  const json* v = field(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
+  out = v->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_string(const json& obj, const char* name, std::string& out) {
+  const json* v = field(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) return wrong_type(name, "a string", *v);
+  out = v->get<std::string>();
+  return std::nullopt;
+}
+
+bool known_role(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant" || role == "tool" ||
+         role == "developer";
+}
+
+std::optional<ApiError> parse_content(const json& content, const std::string& param,
+                                      std::string& out) {
+  if (content.is_string()) {
+    out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) return wrong_type(param, "a string or an array of content parts", content);
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    std::string p = param + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) return wrong_type(p, "an object", part);
+    const json* type = field(part, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text") {
+      return bad_request("'" + p + ".type' must be \"text\" (only text content is supported)",
+                         p + ".type", "unsupported_content");
+    }
+    const json* text = field(part, "text");
+    if (!text || !text->is_string()) {
+      return bad_request("'" + p + ".text' must be a string", p + ".text", "invalid_type");
+    }
+    out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& body, ParsedRequest& out) {
+  const json* messages = field(body, "messages");
+  if (!messages) return bad_request("'messages' is required", "messages", "missing_field");
+  if (!messages->is_array()) return wrong_type("messages", "an array", *messages);
+  if (messages->empty()) return bad_request("'messages' must not be empty", "messages", "empty_messages");
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return wrong_type(p, "an object", m);
+    const json* role = field(m, "role");
+    if (!role) return bad_request("'" + p + ".role' is required", p + ".role", "missing_field");
+    if (!role->is_string()) return wrong_type(p + ".role", "a string", *role);
+    ChatMessage message;
+    message.role = role->get<std::string>();
+    if (!known_role(message.role)) {
+      return bad_request("unknown role '" + message.role + "' in '" + p +
+                             ".role' (expected system, user, assistant, tool or developer)",
+                         p + ".role", "invalid_role");
+    }
+    if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
+    const json* content = field(m, "content");
+    if (!content) {
+      // An assistant turn that only made tool calls has null content; any other needs content.
+      if (message.role != "assistant") {
+        return bad_request("'" + p + ".content' is required", p + ".content", "missing_field");
+      }
+    } else if (auto err = parse_content(*content, p + ".content", message.content)) {
+      return err;
+    }
+    out.messages.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_prompt(const json& body, ParsedRequest& out) {
+  const json* prompt = field(body, "prompt");
+  if (!prompt) return bad_request("'prompt' is required", "prompt", "missing_field");
+  if (prompt->is_string()) {
+    out.prompt_text = prompt->get<std::string>();
+    if (out.prompt_text.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
+    return std::nullopt;
+  }
+  if (!prompt->is_array()) return wrong_type("prompt", "a string or an array of token ids", *prompt);
+  if (prompt->empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
+  for (std::size_t i = 0; i < prompt->size(); ++i) {
+    const json& t = (*prompt)[i];
+    if (t.is_string() || t.is_array()) {
+      return bad_request("batched prompts (an array of strings or of token arrays) are not supported; "
+                         "send one prompt per request",
+                         "prompt", "unsupported_batch");
+    }
+    if (!t.is_number_integer()) {
+      return wrong_type("prompt[" + std::to_string(i) + "]", "an integer token id", t);
+    }
+    std::int64_t id = t.is_number_unsigned() && t.get<std::uint64_t>() > INT64_MAX ? INT64_MAX
+                                                                                   : t.get<std::int64_t>();
+    if (id < 0 || id > INT32_MAX) {
+      return bad_request("token id " + std::to_string(id) + " in 'prompt[" + std::to_string(i) +
+                             "]' is out of range",
+                         "prompt", "invalid_token");
+    }
+    out.prompt_tokens.push_back(static_cast<TokenId>(id));
+  }
+  out.prompt_is_tokens = true;
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& body, ParsedRequest& out) {
+  const json* stop = field(body, "stop");
+  if (!stop) return std::nullopt;
+  if (stop->is_string()) {
+    out.stop.push_back(stop->get<std::string>());
+    return std::nullopt;
+  }
+  if (!stop->is_array()) return wrong_type("stop", "a string or an array of strings", *stop);
+  if (stop->size() > kMaxStopStrings) {
+    return bad_request("'stop' may hold at most 4 strings", "stop", "too_many_stop_strings");
+  }
+  for (std::size_t i = 0; i < stop->size(); ++i) {
+    if (!(*stop)[i].is_string()) return wrong_type("stop[" + std::to_string(i) + "]", "a string", (*stop)[i]);
+    out.stop.push_back((*stop)[i].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
+  std::optional<double> temperature, top_p;
+  std::optional<std::int64_t> top_k, seed, n, max_tokens, max_completion_tokens;
+  for (auto err : {get_number(body, "temperature", temperature), get_number(body, "top_p", top_p),
+                   get_int(body, "top_k", top_k), get_int(body, "seed", seed), get_int(body, "n", n),
+                   get_int(body, "max_tokens", max_tokens),
+                   get_int(body, "max_completion_tokens", max_completion_tokens)}) {
+    if (err) return err;
+  }
+  if (temperature) {
+    if (*temperature < 0.0 || *temperature > 2.0) {
+      return bad_request("'temperature' must be between 0 and 2", "temperature", "out_of_range");
+    }
+    out.sampling.temperature = static_cast<float>(*temperature);
+  }
+  if (top_p) {
+    if (!(*top_p > 0.0 && *top_p <= 1.0)) {
+      return bad_request("'top_p' must be greater than 0 and at most 1", "top_p", "out_of_range");
+    }
+    out.sampling.top_p = static_cast<float>(*top_p);
+  }
+  if (top_k) {
+    if (*top_k < 0 || *top_k > INT32_MAX) return bad_request("'top_k' must be >= 0", "top_k", "out_of_range");
+    out.sampling.top_k = static_cast<int>(*top_k);
+  }
+  if (seed) out.sampling.seed = static_cast<std::uint64_t>(*seed);
+  if (n && *n != 1) return bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_n");
+  const char* max_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
+  std::optional<std::int64_t> max = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (max) {
+    if (*max < 1) return bad_request(std::string("'") + max_name + "' must be >= 1", max_name, "out_of_range");
+    out.max_tokens = static_cast<int>(std::min<std::int64_t>(*max, INT32_MAX));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_logprobs(const json& body, ParsedRequest& out) {
+  const json* logprobs = field(body, "logprobs");
+  if (out.endpoint == Endpoint::kChatCompletions) {
+    if (auto err = get_bool(body, "logprobs", out.logprobs)) return err;
+    std::optional<std::int64_t> top;
+    if (auto err = get_int(body, "top_logprobs", top)) return err;
+    if (top) {
+      if (*top < 0 || *top > kMaxTopLogprobs) {
+        return bad_request("'top_logprobs' must be between 0 and 20", "top_logprobs", "out_of_range");
+      }
+      if (!out.logprobs) {
+        return bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs", "invalid_value");
+      }
+      out.top_logprobs = static_cast<int>(*top);
+    }
+    return std::nullopt;
+  }
+  // Completions: logprobs is the number of alternatives (0 = only the chosen token's).
+  if (!logprobs) return std::nullopt;
+  if (!logprobs->is_number_integer()) return wrong_type("logprobs", "an integer", *logprobs);
+  std::int64_t k = logprobs->get<std::int64_t>();
+  if (k < 0 || k > kMaxTopLogprobs) {
+    return bad_request("'logprobs' must be between 0 and 20", "logprobs", "out_of_range");
+  }
+  out.logprobs = true;
+  out.top_logprobs = static_cast<int>(k);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
+  if (auto err = get_string(body, "model", out.model)) return err;
+  if (out.endpoint == Endpoint::kChatCompletions) {
+    if (auto err = parse_messages(body, out)) return err;
+  } else if (auto err = parse_prompt(body, out)) {
+    return err;
+  }
+  if (auto err = parse_sampling(body, out)) return err;
+  if (auto err = parse_stop(body, out)) return err;
+  if (auto err = get_bool(body, "stream", out.stream)) return err;
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) return wrong_type("stream_options", "an object", *options);
+    const json* usage = field(*options, "include_usage");
+    if (usage) {
+      if (!usage->is_boolean()) return wrong_type("stream_options.include_usage", "a boolean", *usage);
+      out.include_usage = usage->get<bool>();
+    }
+  }
+  if (auto err = parse_logprobs(body, out)) return err;
+  return get_string(body, "cache_salt", out.cache_salt);
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, ParsedRequest& out) {
+  out = ParsedRequest{};
+  out.endpoint = endpoint;
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    bool utf8 = what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos;
+    return bad_request(std::string(utf8 ? "invalid UTF-8 in request body: " : "malformed JSON: ") + what,
+                       "", utf8 ? "invalid_utf8" : "invalid_json");
+  }
+  if (!parsed.is_object()) {
+    return bad_request(std::string("request body must be a JSON object, got ") + type_name(parsed), "",
+                       "invalid_json");
+  }
+  try {
+    return parse_object(parsed, out);
+  } catch (const json::exception& e) {
+    // Every access above is type-checked first; this is a safety net so that no exception
+    // escapes the module.
+    return bad_request(std::string("invalid request: ") + e.what());
+  }
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,55 @@
+// Parsing and validating the JSON bodies of POST /v1/chat/completions and POST /v1/completions
+// (OpenAI's request shapes) into a ParsedRequest. Everything that can be checked without the
+// model is checked here: JSON syntax and UTF-8, field types, ranges, roles, n == 1. Checks that
+// need the model (token ids in range, prompt length against the context) are in prompt_builder.
+//
+// Accepted fields: model (any string; responses name the served model), messages / prompt,
+// max_tokens, max_completion_tokens, temperature [0, 2], top_p (0, 1], top_k >= 0, seed, stop
+// (string or up to 4 strings), n (must be 1), stream, stream_options.include_usage,
+// logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt.
+// Other fields are ignored, as OpenAI-compatible servers commonly do.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/api_error.h"
+#include "server/chat_template.h"
+
+namespace kvstash::server {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;                  // as sent; "" when absent
+  std::vector<ChatMessage> messages;  // chat only; never empty there
+  std::string prompt_text;            // completions with a string prompt
+  std::vector<TokenId> prompt_tokens; // completions with a token-id prompt (not yet range-checked)
+  bool prompt_is_tokens = false;
+  std::optional<int> max_tokens;      // max_completion_tokens wins over max_tokens
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;               // alternatives per token
+  std::string cache_salt;
+};
+
+// Upper bound on alternatives per token, as OpenAI's chat API.
+inline constexpr int kMaxTopLogprobs = 20;
+// OpenAI allows up to 4 stop sequences.
+inline constexpr std::size_t kMaxStopStrings = 4;
+
+// Parses `body`. On error returns the ApiError (400) naming the problem and its param.
+std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body,
+                                      ParsedRequest& out);
+
+}  // namespace kvstash::server

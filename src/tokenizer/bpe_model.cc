@@ -1,0 +1,138 @@
+#include "tokenizer/bpe_model.h"
+
+#include <queue>
+
+#include "tokenizer/byte_unicode.h"
+
+namespace kvstash::tokenizer {
+
+Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
+                                   const std::vector<std::string>& merges,
+                                   std::vector<bool> producible, bool ignore_merges) {
+  if (producible.size() != tokens.size()) {
+    return corrupt("token types: " + std::to_string(producible.size()) + " entries for " +
+                   std::to_string(tokens.size()) + " tokens");
+  }
+  BpeModel model;
+  model.tokens_ = std::move(tokens);
+  model.producible_ = std::move(producible);
+  model.ignore_merges_ = ignore_merges;
+  model.index_.reserve(model.tokens_.size());
+  for (std::size_t id = 0; id < model.tokens_.size(); ++id) {
+    // The first id of a duplicated text wins, as in a vocabulary lookup table.
+    model.index_.emplace(model.tokens_[id], static_cast<TokenId>(id));
+  }
+  for (int b = 0; b < 256; ++b) {
+    const std::string mapped = bytes_to_mapped(std::string(1, static_cast<char>(b)));
+    const auto it = model.index_.find(mapped);
+    if (it == model.index_.end()) {
+      return corrupt("byte-level vocabulary has no token for byte " + std::to_string(b));
+    }
+    model.byte_token_[b] = it->second;
+  }
+  model.merges_.reserve(merges.size());
+  std::string joined;
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& merge = merges[rank];
+    // Split at the first space after the first char: token texts are byte-mapped and hold no
+    // spaces, but a left part could in principle start with one.
+    const std::size_t space = merge.find(' ', 1);
+    if (space == std::string::npos) {
+      ++model.skipped_merges_;
+      continue;
+    }
+    const std::string_view left(merge.data(), space);
+    const std::string_view right(merge.data() + space + 1, merge.size() - space - 1);
+    joined.assign(left).append(right);
+    const auto l = model.index_.find(left);
+    const auto r = model.index_.find(right);
+    const auto result = model.index_.find(joined);
+    if (l == model.index_.end() || r == model.index_.end() || result == model.index_.end() ||
+        !model.producible_[static_cast<std::size_t>(result->second)]) {
+      ++model.skipped_merges_;
+      continue;
+    }
+    model.merges_.emplace(pair_key(l->second, r->second),
+                          Merge{static_cast<std::uint32_t>(rank), result->second});
+  }
+  return model;
+}
+
+std::optional<TokenId> BpeModel::find(std::string_view text) const {
+  const auto it = index_.find(text);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
+  const auto it = merges_.find(pair_key(left, right));
+  return it == merges_.end() ? nullptr : &it->second;
+}
+
+void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) const {
+  if (bytes.empty()) return;
+  if (bytes.size() == 1) {
+    out->push_back(byte_token_[static_cast<std::uint8_t>(bytes[0])]);
+    return;
+  }
+  if (ignore_merges_) {
+    const auto it = index_.find(bytes_to_mapped(bytes));
+    if (it != index_.end() && producible_[static_cast<std::size_t>(it->second)]) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+
+  // Symbols form a doubly linked list over the piece's positions; a merged-away symbol keeps
+  // id -1. A candidate is a pair (left, right) as it was when queued; it is stale once either
+  // side changed, which the ids and links show when it is popped.
+  struct Symbol {
+    TokenId id;
+    int prev;
+    int next;
+  };
+  struct Candidate {
+    std::uint32_t rank;
+    int left;
+    TokenId left_id;
+    TokenId right_id;
+    TokenId result;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  const int n = static_cast<int>(bytes.size());
+  std::vector<Symbol> symbols(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    symbols[i] = {byte_token_[static_cast<std::uint8_t>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  }
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  const auto offer = [&](int left) {
+    if (left < 0) return;
+    const int right = symbols[left].next;
+    if (right < 0) return;
+    if (const Merge* m = find_merge(symbols[left].id, symbols[right].id)) {
+      queue.push({m->rank, left, symbols[left].id, symbols[right].id, m->result});
+    }
+  };
+  for (int i = 0; i + 1 < n; ++i) offer(i);
+
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[c.left];
+    if (left.id != c.left_id || left.next < 0) continue;
+    Symbol& right = symbols[left.next];
+    if (right.id != c.right_id) continue;
+    left.id = c.result;
+    const int after = right.next;
+    right.id = -1;
+    left.next = after;
+    if (after >= 0) symbols[after].prev = c.left;
+    offer(left.prev);
+    offer(c.left);
+  }
+  for (int i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
+}
+
+}  // namespace kvstash::tokenizer

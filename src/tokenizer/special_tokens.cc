@@ -1,0 +1,57 @@
+#include "tokenizer/special_tokens.h"
+
+#include <algorithm>
+
+namespace kvstash::tokenizer {
+
+SpecialTokenMatcher::SpecialTokenMatcher() : nodes_(1) {}
+
+std::int32_t SpecialTokenMatcher::child(std::int32_t node, std::uint8_t byte) const {
+  const auto& children = nodes_[static_cast<std::size_t>(node)].children;
+  const auto it = std::lower_bound(children.begin(), children.end(), byte,
+                                   [](const auto& entry, std::uint8_t b) { return entry.first < b; });
+  return (it != children.end() && it->first == byte) ? it->second : -1;
+}
+
+void SpecialTokenMatcher::add(std::string_view text, std::int32_t id) {
+  if (text.empty()) return;
+  std::int32_t node = 0;
+  for (char c : text) {
+    const auto byte = static_cast<std::uint8_t>(c);
+    std::int32_t next = child(node, byte);
+    if (next < 0) {
+      next = static_cast<std::int32_t>(nodes_.size());
+      nodes_.emplace_back();
+      auto& children = nodes_[static_cast<std::size_t>(node)].children;
+      const auto it = std::lower_bound(children.begin(), children.end(), byte,
+                                       [](const auto& entry, std::uint8_t b) { return entry.first < b; });
+      children.insert(it, {byte, next});
+    }
+    node = next;
+  }
+  Node& end = nodes_[static_cast<std::size_t>(node)];
+  if (end.id < 0) {
+    end.id = id;
+    ++count_;
+  }
+  starts_[static_cast<std::uint8_t>(text[0])] = true;
+}
+
+SpecialTokenMatcher::Match SpecialTokenMatcher::find(std::string_view text, std::size_t from) const {
+  if (count_ == 0) return {};
+  for (std::size_t start = from; start < text.size(); ++start) {
+    if (!starts_[static_cast<std::uint8_t>(text[start])]) continue;
+    Match best;
+    std::int32_t node = 0;
+    for (std::size_t i = start; i < text.size(); ++i) {
+      node = child(node, static_cast<std::uint8_t>(text[i]));
+      if (node < 0) break;
+      const std::int32_t id = nodes_[static_cast<std::size_t>(node)].id;
+      if (id >= 0) best = {start, i + 1 - start, id};
+    }
+    if (best.length > 0) return best;
+  }
+  return {};
+}
+
+}  // namespace kvstash::tokenizer
