@@ -73,16 +73,18 @@ void matmul_prefill(const WeightView& w, const float* x, int n_tokens, float* y,
   const KernelTable& k = active_kernels();
   std::int64_t panel_rows = std::max<std::int64_t>(64, kPanelBytes / (w.cols * 4)) / 16 * 16;
   panel_rows = std::min(panel_rows, w.rows);
-  thread_local std::vector<float> panel;
-  panel.resize(static_cast<std::size_t>(panel_rows * w.cols));
+  thread_local std::vector<float> panel_buffer;
+  panel_buffer.resize(static_cast<std::size_t>(panel_rows * w.cols));
+  // A plain pointer: inside the pool's lambda the name of a thread_local would mean the worker's.
+  float* panel = panel_buffer.data();
   for (std::int64_t begin = 0; begin < w.rows; begin += panel_rows) {
     const std::int64_t rows = std::min(panel_rows, w.rows - begin);
     pool.parallel_for(static_cast<std::size_t>(rows), 16, [&](std::size_t lo, std::size_t hi) {
       k.dequantize_rows(w, begin + static_cast<std::int64_t>(lo), begin + static_cast<std::int64_t>(hi),
-                        panel.data() + lo * w.cols);
+                        panel + lo * w.cols);
     });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(rows), k_dim, 1.0f, x, k_dim,
-                panel.data(), k_dim, 0.0f, y + begin, ldc);
+                panel, k_dim, 0.0f, y + begin, ldc);
   }
 }
 

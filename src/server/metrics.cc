@@ -1,6 +1,6 @@
 #include "server/metrics.h"
 
-#include <cstdio>
+#include <charconv>
 
 namespace kvstash::server {
 namespace {
@@ -18,9 +18,10 @@ void header(std::string& out, const char* name, const char* type, const char* he
 }
 
 std::string number(double v) {
+  // Shortest text that reads back as the same double ("0.025", not "0.025000000000000001").
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  auto result = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, result.ptr);
 }
 
 void sample(std::string& out, const char* name, double value) {

@@ -1,0 +1,109 @@
+#include "bench/summary_table.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace kvstash::bench {
+namespace {
+
+constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
+
+void add_distribution(std::vector<SummaryRow>& rows, const std::string& name, const Distribution& d) {
+  rows.push_back({name + " mean", d.mean, "ms"});
+  rows.push_back({name + " p50", d.p50, "ms"});
+  rows.push_back({name + " p90", d.p90, "ms"});
+  rows.push_back({name + " p99", d.p99, "ms"});
+  rows.push_back({name + " max", d.max, "ms"});
+}
+
+std::string format_value(double value, const std::string& unit) {
+  if (std::isnan(value)) return "-";
+  char buffer[64];
+  if (unit.empty()) {
+    std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  } else if (unit == "%") {
+    std::snprintf(buffer, sizeof buffer, "%.1f %%", value);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.2f %s", value, unit.c_str());
+  }
+  return buffer;
+}
+
+std::string pad(const std::string& text, std::size_t width, bool right) {
+  if (text.size() >= width) return text;
+  const std::string fill(width - text.size(), ' ');
+  return right ? fill + text : text + fill;
+}
+
+}  // namespace
+
+std::vector<SummaryRow> summary_rows(const Summary& s) {
+  std::vector<SummaryRow> rows = {
+      {"requests", static_cast<double>(s.requests), ""},
+      {"completed", static_cast<double>(s.completed), ""},
+      {"failed", static_cast<double>(s.failed), ""},
+      {"duration", s.duration_s, "s"},
+      {"prompt tokens", static_cast<double>(s.prompt_tokens), ""},
+      {"output tokens", static_cast<double>(s.output_tokens), ""},
+      {"request throughput", s.request_throughput, "req/s"},
+      {"output token throughput", s.output_throughput, "tok/s"},
+      {"total token throughput", s.total_token_throughput, "tok/s"},
+  };
+  add_distribution(rows, "TTFT", s.ttft_ms);
+  add_distribution(rows, "TPOT", s.tpot_ms);
+  add_distribution(rows, "ITL", s.itl_ms);
+  add_distribution(rows, "E2E", s.e2e_ms);
+  rows.push_back({"cached token ratio", s.cached_token_ratio < 0 ? kMissing : 100 * s.cached_token_ratio, "%"});
+  if (s.slo.any()) rows.push_back({"goodput", s.goodput, "req/s"});
+  for (const auto& r : s.rounds) {
+    rows.push_back({"round " + std::to_string(r.round + 1) + " TTFT mean", r.mean_ttft_ms, "ms"});
+  }
+  return rows;
+}
+
+std::string format_summary(const Summary& s) {
+  std::string out;
+  const std::size_t width = 28;
+  out += "============ kvstash bench ============\n";
+  for (const auto& row : summary_rows(s)) {
+    out += pad(row.label, width, false) + pad(format_value(row.value, row.unit), 16, true) + "\n";
+  }
+  if (!s.errors.empty()) {
+    out += "errors:";
+    for (const auto& [kind, count] : s.errors) out += " " + kind + "=" + std::to_string(count);
+    out += "\n";
+  }
+  out += "=======================================\n";
+  return out;
+}
+
+std::string format_comparison(const Summary& a, const Summary& b, const std::string& name_a,
+                              const std::string& name_b) {
+  const auto rows_a = summary_rows(a);
+  const auto rows_b = summary_rows(b);
+  std::string out = pad("metric", 28, false) + pad(name_a, 18, true) + pad(name_b, 18, true) + pad("b/a", 10, true) + "\n";
+  for (const auto& ra : rows_a) {
+    double vb = kMissing;
+    for (const auto& rb : rows_b) {
+      if (rb.label == ra.label) vb = rb.value;
+    }
+    std::string ratio = "-";
+    if (!std::isnan(ra.value) && !std::isnan(vb) && ra.value != 0) {
+      char buffer[32];
+      std::snprintf(buffer, sizeof buffer, "%.3fx", vb / ra.value);
+      ratio = buffer;
+    }
+    out += pad(ra.label, 28, false) + pad(format_value(ra.value, ra.unit), 18, true) +
+           pad(format_value(vb, ra.unit), 18, true) + pad(ratio, 10, true) + "\n";
+  }
+  // Rows only b has (more multi-turn rounds).
+  for (const auto& rb : rows_b) {
+    bool in_a = false;
+    for (const auto& ra : rows_a) in_a = in_a || ra.label == rb.label;
+    if (!in_a) out += pad(rb.label, 28, false) + pad("-", 18, true) + pad(format_value(rb.value, rb.unit), 18, true) + pad("-", 10, true) + "\n";
+  }
+  return out;
+}
+
+}  // namespace kvstash::bench

@@ -1,0 +1,26 @@
+#include "kernels/machine_limits.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace kvstash::kernels {
+namespace {
+
+TEST(MachineLimits, GemmGflopsIsPositive) {
+  ThreadPool pool(2);
+  const double g = measure_gemm_gflops(128, 96, 64, pool);
+  EXPECT_GT(g, 0.0);
+  EXPECT_TRUE(std::isfinite(g));
+  EXPECT_EQ(measure_gemm_gflops(0, 8, 8, pool), 0.0);
+}
+
+TEST(MachineLimits, StreamReadIsPositive) {
+  ThreadPool pool(3);
+  const double gbs = measure_stream_read_gbs(pool, 48 << 20);  // small for test time
+  EXPECT_GT(gbs, 0.0);
+  EXPECT_TRUE(std::isfinite(gbs));
+}
+
+}  // namespace
+}  // namespace kvstash::kernels

@@ -1,0 +1,79 @@
+// For tests and benchmarks of kernels only: random weight matrices in each stored type, together
+// with their exact f32 values (what a correct dequantizer must produce).
+//
+// Header-only and included only by test and benchmark executables, which are built without SIMD
+// flags. Not thread-safe to share one TestWeights between writers; readers may share it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/fp16.h"
+#include "kernels/kernels.h"
+
+namespace kvstash::kernels {
+
+struct TestWeights {
+  std::vector<std::uint8_t> bytes;  // rows * row_bytes, the stored layout
+  std::vector<float> dequantized;   // rows * cols, exact values of the stored weights
+  WeightView view;                  // points into bytes
+};
+
+// Weights uniform in about [-1, 1] (q8_0: scales in [0.001, 0.03], all int8 values including -128).
+// `exact` false skips filling `dequantized` (benchmarks of large matrices).
+inline TestWeights make_test_weights(WeightType type, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
+                                     bool exact = true) {
+  TestWeights tw;
+  const std::size_t row_bytes = row_bytes_for(type, cols);
+  tw.bytes.resize(row_bytes * static_cast<std::size_t>(rows));
+  if (exact) tw.dequantized.resize(static_cast<std::size_t>(rows * cols));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.001f, 0.03f);
+  std::uniform_int_distribution<int> q(-128, 127);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint8_t* row = tw.bytes.data() + r * row_bytes;
+    float* deq = exact ? tw.dequantized.data() + r * cols : nullptr;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      float exact_value = 0.0f;
+      switch (type) {
+        case WeightType::kF32:
+          exact_value = value(rng);
+          std::memcpy(row + c * 4, &exact_value, 4);
+          break;
+        case WeightType::kF16: {
+          const std::uint16_t h = f32_to_f16(value(rng));
+          std::memcpy(row + c * 2, &h, 2);
+          exact_value = f16_to_f32(h);
+          break;
+        }
+        case WeightType::kBF16: {
+          const std::uint16_t h = f32_to_bf16(value(rng));
+          std::memcpy(row + c * 2, &h, 2);
+          exact_value = bf16_to_f32(h);
+          break;
+        }
+        case WeightType::kQ8_0: {
+          std::uint8_t* block = row + c / kQ8_0BlockElems * kQ8_0BlockBytes;
+          if (c % kQ8_0BlockElems == 0) {
+            const std::uint16_t d = f32_to_f16(scale(rng));
+            std::memcpy(block, &d, 2);
+          }
+          std::uint16_t d;
+          std::memcpy(&d, block, 2);
+          const auto v = static_cast<std::int8_t>(q(rng));
+          block[2 + c % kQ8_0BlockElems] = static_cast<std::uint8_t>(v);
+          exact_value = f16_to_f32(d) * static_cast<float>(v);
+          break;
+        }
+      }
+      if (deq) deq[c] = exact_value;
+    }
+  }
+  tw.view = WeightView{type, tw.bytes.data(), rows, cols, row_bytes};
+  return tw;
+}
+
+}  // namespace kvstash::kernels

@@ -1,0 +1,255 @@
+// The optimized forward pass against the double-precision reference, and the invariants of
+// batching and chunking that the engine relies on.
+#include "model/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/reference_model_for_test.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+using gguf::TensorType;
+
+std::unique_ptr<Model> load(const std::string& preset, TensorType type) {
+  auto m = Model::load(testing::test_model_path(preset, type));
+  EXPECT_TRUE(m.has_value()) << m.status().to_string();
+  return m ? std::move(m.value()) : nullptr;
+}
+
+std::vector<TokenId> some_tokens(int n, int n_vocab, int salt = 0) {
+  std::vector<TokenId> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<TokenId>((i * 7919 + salt * 104729 + 13) % n_vocab));
+  return t;
+}
+
+// A KV pool of n_blocks blocks handed out in order (the engine's BlockPool is above the model).
+struct TestPool {
+  TestPool(const ModelConfig& c, std::int64_t n_blocks) {
+    view.n_blocks = n_blocks;
+    view.n_layers = c.n_layers;
+    view.block_size = 16;
+    view.row_elems = c.kv_row_elems();
+    storage.resize(view.block_elems() * static_cast<std::size_t>(n_blocks));
+    view.base = storage.data();
+  }
+  std::int32_t next = 0;
+  std::int32_t take() { return next++; }
+  std::vector<std::uint16_t> storage;
+  KvPoolView view;
+};
+
+// Runs one sequence through the model in the given chunk sizes, returning every position's logits.
+std::vector<float> run_chunks(const Model& model, const std::vector<TokenId>& tokens, const std::vector<int>& chunks) {
+  const int bs = 16, n_vocab = model.config().n_vocab;
+  TestPool pool(model.config(), (static_cast<int>(tokens.size()) + bs - 1) / bs + 1);
+  std::vector<std::int32_t> table;
+  for (int i = 0; i * bs < static_cast<int>(tokens.size()); ++i) table.push_back(pool.take());
+  std::vector<float> all;
+  ThreadPool threads(2);
+  int pos = 0;
+  for (int n : chunks) {
+    ForwardBatch batch;
+    batch.tokens.assign(tokens.begin() + pos, tokens.begin() + pos + n);
+    batch.sequences.push_back({table.data(), pos, n, true, true});
+    std::vector<float> logits(static_cast<std::size_t>(n) * n_vocab);
+    model.forward(batch, pool.view, logits.data(), threads);
+    all.insert(all.end(), logits.begin(), logits.end());
+    pos += n;
+  }
+  return all;
+}
+
+// max |a - b| over max |b|: a scale-free measure of how far the optimized logits are.
+double relative_error(const std::vector<float>& a, const std::vector<std::vector<double>>& ref) {
+  double max_diff = 0, max_ref = 0;
+  const std::size_t n_vocab = ref[0].size();
+  for (std::size_t t = 0; t < ref.size(); ++t)
+    for (std::size_t i = 0; i < n_vocab; ++i) {
+      max_diff = std::max(max_diff, std::abs(a[t * n_vocab + i] - ref[t][i]));
+      max_ref = std::max(max_ref, std::abs(ref[t][i]));
+    }
+  return max_diff / max_ref;
+}
+
+struct Case {
+  const char* preset;
+  TensorType type;
+  double tolerance;  // relative; f16 KV rounding (2^-11) is the floor, weight rounding adds to it
+};
+
+class ForwardVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardVsReference, LogitsMatchTheDoublePrecisionReference) {
+  const Case& c = GetParam();
+  auto model = load(c.preset, c.type);
+  ASSERT_TRUE(model);
+  // 40 tokens: crosses block boundaries (16) and, with the chunked run, the prefill threshold.
+  auto tokens = some_tokens(40, model->config().n_vocab);
+  testing::ReferenceModel ref(model->file());
+  auto expected = ref.forward(std::vector<int>(tokens.begin(), tokens.end()));
+  auto got = run_chunks(*model, tokens, {40});
+  const double err = relative_error(got, expected);
+  EXPECT_LT(err, c.tolerance) << c.preset << " " << gguf::tensor_type_name(c.type);
+  // And the greedy choice agrees at every position.
+  const std::size_t nv = expected[0].size();
+  for (std::size_t t = 0; t < expected.size(); ++t) {
+    auto ref_best = std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin();
+    auto got_best = std::max_element(got.begin() + t * nv, got.begin() + (t + 1) * nv) - (got.begin() + t * nv);
+    EXPECT_EQ(ref_best, got_best) << "position " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
+                         ::testing::Values(Case{"tiny", TensorType::kF32, 5e-3}, Case{"tiny-llama", TensorType::kF32, 5e-3},
+                                           Case{"tiny", TensorType::kF16, 5e-3}, Case{"tiny-llama", TensorType::kQ8_0, 5e-3},
+                                           Case{"tiny", TensorType::kBF16, 5e-3}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.preset) + "_" + gguf::tensor_type_name(info.param.type);
+                           for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// GGUF `llama` stores Q/K rows permuted into interleaved RoPE pairs. Undoing the permutation and
+// rotating halves (the Hugging Face checkpoint's own convention) must give the same logits —
+// which shows the engine's interleaved RoPE for llama is the checkpoint's model, not a guess.
+TEST(RopeConvention, LlamaInterleavedEqualsCheckpointOrderWithHalves) {
+  auto model = load("tiny-llama", TensorType::kF32);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->config().rope_style, RopeStyle::kInterleaved);
+  auto tokens = some_tokens(24, model->config().n_vocab, 3);
+  std::vector<int> ids(tokens.begin(), tokens.end());
+  auto gguf_order = testing::ReferenceModel(model->file(), false).forward(ids);
+  auto hf_order = testing::ReferenceModel(model->file(), true).forward(ids);
+  double max_diff = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    for (std::size_t i = 0; i < gguf_order[t].size(); ++i) max_diff = std::max(max_diff, std::abs(gguf_order[t][i] - hf_order[t][i]));
+  EXPECT_LT(max_diff, 1e-9);
+  // A wrong convention (halves on the GGUF order) gives clearly different logits.
+  auto got = run_chunks(*model, tokens, {24});
+  EXPECT_LT(relative_error(got, hf_order), 5e-3);
+}
+
+TEST(RopeConvention, Qwen2RotatesHalves) {
+  auto model = load("tiny", TensorType::kF32);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->config().architecture, "qwen2");
+  EXPECT_EQ(model->config().rope_style, RopeStyle::kHalves);
+  EXPECT_TRUE(model->config().has_qkv_bias);
+  EXPECT_TRUE(model->config().tied_output);
+}
+
+TEST(BosConvention, LlamaAddsBosQwen2DoesNot) {
+  auto llama = load("tiny-llama", TensorType::kF32);
+  auto qwen = load("tiny", TensorType::kF32);
+  ASSERT_TRUE(llama && qwen);
+  // tokenizer.ggml.add_bos_token: true in Llama 3 files, false in Qwen2 files.
+  EXPECT_TRUE(llama->tokenizer().add_bos());
+  EXPECT_GE(llama->tokenizer().bos_id(), 0);
+  EXPECT_FALSE(qwen->tokenizer().add_bos());
+}
+
+TEST(Chunking, OneBatchEqualsTokenByTokenAndUnevenChunks) {
+  auto model = load("tiny", TensorType::kF16);
+  ASSERT_TRUE(model);
+  auto tokens = some_tokens(53, model->config().n_vocab, 5);
+  auto whole = run_chunks(*model, tokens, {53});
+  auto one_by_one = run_chunks(*model, tokens, std::vector<int>(53, 1));
+  auto uneven = run_chunks(*model, tokens, {5, 17, 1, 30});
+  ASSERT_EQ(whole.size(), one_by_one.size());
+  double max_abs = 0, d1 = 0, d2 = 0;
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    max_abs = std::max(max_abs, static_cast<double>(std::abs(whole[i])));
+    d1 = std::max(d1, static_cast<double>(std::abs(whole[i] - one_by_one[i])));
+    d2 = std::max(d2, static_cast<double>(std::abs(whole[i] - uneven[i])));
+  }
+  // Different batch shapes take different matmul paths (sgemm vs. row-blocked), so the sums are
+  // reassociated; 1e-3 of the logit scale is far below any real divergence.
+  EXPECT_LT(d1 / max_abs, 1e-3);
+  EXPECT_LT(d2 / max_abs, 1e-3);
+}
+
+TEST(Batching, TwoSequencesInOneBatchEqualEachAlone) {
+  auto model = load("tiny-llama", TensorType::kF16);
+  ASSERT_TRUE(model);
+  const int nv = model->config().n_vocab;
+  auto a = some_tokens(21, nv, 1), b = some_tokens(9, nv, 2);
+  auto a_alone = run_chunks(*model, a, {21});
+  auto b_alone = run_chunks(*model, b, {9});
+  TestPool pool(model->config(), 8);
+  std::vector<std::int32_t> ta{pool.take(), pool.take()}, tb{pool.take()};
+  ForwardBatch batch;
+  batch.tokens = a;
+  batch.tokens.insert(batch.tokens.end(), b.begin(), b.end());
+  batch.sequences.push_back({ta.data(), 0, 21, true, true});
+  batch.sequences.push_back({tb.data(), 0, 9, true, false});  // only the last row for b
+  ASSERT_EQ(batch.logit_rows(), 22);
+  std::vector<float> logits(22 * static_cast<std::size_t>(nv));
+  ThreadPool threads(2);
+  model->forward(batch, pool.view, logits.data(), threads);
+  double max_abs = 0, diff = 0;
+  for (std::size_t i = 0; i < a_alone.size(); ++i) {
+    max_abs = std::max(max_abs, static_cast<double>(std::abs(a_alone[i])));
+    diff = std::max(diff, static_cast<double>(std::abs(a_alone[i] - logits[i])));
+  }
+  for (int i = 0; i < nv; ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(b_alone[8 * static_cast<std::size_t>(nv) + i] - logits[21 * static_cast<std::size_t>(nv) + i])));
+  }
+  EXPECT_LT(diff / max_abs, 1e-3);
+}
+
+TEST(ModelLoad, FingerprintIsStableAndDependsOnTheWeights) {
+  auto a = load("tiny", TensorType::kF32);
+  auto a2 = load("tiny", TensorType::kF32);
+  auto b = load("tiny", TensorType::kF16);
+  ASSERT_TRUE(a && a2 && b);
+  EXPECT_EQ(a->fingerprint_hex(), a2->fingerprint_hex());
+  EXPECT_NE(a->fingerprint_hex(), b->fingerprint_hex());
+  EXPECT_EQ(a->fingerprint_hex().size(), 64u);
+}
+
+TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
+  const std::string src = testing::test_model_path("tiny", TensorType::kF32);
+  auto file = gguf::File::open(src);
+  ASSERT_TRUE(file.has_value());
+  const std::string dir = std::string(KVSTASH_BINARY_DIR) + "/test-models/";
+  // Same file with another architecture name.
+  auto rewrite = [&](const std::string& out, const std::string& arch, bool make_q4) {
+    gguf::Writer w;
+    for (const auto& [k, v] : (*file)->metadata()) {
+      std::string key = k;
+      if (key == "general.architecture") { w.set(key, gguf::Value::string(arch)); continue; }
+      if (key.rfind("qwen2.", 0) == 0) key = arch + key.substr(5);
+      w.set(key, v);
+    }
+    for (const auto& t : (*file)->tensors()) {
+      auto type = t.type;
+      if (make_q4 && t.name == "blk.0.ffn_up.weight") type = gguf::TensorType::kQ4_0;
+      EXPECT_TRUE(w.add_tensor(t.name, type, t.dims).is_ok());
+    }
+    Status st = w.write(out, [&](std::size_t i, std::span<std::uint8_t> bytes) {
+      const auto& t = (*file)->tensors()[i];
+      std::memcpy(bytes.data(), t.data, std::min<std::size_t>(bytes.size(), t.n_bytes));
+      return Status::ok();
+    });
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  };
+  rewrite(dir + "arch-gpt3.gguf", "gpt3", false);
+  auto m1 = Model::load(dir + "arch-gpt3.gguf");
+  ASSERT_FALSE(m1.has_value());
+  EXPECT_EQ(m1.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(m1.status().message().find("gpt3"), std::string::npos) << m1.status().message();
+
+  rewrite(dir + "type-q4_0.gguf", "qwen2", true);
+  auto m2 = Model::load(dir + "type-q4_0.gguf");
+  ASSERT_FALSE(m2.has_value());
+  EXPECT_EQ(m2.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(m2.status().message().find("q4_0"), std::string::npos) << m2.status().message();
+  EXPECT_NE(m2.status().message().find("blk.0.ffn_up.weight"), std::string::npos) << m2.status().message();
+}
+
+}  // namespace
+}  // namespace kvstash

@@ -1,0 +1,32 @@
+// For tests: the path of a generated model, written on first use under the build directory
+// (KVSTASH_BINARY_DIR/test-models) and reused by later tests. Several test processes may race to
+// write the same file; generate_model() writes atomically, so every reader sees a whole file.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "modelgen/modelgen.h"
+
+namespace kvstash::testing {
+
+inline std::string test_model_path(const std::string& preset, gguf::TensorType type = gguf::TensorType::kF32,
+                                   const std::string& vocab_path = "") {
+  const std::filesystem::path dir = std::filesystem::path(KVSTASH_BINARY_DIR) / "test-models";
+  std::filesystem::create_directories(dir);
+  std::string name = preset + "-" + gguf::tensor_type_name(type);
+  if (!vocab_path.empty()) name += "-" + std::filesystem::path(vocab_path).stem().string();
+  const auto path = dir / (name + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    modelgen::GenerateOptions o;
+    o.preset = preset;
+    o.type = type;
+    o.vocab_path = vocab_path;
+    o.out_path = path.string();
+    Status st = modelgen::generate_model(o);
+    if (!st.is_ok()) return "";  // the caller's open() then fails with a clear message
+  }
+  return path.string();
+}
+
+}  // namespace kvstash::testing
