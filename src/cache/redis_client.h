@@ -86,6 +86,7 @@ class RedisClient {
 
   Status ensure_topology_locked();      // first contact: cluster or single
   Status refresh_slots_locked(Node& from);
+  void learn_owner_locked(int slot, const RedisEndpoint& owner);  // when a refresh fails
   Node& node_locked(const RedisEndpoint& endpoint);
   Status connect_locked(Node& node);
   void mark_down_locked(Node& node, const std::string& why);

@@ -53,7 +53,7 @@ void check_matmul(WeightType type, std::int64_t rows, std::int64_t cols, int n_t
   const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 7 + n_tokens);
   std::vector<float> y(static_cast<std::size_t>(n_tokens * rows), -12345.0f);
   matmul(tw.view, x.data(), n_tokens, y.data(), pool);
-  const bool quantized_decode = type == WeightType::kQ8_0 && n_tokens < 32;
+  const bool quantized_decode = type == WeightType::kQ8_0 && n_tokens < prefill_min_tokens();
   for (int t = 0; t < n_tokens; ++t) {
     const float* xt = x.data() + t * cols;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -78,7 +78,8 @@ TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
     // 37 rows: not a multiple of the row tile (4, 2) nor of the 3 threads; 83 columns leave a tail
     // after every vector width (q8_0 needs whole blocks: 96 = 3 blocks).
     const std::int64_t cols = type == WeightType::kQ8_0 ? 96 : 83;
-    for (int n_tokens : {1, 2, 3, 5, 8, 17, 31, 32, 64}) check_matmul(type, 37, cols, n_tokens, pool);
+    const int threshold = prefill_min_tokens();
+    for (int n_tokens : {1, 2, 3, 5, 8, 17, threshold - 1, threshold, 64}) check_matmul(type, 37, cols, n_tokens, pool);
   }
 }
 
@@ -89,14 +90,14 @@ TEST_P(KernelsOnPath, MatmulManyTasksAndPanels) {
     check_matmul(type, 1001, 256, 6, pool);
   }
   // 300 rows of 4096: the prefill converts more than one panel (256 rows of 16 KiB).
-  check_matmul(WeightType::kBF16, 300, 4096, 33, pool);
-  check_matmul(WeightType::kQ8_0, 300, 4096, 33, pool);
+  check_matmul(WeightType::kBF16, 300, 4096, prefill_min_tokens(), pool);
+  check_matmul(WeightType::kQ8_0, 300, 4096, prefill_min_tokens(), pool);
 }
 
 TEST_P(KernelsOnPath, MatmulSingleThreadPool) {
   ThreadPool pool(1);
   check_matmul(WeightType::kQ8_0, 9, 64, 4, pool);
-  check_matmul(WeightType::kF32, 9, 20, 40, pool);
+  check_matmul(WeightType::kF32, 9, 20, prefill_min_tokens() + 3, pool);
 }
 
 TEST_P(KernelsOnPath, DequantizeRowsIsExact) {
@@ -127,6 +128,18 @@ TEST_P(KernelsOnPath, ActivationQuantizerMatchesScalarBitForBit) {
       ASSERT_LE(std::fabs(x[b * 32 + i] - s[b] * q[b * 32 + i]), s[b] * 0.5f * 1.0001f + 1e-30f);
     }
   }
+}
+
+TEST_P(KernelsOnPath, BothMatmulPathsAtTheSameTokenCount) {
+  // The threshold moved, so every n runs through both the row kernels and sgemm.
+  ThreadPool pool(2);
+  for (int threshold : {1, 1 << 30}) {
+    set_prefill_min_tokens_for_testing(threshold);
+    check_matmul(WeightType::kF16, 21, 70, 12, pool);
+    check_matmul(WeightType::kQ8_0, 21, 64, 12, pool);
+  }
+  set_prefill_min_tokens_for_testing(0);
+  EXPECT_GT(prefill_min_tokens(), 1);
 }
 
 }  // namespace

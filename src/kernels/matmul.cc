@@ -13,9 +13,12 @@
 namespace kvstash::kernels {
 namespace {
 
-// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels (measured
-// with kernels_bench: at 32 tokens sgemm is already several times faster for f16/q8_0).
-constexpr int kPrefillMinTokens = 32;
+// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels. Measured
+// with `kernels_bench --crossover` (2 shared Zen 4 cores, shapes 2048x2048 and 896x4864): the row
+// kernels reach 90-150 GFLOP/s up to 32-48 tokens, sgemm 20-60 there, the two cross near 48-64.
+// Re-measure on a quiet many-core machine, where sgemm scales better.
+constexpr int kDefaultPrefillMinTokens = 48;
+std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // Rows of a decode task: a multiple of the row kernels' register block (4) and big enough that a
 // task's weights (>= 64 rows) cost far more to stream than the task costs to hand out.
 constexpr std::int64_t kDecodeRowGrain = 64;
@@ -90,10 +93,15 @@ void matmul_prefill(const WeightView& w, const float* x, int n_tokens, float* y,
 
 }  // namespace
 
+int prefill_min_tokens() { return g_prefill_min_tokens.load(std::memory_order_relaxed); }
+void set_prefill_min_tokens_for_testing(int n_tokens) {
+  g_prefill_min_tokens.store(n_tokens < 1 ? kDefaultPrefillMinTokens : n_tokens, std::memory_order_relaxed);
+}
+
 void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
   assert(w.type != WeightType::kQ8_0 || w.cols % kQ8_0BlockElems == 0);
   if (n_tokens <= 0 || w.rows == 0) return;
-  if (n_tokens >= kPrefillMinTokens) {
+  if (n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed)) {
     matmul_prefill(w, x, n_tokens, y, pool);
   } else {
     matmul_decode(w, x, n_tokens, y, pool);

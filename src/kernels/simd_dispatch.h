@@ -68,4 +68,9 @@ bool set_simd_path_for_testing(SimdPath path);
 // Back to the choice made from the CPU and the environment.
 void reset_simd_path_for_testing();
 
+// matmul() uses the sgemm path from this many tokens on (matmul.cc explains the default). Tests
+// and the crossover benchmark move it to run either path at any n_tokens; < 1 restores the default.
+int prefill_min_tokens();
+void set_prefill_min_tokens_for_testing(int n_tokens);
+
 }  // namespace kvstash::kernels

@@ -79,6 +79,9 @@ struct Case {
   const char* preset;
   TensorType type;
   double tolerance;  // relative; f16 KV rounding (2^-11) is the floor, weight rounding adds to it
+  // q8_0 matmuls quantize the activations to 8 bits too (as llama.cpp does), an error of ~1% of
+  // the logit scale: near-ties may then resolve differently from the exact reference.
+  bool same_argmax_everywhere = true;
 };
 
 class ForwardVsReference : public ::testing::TestWithParam<Case> {};
@@ -94,18 +97,21 @@ TEST_P(ForwardVsReference, LogitsMatchTheDoublePrecisionReference) {
   auto got = run_chunks(*model, tokens, {40});
   const double err = relative_error(got, expected);
   EXPECT_LT(err, c.tolerance) << c.preset << " " << gguf::tensor_type_name(c.type);
-  // And the greedy choice agrees at every position.
+  // And the greedy choice agrees at every position (at 90% of them with 8-bit activations).
   const std::size_t nv = expected[0].size();
+  int agree = 0;
   for (std::size_t t = 0; t < expected.size(); ++t) {
     auto ref_best = std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin();
     auto got_best = std::max_element(got.begin() + t * nv, got.begin() + (t + 1) * nv) - (got.begin() + t * nv);
-    EXPECT_EQ(ref_best, got_best) << "position " << t;
+    if (c.same_argmax_everywhere) EXPECT_EQ(ref_best, got_best) << "position " << t;
+    agree += ref_best == got_best;
   }
+  EXPECT_GE(agree, static_cast<int>(expected.size() * 9 / 10));
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
                          ::testing::Values(Case{"tiny", TensorType::kF32, 5e-3}, Case{"tiny-llama", TensorType::kF32, 5e-3},
-                                           Case{"tiny", TensorType::kF16, 5e-3}, Case{"tiny-llama", TensorType::kQ8_0, 5e-3},
+                                           Case{"tiny", TensorType::kF16, 5e-3}, Case{"tiny-llama", TensorType::kQ8_0, 4e-2, false},
                                            Case{"tiny", TensorType::kBF16, 5e-3}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.preset) + "_" + gguf::tensor_type_name(info.param.type);

@@ -41,8 +41,17 @@ TensorValues::TensorValues(const ModelPreset& preset, const TensorPlan& tensor, 
   std::uint64_t x = seed ^ fnv1a64(tensor.name);
   for (std::uint64_t& s : state_) s = splitmix64(x);  // xoshiro256** seeding as its authors advise
   switch (tensor.init) {
-    case Init::kMatrix: scale_ = kSqrt3 / std::sqrt(static_cast<float>(tensor.dims[0])); break;
-    case Init::kEmbedding: scale_ = kSqrt3; break;
+    case Init::kMatrix:
+      scale_ = kSqrt3 / std::sqrt(static_cast<float>(tensor.dims[0]));
+      // The projections that write into the residual stream get 3x the gain, so that each layer
+      // moves the hidden state well away from the input token's embedding. Otherwise a model with
+      // tied embeddings greedily repeats its input token (the embedding's dot with itself wins).
+      if (tensor.name.ends_with("attn_output.weight") || tensor.name.ends_with("ffn_down.weight")) scale_ *= 3.0f;
+      break;
+    case Init::kEmbedding:
+      // std 1 spreads logits well (std sqrt(n_embd)); tied models take 0.25 for the reason above.
+      scale_ = preset.tied_output ? 0.25f * kSqrt3 : kSqrt3;
+      break;
     case Init::kNorm: scale_ = 0.1f; break;
     case Init::kBias: scale_ = 0.1f * kSqrt3; break;
     case Init::kRopeFreqs: scale_ = 0.0f; break;

@@ -51,7 +51,7 @@ void Generation::apply(const TokenEvent& event, Delta& delta) {
     if (!is_end) {
       if (want_logprobs_) {
         delta.logprobs.push_back({event.token, event.logprob, event.top_logprobs,
-                                  text_.emitted_bytes() + delta.text.size()});
+                                  text_.next_offset()});
       }
       delta.text += text_.push(tokenizer_.token_to_piece(event.token));
       if (text_.stopped()) {

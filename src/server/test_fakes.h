@@ -86,6 +86,7 @@ class FakeBackend final : public GenerationBackend {
     for (auto& t : threads_) t.join();
   }
 
+  void set_chat_template(std::string t) { info_.chat_template = std::move(t); }
   std::chrono::milliseconds token_delay{0};
   int max_queued = 1000;  // submits beyond this many unfinished requests fail with kResourceExhausted
 

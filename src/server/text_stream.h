@@ -29,6 +29,8 @@ class TextStream {
   bool stopped() const { return stopped_; }
   // Total bytes returned so far (offset of the next text), for completions' text_offset.
   std::size_t emitted_bytes() const { return emitted_bytes_; }
+  // Offset in the output text at which the next push()'s bytes will start.
+  std::size_t next_offset() const { return emitted_bytes_ + held_.size() + raw_.size(); }
 
  private:
   std::string release(std::size_t n);  // sends held_[0, n) and drops it

@@ -1,0 +1,41 @@
+// StoreOptions: the serve flags of the KV chunk store, their parsers, and the factory that builds
+// a TieredStore from them (memory → disk → redis, each present only when configured).
+//
+//   --cache-ram 4GiB  --cache-disk DIR  --cache-disk-size 50GiB
+//   --cache-redis redis://HOST:PORT[,HOST:PORT...]  --chunk-tokens 256
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/redis_client.h"
+#include "cache/tiered_store.h"
+
+namespace kvstash::cache {
+
+struct StoreOptions {
+  std::uint64_t ram_bytes = std::uint64_t{4} << 30;    // --cache-ram, 4 GiB; 0 = no memory tier
+  std::string disk_dir;                                // --cache-disk; empty = no disk tier
+  std::uint64_t disk_bytes = std::uint64_t{50} << 30;  // --cache-disk-size, 50 GiB
+  std::vector<RedisEndpoint> redis;                    // --cache-redis; empty = no redis tier
+  std::chrono::seconds redis_ttl{0};                   // expiry of redis chunks; 0 = none
+  std::uint32_t chunk_tokens = 256;                    // --chunk-tokens; a multiple of the block size
+  TieredStoreOptions store;                            // queue bound, tier timeout, compression
+};
+
+// "4GiB", "512MiB", "10GB", "1.5G", "4096", "64k": binary suffixes (KiB MiB GiB TiB, or K M G T
+// alone) are powers of 1024, decimal ones (kB MB GB TB) powers of 1000, none = bytes. Case-insensitive.
+Expected<std::uint64_t> parse_byte_size(std::string_view text);
+
+// "redis://h1:6379,h2:6380" (scheme optional, port defaults to 6379) -> endpoints.
+Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text);
+
+// The store for these options. Fails if the disk directory cannot be created or scanned; an
+// unreachable redis does not fail it (the tier fails fast until redis comes back).
+Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options);
+
+}  // namespace kvstash::cache

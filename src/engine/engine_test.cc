@@ -1,0 +1,200 @@
+// End-to-end engine behaviour on generated tiny models: continuous batching, the prefix cache,
+// seeded sampling, request validation and cancellation.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "model/model.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF16));
+    ASSERT_TRUE(m.has_value()) << m.status().to_string();
+    model_ = std::move(m.value()).release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  static std::unique_ptr<Engine> make_engine(EngineOptions o = {}) {
+    o.n_ctx = 512;
+    o.n_threads = 2;
+    auto e = Engine::create(*model_, o);
+    EXPECT_TRUE(e.has_value());
+    return std::move(e.value());
+  }
+  static std::vector<TokenId> prompt(int n, int salt) {
+    std::vector<TokenId> t;
+    const int nv = model_->config().n_vocab;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<TokenId>((i * 31 + salt * 977 + 5) % nv));
+    return t;
+  }
+  static GenerationRequest greedy(std::vector<TokenId> p, int n) {
+    GenerationRequest r;
+    r.prompt = std::move(p);
+    r.max_tokens = n;
+    r.stop_at_end_of_generation = false;  // random weights: run the full length every time
+    return r;
+  }
+  static Model* model_;
+};
+Model* EngineTest::model_ = nullptr;
+
+TEST_F(EngineTest, GeneratesMaxTokensAndReportsUsage) {
+  auto engine = make_engine();
+  auto r = generate(*engine, greedy(prompt(20, 1), 12));
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  EXPECT_EQ(r->finish, FinishReason::kLength);
+  EXPECT_EQ(r->tokens.size(), 12u);
+  EXPECT_EQ(r->prompt_tokens, 20);
+  EXPECT_EQ(r->cached_tokens, 0);
+  for (float lp : r->logprobs) EXPECT_LE(lp, 0.0f);
+}
+
+TEST_F(EngineTest, ConcurrentSequencesGiveTheSameTokensAsAlone) {
+  std::vector<std::vector<TokenId>> alone;
+  {
+    auto engine = make_engine({.prefix_cache = false});
+    for (int i = 0; i < 6; ++i) alone.push_back(generate(*engine, greedy(prompt(10 + 13 * i, i), 16))->tokens);
+  }
+  EngineOptions o;
+  o.prefix_cache = false;
+  o.prefill_chunk = 24;  // long prompts prefill in chunks between other sequences' decode steps
+  auto engine = make_engine(o);
+  std::vector<std::vector<TokenId>> together(6);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] { together[static_cast<std::size_t>(i)] = generate(*engine, greedy(prompt(10 + 13 * i, i), 16))->tokens; });
+  }
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(together[static_cast<std::size_t>(i)], alone[static_cast<std::size_t>(i)]) << "sequence " << i;
+}
+
+TEST_F(EngineTest, SharedPrefixIsReusedAndGivesTheSameTokens) {
+  auto base = prompt(70, 7);  // 4 full blocks + 6 tokens
+  auto with_tail = base;
+  for (TokenId t : prompt(9, 8)) with_tail.push_back(t);
+  std::vector<TokenId> expected;
+  {
+    auto engine = make_engine({.prefix_cache = false});
+    expected = generate(*engine, greedy(with_tail, 10))->tokens;
+  }
+  auto engine = make_engine();
+  auto first = generate(*engine, greedy(base, 4));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->cached_tokens, 0);
+  auto second = generate(*engine, greedy(with_tail, 10));
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->cached_tokens, 64) << "the 4 full blocks of the shared 70-token prefix";
+  EXPECT_EQ(second->tokens, expected);
+  // The same prompt again: everything but the last token's block... is reused.
+  auto third = generate(*engine, greedy(with_tail, 10));
+  EXPECT_EQ(third->cached_tokens, 64);  // 79 tokens: 4 full blocks; block 5 needs token 80
+  EXPECT_EQ(third->tokens, expected);
+  EXPECT_GT(engine->stats().kv_blocks_cached, 0);
+}
+
+TEST_F(EngineTest, GeneratedTokensEnterThePrefixCache) {
+  // A conversation's next turn starts with the previous prompt and answer: both must be cached.
+  auto engine = make_engine();
+  auto p = prompt(30, 9);
+  auto r1 = generate(*engine, greedy(p, 40));
+  auto next = p;
+  next.insert(next.end(), r1->tokens.begin(), r1->tokens.end());
+  for (TokenId t : prompt(5, 10)) next.push_back(t);
+  auto r2 = generate(*engine, greedy(next, 4));
+  EXPECT_EQ(r2->cached_tokens, 64) << "30 prompt + 40 generated tokens = 4 full blocks";
+}
+
+TEST_F(EngineTest, CacheSaltSeparatesTenants) {
+  auto engine = make_engine();
+  auto req = greedy(prompt(48, 11), 4);
+  req.cache_salt = "tenant-a";
+  generate(*engine, req);
+  auto same = generate(*engine, req);
+  EXPECT_EQ(same->cached_tokens, 32);
+  req.cache_salt = "tenant-b";
+  auto other = generate(*engine, req);
+  EXPECT_EQ(other->cached_tokens, 0);
+}
+
+TEST_F(EngineTest, SameSeedSameOutputDifferentSeedDiffers) {
+  auto engine = make_engine();
+  auto req = greedy(prompt(12, 12), 24);
+  req.sampling.temperature = 3.0f;
+  req.sampling.top_k = 50;
+  req.sampling.top_p = 0.95f;
+  req.sampling.seed = 42;
+  auto a = generate(*engine, req), b = generate(*engine, req);
+  req.sampling.seed = 43;
+  auto c = generate(*engine, req);
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_NE(a->tokens, c->tokens);
+}
+
+TEST_F(EngineTest, RejectsBadRequests) {
+  auto engine = make_engine();
+  auto empty = engine->submit(greedy({}, 4), [](const TokenEvent&) {});
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  auto out_of_range = engine->submit(greedy({0, model_->config().n_vocab}, 4), [](const TokenEvent&) {});
+  EXPECT_EQ(out_of_range.status().code(), StatusCode::kInvalidArgument);
+  auto too_long = engine->submit(greedy(prompt(500, 1), 100), [](const TokenEvent&) {});
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("context"), std::string::npos);
+  // The engine still serves.
+  EXPECT_EQ(generate(*engine, greedy(prompt(5, 1), 3))->tokens.size(), 3u);
+}
+
+TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsBlocks) {
+  auto engine = make_engine({.prefix_cache = false});
+  std::mutex mu;
+  std::condition_variable cv;
+  FinishReason finish = FinishReason::kNone;
+  int tokens = 0;
+  auto id = engine->submit(greedy(prompt(20, 3), 400), [&](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.token >= 0) ++tokens;
+    if (ev.finish != FinishReason::kNone) finish = ev.finish;
+    cv.notify_all();
+  });
+  ASSERT_TRUE(id.has_value());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return tokens >= 2; });
+  }
+  engine->cancel(*id);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return finish != FinishReason::kNone; }));
+  EXPECT_EQ(finish, FinishReason::kCancelled);
+  EXPECT_LT(tokens, 400);
+  lock.unlock();
+  for (int i = 0; i < 100 && engine->stats().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_EQ(engine->stats().running, 0);
+}
+
+TEST_F(EngineTest, SmallPoolPreemptsAndStillFinishesEverything) {
+  // A pool of 40 blocks for 4 sequences of ~150 tokens each forces preemption and recompute.
+  EngineOptions o;
+  o.kv_pool_tokens = 640;
+  o.prefix_cache = false;
+  std::vector<std::vector<TokenId>> alone;
+  {
+    auto engine = make_engine(o);
+    for (int i = 0; i < 4; ++i) alone.push_back(generate(*engine, greedy(prompt(100, 20 + i), 50))->tokens);
+  }
+  auto engine = make_engine(o);
+  std::vector<std::vector<TokenId>> together(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { together[static_cast<std::size_t>(i)] = generate(*engine, greedy(prompt(100, 20 + i), 50))->tokens; });
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(together[static_cast<std::size_t>(i)], alone[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace
+}  // namespace kvstash

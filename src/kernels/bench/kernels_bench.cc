@@ -1,0 +1,142 @@
+// kernels_bench: matmul speed on the model shapes, as fractions of this machine's own limits.
+//
+//   decode  (1 and 8 tokens): weight bytes read per second / measure_stream_read_gbs()
+//   prefill (512 tokens):     GFLOP/s of the whole matmul (conversion + sgemm) / sgemm's own
+//                             GFLOP/s on the same shape with f32 weights (measure_gemm_gflops)
+//
+// Usage: kernels_bench [--types f32,f16,bf16,q8_0] [--models qwen,llama] [--shapes 896x896,...]
+//                      [--no-prefill] [--crossover]
+//                      [--threads N] [--prefill-tokens 512]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/machine_limits.h"
+#include "kernels/simd_dispatch.h"
+
+using namespace kvstash;
+using namespace kvstash::kernels;
+
+namespace {
+
+struct Shape {
+  const char* model;
+  std::int64_t rows, cols;
+};
+
+const Shape kShapes[] = {
+    {"qwen", 896, 896},     {"qwen", 128, 896},     {"qwen", 4864, 896},   {"qwen", 896, 4864},
+    {"qwen", 151936, 896},  {"llama", 2048, 2048},  {"llama", 512, 2048},  {"llama", 8192, 2048},
+    {"llama", 2048, 8192},  {"llama", 128256, 2048},
+};
+
+// Fast random bytes that decode to ordinary values (no NaN or inf): filling a GiB with a real
+// distribution would take longer than the benchmark.
+std::vector<std::uint8_t> fill_weights(WeightType type, std::int64_t rows, std::int64_t cols) {
+  std::vector<std::uint8_t> bytes(row_bytes_for(type, cols) * rows);
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  auto next = [&s] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
+  const std::size_t n = bytes.size();
+  if (type == WeightType::kQ8_0) {
+    for (std::size_t i = 0; i < n; i += 8) { const std::uint64_t r = next(); std::memcpy(&bytes[i], &r, std::min<std::size_t>(8, n - i)); }
+    const std::size_t row_bytes = row_bytes_for(type, cols);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::size_t b = 0; b < row_bytes; b += kQ8_0BlockBytes) { bytes[r * row_bytes + b] = 0; bytes[r * row_bytes + b + 1] = 0x20; }
+    return bytes;
+  }
+  // Masks keep the sign and mantissa random and the exponent in [0.5, 1).
+  const std::uint64_t keep = type == WeightType::kF32 ? 0x807fffff807fffffull
+                             : type == WeightType::kF16 ? 0x83ff83ff83ff83ffull : 0x807f807f807f807full;
+  const std::uint64_t set = type == WeightType::kF32 ? 0x3f0000003f000000ull
+                            : type == WeightType::kF16 ? 0x3800380038003800ull : 0x3f003f003f003f00ull;
+  for (std::size_t i = 0; i + 8 <= n; i += 8) { const std::uint64_t r = (next() & keep) | set; std::memcpy(&bytes[i], &r, 8); }
+  return bytes;
+}
+
+template <typename F>
+double best_seconds(F&& f, double min_total_s = 0.3, int min_reps = 3) {
+  f();  // warm-up: caches, page mapping, OpenBLAS threads
+  double best = 1e30, total = 0.0;
+  for (int reps = 0; reps < min_reps || (total < min_total_s && reps < 1000); ++reps) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::min(best, s);
+    total += s;
+  }
+  return best;
+}
+
+bool listed(const std::string& list, const char* name) {
+  return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string types = "f32,f16,bf16,q8_0", models, shapes;
+  bool prefill = true, crossover = false;
+  int threads = 0, prefill_tokens = 512;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--types" && i + 1 < argc) types = argv[++i];
+    else if (a == "--models" && i + 1 < argc) models = argv[++i];
+    else if (a == "--shapes" && i + 1 < argc) shapes = argv[++i];
+    else if (a == "--no-prefill") prefill = false;
+    else if (a == "--crossover") crossover = true;
+    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--prefill-tokens" && i + 1 < argc) prefill_tokens = std::atoi(argv[++i]);
+    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
+  }
+  ThreadPool pool(threads);
+  const double stream = measure_stream_read_gbs(pool);
+  std::printf("simd %s, %d threads, stream read %.1f GB/s\n", simd_path(), pool.size(), stream);
+  std::printf("%-6s %-14s %-5s | %9s %6s | %9s %6s | %9s %9s %6s\n", "model", "shape", "type", "dec1 GB/s", "/strm",
+              "dec8 GB/s", "/strm", "pf GFLOPs", "sgemm", "/sgemm");
+  for (const Shape& shape : kShapes) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%lldx%lld", static_cast<long long>(shape.rows), static_cast<long long>(shape.cols));
+    if (!listed(models, shape.model) || !listed(shapes, name)) continue;
+    double sgemm = 0.0;
+    if (prefill) sgemm = measure_gemm_gflops(prefill_tokens, static_cast<int>(shape.rows), static_cast<int>(shape.cols), pool);
+    std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
+    std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
+    for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
+      if (!listed(types, weight_type_name(type))) continue;
+      const std::vector<std::uint8_t> bytes = fill_weights(type, shape.rows, shape.cols);
+      const WeightView w{type, bytes.data(), shape.rows, shape.cols, row_bytes_for(type, shape.cols)};
+      const double gb = static_cast<double>(bytes.size()) / 1e9;
+      const double d1 = gb / best_seconds([&] { matmul(w, x.data(), 1, y.data(), pool); });
+      const double d8 = gb / best_seconds([&] { matmul(w, x.data(), 8, y.data(), pool); });
+      if (crossover) {
+        // GFLOP/s around the decode/prefill threshold (kPrefillMinTokens in matmul.cc).
+        // Each n through both paths: GFLOP/s as decode/prefill.
+        std::printf("  %s %s GFLOP/s decode/prefill:", name, weight_type_name(type));
+        for (int n : {8, 16, 32, 48, 64, 128}) {
+          const double gflop = 2.0 * n * shape.rows * static_cast<double>(shape.cols) / 1e9;
+          set_prefill_min_tokens_for_testing(1 << 30);
+          const double dec = gflop / best_seconds([&] { matmul(w, x.data(), n, y.data(), pool); }, 0.1, 2);
+          set_prefill_min_tokens_for_testing(1);
+          const double pre = gflop / best_seconds([&] { matmul(w, x.data(), n, y.data(), pool); }, 0.1, 2);
+          set_prefill_min_tokens_for_testing(0);
+          std::printf(" %d:%.0f/%.0f", n, dec, pre);
+        }
+        std::printf("\n");
+        continue;
+      }
+      double pf = 0.0;
+      if (prefill) {
+        const double flops = 2.0 * prefill_tokens * shape.rows * static_cast<double>(shape.cols);
+        pf = flops / 1e9 / best_seconds([&] { matmul(w, x.data(), prefill_tokens, y.data(), pool); }, 0.0, 2);
+      }
+      std::printf("%-6s %-14s %-5s | %9.1f %6.2f | %9.1f %6.2f | %9.1f %9.1f %6.2f\n", shape.model, name,
+                  weight_type_name(type), d1, d1 / stream, d8, d8 / stream, pf, sgemm, sgemm > 0 ? pf / sgemm : 0.0);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
