@@ -1,5 +1,11 @@
 #include "bench/http_client.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
@@ -60,6 +66,100 @@ TEST(OpenAiClientTest, UnreachableServerIsAConnectErrorRecord) {
   EXPECT_GT(r.prompt_tokens, 0);  // estimated locally
   EXPECT_FALSE(client.first_model().has_value());
   EXPECT_EQ(client.first_model().status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace kvstash::bench
+
+namespace kvstash::bench {
+namespace {
+
+// Fault injection at the socket level (not an OpenAI server): a listener that answers every
+// connection with `response` and then either closes or holds the connection open silently.
+class RawSocketServer {
+ public:
+  RawSocketServer(std::string response, bool stall) : response_(std::move(response)), stall_(stall) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 4);
+    thread_ = std::thread([this] { serve_one(); });
+  }
+  ~RawSocketServer() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve_one() {
+    const int client = accept(fd_, nullptr, nullptr);
+    if (client < 0) return;
+    char buffer[4096];
+    (void)!read(client, buffer, sizeof buffer);  // the request; its content does not matter
+    (void)!write(client, response_.data(), response_.size());
+    if (stall_) {
+      // Hold the connection until the client gives up and closes it.
+      while (read(client, buffer, sizeof buffer) > 0) {
+      }
+    }
+    close(client);
+  }
+
+  std::string response_;
+  bool stall_;
+  int fd_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+const char* kSseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+
+RequestRecord one_request(const std::string& url, double timeout_s) {
+  ClientOptions options;
+  options.timeout_s = timeout_s;
+  OpenAiClient client(*parse_url(url), options);
+  return client.stream({{"user", "hello"}}, 4, std::chrono::steady_clock::now());
+}
+
+TEST(OpenAiClientFaultTest, StalledStreamIsATimeout) {
+  RawSocketServer server(std::string(kSseHead) + "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+                         /*stall=*/true);
+  const RequestRecord r = one_request(server.url(), 1.0);
+  EXPECT_EQ(r.error, error_kind::kTimeout) << r.error_detail;
+  EXPECT_EQ(r.http_status, 200);
+  EXPECT_GT(r.ttft_s, 0);  // the first chunk did arrive
+}
+
+TEST(OpenAiClientFaultTest, ServerErrorStatusIsHttp5xx) {
+  RawSocketServer server(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 21\r\n"
+      "Connection: close\r\n\r\n{\"error\":{\"m\":\"x\"}}\n\n",
+      /*stall=*/false);
+  const RequestRecord r = one_request(server.url(), 5.0);
+  EXPECT_EQ(r.error, error_kind::kHttp5xx) << r.error_detail;
+  EXPECT_EQ(r.http_status, 503);
+}
+
+TEST(OpenAiClientFaultTest, MalformedSseOverTheWire) {
+  RawSocketServer server(std::string(kSseHead) + "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n" +
+                             "data: <html>oops</html>\n\n",
+                         /*stall=*/false);
+  const RequestRecord r = one_request(server.url(), 5.0);
+  EXPECT_EQ(r.error, error_kind::kMalformedSse) << r.error_detail;
+}
+
+TEST(OpenAiClientFaultTest, StreamCutBeforeDoneIsTruncated) {
+  RawSocketServer server(std::string(kSseHead) + "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+                         /*stall=*/false);
+  const RequestRecord r = one_request(server.url(), 5.0);
+  EXPECT_EQ(r.error, error_kind::kTruncated) << r.error_detail;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -31,6 +32,27 @@ inline int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+inline bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A free port P whose cluster bus port P + 10000 is free too (kernel ephemeral ports are often
+// above 55535, where P + 10000 does not exist and a cluster node cannot start).
+inline int free_cluster_port() {
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    const int p = 20000 + (::getpid() * 7919 + attempt * 104729) % 30000;
+    if (port_free(p) && port_free(p + 10000)) return p;
+  }
+  return free_port();
 }
 
 // One reply's text from a fresh connection, "" if none (for readiness checks and admin steps).

@@ -91,7 +91,7 @@ class RedisClusterTest : public ::testing::Test {
     }
     std::string create = "redis-cli --cluster create";
     for (int i = 0; i < 3; ++i) {
-      const int port = free_port();
+      const int port = free_cluster_port();
       servers_.push_back(std::make_unique<RedisTestServer>(
           port, std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
                                          dir_.path() + "/nodes-" + std::to_string(port) + ".conf",

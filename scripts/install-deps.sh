@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages kvstash needs to build, test and run.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev            # sgemm for prefill
+  libssl-dev                 # SHA-256 (cache keys, model fingerprints)
+  libicu-dev                 # Unicode classes for the tokenizer's pre-tokenizers
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libhiredis-dev libxxhash-dev libzstd-dev
+  libgtest-dev
+  redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
+  chromium                   # renders the bench report in its screenshot test
+  curl python3               # the demo's client side
+)
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+fi

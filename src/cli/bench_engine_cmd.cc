@@ -1,0 +1,156 @@
+// kvstash bench-engine: the engine's prefill and decode speed, beside the machine's own limits
+// measured in the same run — OpenBLAS sgemm FLOP/s on the model's matmul shapes and the memory
+// read bandwidth of a streaming read with all cores — so the ratios mean the same on any machine.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "engine/block_pool.h"
+#include "kernels/machine_limits.h"
+#include "model/model.h"
+
+namespace kvstash::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Runner {
+  const Model& model;
+  BlockPool pool;
+  ThreadPool& threads;
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<float> logits;
+
+  Runner(const Model& m, int n_seqs, int max_tokens, ThreadPool& t)
+      : model(m), pool(m.config(), 16, static_cast<std::int64_t>(n_seqs) * (max_tokens / 16 + 1)), threads(t) {
+    for (int s = 0; s < n_seqs; ++s) {
+      tables.emplace_back();
+      for (int b = 0; b * 16 < max_tokens; ++b) tables.back().push_back(*pool.allocate());
+    }
+  }
+  // One forward pass: n_new tokens for each of the first n_seqs sequences at position pos.
+  double step(int n_seqs, int pos, int n_new) {
+    ForwardBatch batch;
+    const int nv = model.config().n_vocab;
+    for (int s = 0; s < n_seqs; ++s) {
+      for (int i = 0; i < n_new; ++i) batch.tokens.push_back(static_cast<TokenId>((pos + i) * 7919 % nv + s) % nv);
+      batch.sequences.push_back({tables[static_cast<std::size_t>(s)].data(), pos, n_new, true, false});
+    }
+    logits.resize(static_cast<std::size_t>(batch.logit_rows()) * nv);
+    auto t0 = Clock::now();
+    model.forward(batch, pool.view(), logits.data(), threads);
+    return seconds_since(t0);
+  }
+};
+
+}  // namespace
+
+int bench_engine_main(int argc, char** argv) {
+  CLI::App app{"Measure prefill and decode speed of a model against this machine's GEMM peak and memory bandwidth.",
+               "kvstash bench-engine"};
+  std::string model_path;
+  int prompt_tokens = 512, decode_tokens = 32, repeats = 3, n_threads = 0;
+  bool json = false;
+  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("--prompt-tokens", prompt_tokens, "prefill length")->capture_default_str();
+  app.add_option("--decode-tokens", decode_tokens, "decode steps timed per batch size")->capture_default_str();
+  app.add_option("--repeats", repeats, "best of this many prefill runs")->capture_default_str();
+  app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
+  app.add_flag("--json", json, "print one JSON object instead of a table");
+  CLI11_PARSE(app, argc, argv);
+
+  auto loaded = Model::load(model_path);
+  if (!loaded) {
+    std::fprintf(stderr, "kvstash bench-engine: %s\n", loaded.status().to_string().c_str());
+    return 1;
+  }
+  const Model& model = **loaded;
+  const ModelConfig& c = model.config();
+  ThreadPool threads(n_threads);
+  auto progress = [&](const char* what) { if (!json) std::fprintf(stderr, "… %s\n", what); };
+
+  // Prefill: best of `repeats` passes over a fresh prompt.
+  progress("prefill");
+  double prefill_s = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    Runner run(model, 1, prompt_tokens, threads);
+    prefill_s = std::min(prefill_s, run.step(1, 0, prompt_tokens));
+  }
+  // Decode at batch 1 and 8, after a short prompt: mean time per step.
+  auto decode = [&](int batch) {
+    Runner run(model, batch, 64 + decode_tokens + 1, threads);
+    run.step(batch, 0, 64);
+    double total = 0;
+    for (int i = 0; i < decode_tokens; ++i) total += run.step(batch, 64 + i, 1);
+    return total / decode_tokens;
+  };
+  progress("decode, batch 1");
+  const double decode1_s = decode(1);
+  progress("decode, batch 8");
+  const double decode8_s = decode(8);
+
+  // The machine's limits, measured now. sgemm on each distinct matmul shape of one layer at the
+  // prefill length, combined by time (total FLOPs / total seconds), as the layer runs them.
+  progress("OpenBLAS sgemm on the model's shapes");
+  const std::int64_t q_dim = std::int64_t{c.n_heads} * c.head_dim;
+  struct Shape { std::int64_t rows, cols, count; };
+  const Shape shapes[] = {{q_dim, c.n_embd, 1}, {c.kv_row_elems(), c.n_embd, 2}, {c.n_embd, q_dim, 1},
+                          {c.n_ff, c.n_embd, 2}, {c.n_embd, c.n_ff, 1}};
+  double gemm_flops = 0, gemm_s = 0;
+  for (const Shape& s : shapes) {
+    const double gflops = kernels::measure_gemm_gflops(prompt_tokens, static_cast<int>(s.rows), static_cast<int>(s.cols), threads);
+    const double flops = 2.0 * prompt_tokens * s.rows * s.cols * s.count;
+    gemm_flops += flops;
+    gemm_s += flops / (gflops * 1e9);
+  }
+  const double gemm_peak_gflops = gemm_flops / gemm_s / 1e9;
+  progress("streaming read bandwidth");
+  const double stream_gbs = kernels::measure_stream_read_gbs(threads);
+
+  // What the engine achieved in the same units. Prefill FLOPs: every layer matmul for every
+  // token, the output projection for the last one, and causal attention (QK^T and PV).
+  const double layer_params = static_cast<double>(q_dim * c.n_embd * 2 + c.kv_row_elems() * std::int64_t{c.n_embd} * 2 +
+                                                  std::int64_t{c.n_ff} * c.n_embd * 3);
+  const double attn_flops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (prompt_tokens * (prompt_tokens + 1) / 2.0);
+  const double prefill_flops = 2.0 * layer_params * c.n_layers * prompt_tokens + 2.0 * c.n_vocab * c.n_embd + attn_flops;
+  const double prefill_gflops = prefill_flops / prefill_s / 1e9;
+  const double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
+  const double decode_gbs = bytes_per_token / decode1_s / 1e9;
+
+  nlohmann::json out = {
+      {"model", c.name},
+      {"architecture", c.architecture},
+      {"simd", kernels::simd_path()},
+      {"threads", threads.size()},
+      {"prompt_tokens", prompt_tokens},
+      {"prefill_tokens_per_s", prompt_tokens / prefill_s},
+      {"prefill_gflops", prefill_gflops},
+      {"decode_tokens_per_s", 1.0 / decode1_s},
+      {"decode_batch8_tokens_per_s", 8.0 / decode8_s},
+      {"decode_weight_read_gbs", decode_gbs},
+      {"weight_bytes_per_token", bytes_per_token},
+      {"gemm_peak_gflops", gemm_peak_gflops},
+      {"stream_read_gbs", stream_gbs},
+      {"prefill_vs_gemm_peak", prefill_gflops / gemm_peak_gflops},
+      {"decode_vs_stream_read", decode_gbs / stream_gbs},
+  };
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model %s (%s), %s, %d threads\n", c.name.c_str(), c.architecture.c_str(), kernels::simd_path(), threads.size());
+  std::printf("  prefill  %5d tokens   %9.1f tokens/s   %7.1f GFLOP/s   = %5.1f%% of OpenBLAS sgemm peak (%.1f GFLOP/s)\n",
+              prompt_tokens, prompt_tokens / prefill_s, prefill_gflops, 100 * prefill_gflops / gemm_peak_gflops, gemm_peak_gflops);
+  std::printf("  decode   batch 1      %9.1f tokens/s   %7.2f GB/s      = %5.1f%% of streaming read (%.2f GB/s)\n",
+              1.0 / decode1_s, decode_gbs, 100 * decode_gbs / stream_gbs, stream_gbs);
+  std::printf("  decode   batch 8      %9.1f tokens/s   (%.2fx batch 1)\n", 8.0 / decode8_s, decode1_s * 8.0 / decode8_s);
+  return 0;
+}
+
+}  // namespace kvstash::cli
