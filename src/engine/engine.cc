@@ -12,11 +12,13 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 
+#include "cache/tiered_store.h"
 #include "common/thread_pool.h"
 #include "engine/block_pool.h"
 #include "engine/sequence.h"
@@ -26,12 +28,14 @@ namespace kvstash {
 
 struct Engine::Impl {
   Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
-      : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads) {}
+      : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
+        kv_format("f16-blk" + std::to_string(o.block_size) + "-v1") {}
 
   const Model& model;
   EngineOptions options;
   BlockPool pool;
   ThreadPool threads;
+  const std::string kv_format;
   std::thread thread;
 
   mutable std::mutex mu;
@@ -56,6 +60,9 @@ struct Engine::Impl {
   bool ensure_blocks(Sequence& seq, int n_new);
   void preempt(std::unique_ptr<Sequence> seq);
   void register_full_blocks(Sequence& seq);
+  int load_from_store(Sequence& seq, int hits);
+  void store_full_chunks(Sequence& seq);
+  cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
   void publish_stats(double prefill_s, double decode_s);
@@ -63,19 +70,19 @@ struct Engine::Impl {
 
 namespace {
 
-cache::ChunkKey block_key(const Model& model, const Sequence& seq, int block_index, int block_size) {
+cache::ChunkKey block_key(const Model& model, const std::string& kv_format, const Sequence& seq, int block_index, int block_size) {
   std::span<const TokenId> toks(seq.tokens.data() + static_cast<std::size_t>(block_index) * block_size,
                                 static_cast<std::size_t>(block_size));
   if (block_index == 0) {
-    return cache::first_chunk_key(model.fingerprint(), Model::kKvFormat, seq.request.cache_salt, toks);
+    return cache::first_chunk_key(model.fingerprint(), kv_format, seq.request.cache_salt, toks);
   }
   return cache::next_chunk_key(seq.block_keys[static_cast<std::size_t>(block_index - 1)], toks);
 }
 
 // Extends seq.block_keys to cover the first n_blocks full blocks of its tokens.
-void extend_block_keys(const Model& model, Sequence& seq, int n_blocks, int block_size) {
+void extend_block_keys(const Model& model, const std::string& kv_format, Sequence& seq, int n_blocks, int block_size) {
   while (static_cast<int>(seq.block_keys.size()) < n_blocks) {
-    seq.block_keys.push_back(block_key(model, seq, static_cast<int>(seq.block_keys.size()), block_size));
+    seq.block_keys.push_back(block_key(model, kv_format, seq, static_cast<int>(seq.block_keys.size()), block_size));
   }
 }
 
@@ -87,6 +94,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   EngineOptions o = options;
   if (o.block_size <= 0 || o.n_ctx <= 0 || o.max_running <= 0 || o.prefill_chunk <= 0 || o.step_token_budget <= 0) {
     return invalid_argument("engine options must be positive (block_size, n_ctx, max_running, prefill_chunk, step_token_budget)");
+  }
+  if (o.kv_store && (o.chunk_tokens <= 0 || o.chunk_tokens % o.block_size != 0)) {
+    return invalid_argument("chunk_tokens (" + std::to_string(o.chunk_tokens) + ") must be a positive multiple of block_size (" +
+                            std::to_string(o.block_size) + ")");
   }
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
@@ -115,6 +126,7 @@ Engine::~Engine() {
 
 const Model& Engine::model() const { return impl_->model; }
 const EngineOptions& Engine::options() const { return impl_->options; }
+const std::string& Engine::kv_format() const { return impl_->kv_format; }
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -213,9 +225,10 @@ bool Engine::Impl::admit(Sequence& seq) {
   int hits = 0;
   if (options.prefix_cache) {
     const int max_reuse = (n_tokens - 1) / bs;
-    extend_block_keys(model, seq, max_reuse, bs);
+    extend_block_keys(model, kv_format, seq, max_reuse, bs);
     while (hits < max_reuse && pool.contains(seq.block_keys[static_cast<std::size_t>(hits)])) ++hits;
   }
+  const int pool_hits = hits;
   // Admit only if the rest of the prompt (plus the first generated token) fits beside what the
   // running sequences need for their next token.
   // (Retaining a cached hit block takes it out of n_available(), so the check below is exact.)
@@ -226,11 +239,19 @@ bool Engine::Impl::admit(Sequence& seq) {
     seq.block_table.clear();
     return false;
   }
+  // Then the tiered store, for the full chunks beyond what the pool had.
+  if (options.kv_store && options.prefix_cache) hits = load_from_store(seq, hits);
+  if (options.kv_store) {
+    seq.num_stored_chunks = std::max(seq.num_stored_chunks, hits * bs / options.chunk_tokens);
+  }
   seq.num_computed_tokens = hits * bs;
   seq.num_registered_blocks = hits;
   if (!seq.admitted_before) {
     seq.num_cached_tokens = std::min(hits * bs, seq.n_prompt);
     seq.admitted_before = true;
+    std::lock_guard<std::mutex> lock(mu);
+    stats.prompt_tokens_from_pool += std::min(pool_hits * bs, seq.n_prompt);
+    stats.prompt_tokens_from_store += std::min(hits * bs, seq.n_prompt) - std::min(pool_hits * bs, seq.n_prompt);
   }
   return true;
 }
@@ -258,10 +279,96 @@ void Engine::Impl::register_full_blocks(Sequence& seq) {
   if (!options.prefix_cache) return;
   const int bs = pool.block_size();
   const int full = seq.num_computed_tokens / bs;
-  extend_block_keys(model, seq, full, bs);
+  extend_block_keys(model, kv_format, seq, full, bs);
   for (; seq.num_registered_blocks < full; ++seq.num_registered_blocks) {
     const auto i = static_cast<std::size_t>(seq.num_registered_blocks);
     pool.register_block(seq.block_table[i], seq.block_keys[i]);
+  }
+}
+
+cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const {
+  const ModelConfig& c = model.config();
+  cache::ChunkMeta m;
+  m.key = seq.chunk_keys[static_cast<std::size_t>(chunk)];
+  m.model_fingerprint = model.fingerprint();
+  m.kv_format = kv_format;
+  m.token_count = static_cast<std::uint32_t>(options.chunk_tokens);
+  m.first_position = static_cast<std::uint32_t>(chunk * options.chunk_tokens);
+  m.n_layers = static_cast<std::uint32_t>(c.n_layers);
+  m.n_kv_heads = static_cast<std::uint32_t>(c.n_kv_heads);
+  m.head_dim = static_cast<std::uint32_t>(c.head_dim);
+  m.element_type = static_cast<std::uint32_t>(gguf::TensorType::kF16);
+  return m;
+}
+
+namespace {
+void extend_chunk_keys(const Model& model, const std::string& kv_format, Sequence& seq, int n_chunks, int chunk_tokens) {
+  if (static_cast<int>(seq.chunk_keys.size()) >= n_chunks) return;
+  seq.chunk_keys = cache::chunk_keys(model.fingerprint(), kv_format, seq.request.cache_salt,
+                                     std::span<const TokenId>(seq.tokens.data(), static_cast<std::size_t>(n_chunks) * chunk_tokens),
+                                     static_cast<std::size_t>(chunk_tokens));
+}
+}  // namespace
+
+// Loads the longest run of full chunks after the first `hits` blocks from the tiered store into
+// fresh pool blocks, registering each block under its prefix key. Returns the new hit count in
+// blocks. The load runs on the engine thread (a step waits for it); it is the latency a prefill
+// of the same tokens would have cost many times over.
+int Engine::Impl::load_from_store(Sequence& seq, int hits) {
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  const int n_tokens = static_cast<int>(seq.tokens.size());
+  const int max_chunks = (n_tokens - 1) / options.chunk_tokens;  // leave one token to compute
+  const int first = hits / bpc;
+  if (first >= max_chunks) return hits;
+  extend_chunk_keys(model, kv_format, seq, max_chunks, options.chunk_tokens);
+  std::span<const cache::ChunkKey> wanted(seq.chunk_keys.data() + first, static_cast<std::size_t>(max_chunks - first));
+  const std::size_t listed = options.kv_store->lookup(wanted);
+  if (listed == 0) return hits;
+  // Room for the chunks beyond the pool's hits, keeping one block per running sequence spare.
+  const std::int64_t spare = pool.n_available() - static_cast<std::int64_t>(running.size()) - 1;
+  const std::int64_t fit = (spare + (hits - first * bpc)) / bpc;
+  const std::size_t n_chunks = std::min<std::size_t>(listed, static_cast<std::size_t>(std::max<std::int64_t>(fit, 0)));
+  std::vector<cache::ChunkMeta> metas;
+  for (std::size_t i = 0; i < n_chunks; ++i) metas.push_back(chunk_meta(seq, first + static_cast<int>(i)));
+  auto loaded = options.kv_store->load(metas);
+  const std::size_t block_bytes = pool.view().block_bytes();
+  extend_block_keys(model, kv_format, seq, (first + static_cast<int>(loaded.size())) * bpc, bs);
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    const auto& payload = loaded[i].view.payload;
+    if (payload.size() != block_bytes * static_cast<std::size_t>(bpc)) break;  // not this pool's layout: a miss
+    for (int j = 0; j < bpc; ++j) {
+      const int g = (first + static_cast<int>(i)) * bpc + j;
+      if (g < hits) continue;  // the pool already had this block
+      auto b = pool.allocate();
+      if (!b) return hits;
+      std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
+      seq.block_table.push_back(*b);
+      pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
+      hits = g + 1;
+    }
+  }
+  return hits;
+}
+
+// Hands every newly computed full chunk to the store's write-behind queue (never blocks).
+void Engine::Impl::store_full_chunks(Sequence& seq) {
+  if (!options.kv_store) return;
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  const int full = seq.num_computed_tokens / options.chunk_tokens;
+  if (seq.num_stored_chunks >= full) return;
+  extend_chunk_keys(model, kv_format, seq, full, options.chunk_tokens);
+  const std::size_t block_bytes = pool.view().block_bytes();
+  std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(bpc));
+  for (; seq.num_stored_chunks < full; ++seq.num_stored_chunks) {
+    const int c = seq.num_stored_chunks;
+    for (int j = 0; j < bpc; ++j) {
+      auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(c * bpc + j)]);
+      std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
+    }
+    if (options.kv_store->store(chunk_meta(seq, c), payload).is_ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.chunks_stored;
+    }
   }
 }
 
@@ -374,6 +481,7 @@ void Engine::Impl::step() {
     const bool sample_now = batch.sequences[i].want_logits;
     s.num_computed_tokens += plan[i].n_new;
     register_full_blocks(s);
+    store_full_chunks(s);
     if (!sample_now) continue;
     SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs);
     if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();

@@ -21,6 +21,9 @@
 namespace kvstash {
 
 class Model;
+namespace cache {
+class TieredStore;
+}
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
@@ -64,6 +67,11 @@ struct EngineOptions {
   int max_queued = 64;              // waiting requests beyond the running batch; more = rejected
   bool prefix_cache = true;         // keep and reuse full blocks by prefix hash
   int n_threads = 0;                // 0 = all cores
+  // The tiered KV store (memory → disk → redis) behind the pool, or nullptr for none. Not owned;
+  // must outlive the engine. Full chunks of chunk_tokens tokens are looked up there on admission
+  // (after the pool's own prefix cache) and written there once computed.
+  cache::TieredStore* kv_store = nullptr;
+  int chunk_tokens = 256;           // a multiple of block_size
 };
 
 struct EngineStats {
@@ -78,6 +86,9 @@ struct EngineStats {
   std::int64_t kv_blocks_total = 0;
   std::int64_t kv_blocks_used = 0;    // referenced by a sequence
   std::int64_t kv_blocks_cached = 0;  // free but holding reusable prefix KV
+  std::int64_t prompt_tokens_from_pool = 0;   // cached prompt tokens found in the engine's pool
+  std::int64_t prompt_tokens_from_store = 0;  // cached prompt tokens loaded from the tiered store
+  std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
 };
 
 class Engine {
@@ -95,6 +106,9 @@ class Engine {
   EngineStats stats() const;
   const Model& model() const;
   const EngineOptions& options() const;
+  // The kv_format of every key and chunk this engine makes: element type and pool layout
+  // ("f16-blk16-v1": f16, blocks of 16 tokens each holding all layers' K then V rows).
+  const std::string& kv_format() const;
 
  private:
   Engine() = default;

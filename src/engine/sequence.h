@@ -38,6 +38,8 @@ struct Sequence {
   // each registered in the pool once computed.
   std::vector<cache::ChunkKey> block_keys;
   int num_registered_blocks = 0;
+  std::vector<cache::ChunkKey> chunk_keys;  // the tiered store's keys, chunk_tokens per key
+  int num_stored_chunks = 0;                // leading chunks known to be in the store (or sent)
   bool admitted_before = false;  // set at first admission; a preempted sequence keeps its counts
 
   double ttft_s = -1.0;        // < 0 until the first token is out

@@ -102,8 +102,6 @@ class Model {
   // SHA-256 over architecture, hyper-parameters and tensor bytes; the same on every machine.
   const std::array<std::uint8_t, 32>& fingerprint() const { return fingerprint_; }
   std::string fingerprint_hex() const;
-  // Names the KV element type and pool layout, part of every cache key.
-  static constexpr const char* kKvFormat = "f16-blk-v1";
   // Bytes of weights read per decoded token (all matrices, incl. the output projection).
   std::size_t weight_bytes_per_token() const;
 
