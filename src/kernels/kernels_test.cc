@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/fp16.h"
+#include "kernels/quantize.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/test_weights.h"
 
@@ -110,6 +111,18 @@ TEST_P(KernelsOnPath, DequantizeRowsIsExact) {
       ASSERT_EQ(out[i], tw.dequantized[3 * cols + i]) << weight_type_name(type) << " element " << i;
     }
   }
+}
+
+TEST_P(KernelsOnPath, Q8_0DequantizeAgreesWithQuantizeModule) {
+  // Round trip through quantize.h's encoder, decoded by quantize.h and by this path.
+  const std::vector<float> x = random_floats(64 * 5, 17, -4.0f, 4.0f);
+  std::vector<std::uint8_t> blocks(5 * 2 * kQ8_0BlockBytes);
+  quantize_q8_0(x.data(), static_cast<std::int64_t>(x.size()), blocks.data());
+  const WeightView w{WeightType::kQ8_0, blocks.data(), 5, 64, row_bytes_for(WeightType::kQ8_0, 64)};
+  std::vector<float> ours(x.size()), theirs(x.size());
+  dequantize_rows(w, 0, 5, ours.data());
+  dequantize_row_q8_0(blocks.data(), static_cast<std::int64_t>(x.size()), theirs.data());
+  EXPECT_EQ(ours, theirs);
 }
 
 TEST_P(KernelsOnPath, ActivationQuantizerMatchesScalarBitForBit) {
