@@ -1,5 +1,6 @@
 #include "bench/summary_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -82,7 +83,9 @@ std::string format_comparison(const Summary& a, const Summary& b, const std::str
                               const std::string& name_b) {
   const auto rows_a = summary_rows(a);
   const auto rows_b = summary_rows(b);
-  std::string out = pad("metric", 28, false) + pad(name_a, 18, true) + pad(name_b, 18, true) + pad("b/a", 10, true) + "\n";
+  // Columns as wide as the file names, so that long paths stay apart.
+  const std::size_t w = std::max<std::size_t>(18, std::max(name_a.size(), name_b.size()) + 2);
+  std::string out = pad("metric", 28, false) + pad(name_a, w, true) + pad(name_b, w, true) + pad("b/a", 10, true) + "\n";
   for (const auto& ra : rows_a) {
     double vb = kMissing;
     for (const auto& rb : rows_b) {
@@ -94,14 +97,14 @@ std::string format_comparison(const Summary& a, const Summary& b, const std::str
       std::snprintf(buffer, sizeof buffer, "%.3fx", vb / ra.value);
       ratio = buffer;
     }
-    out += pad(ra.label, 28, false) + pad(format_value(ra.value, ra.unit), 18, true) +
-           pad(format_value(vb, ra.unit), 18, true) + pad(ratio, 10, true) + "\n";
+    out += pad(ra.label, 28, false) + pad(format_value(ra.value, ra.unit), w, true) +
+           pad(format_value(vb, ra.unit), w, true) + pad(ratio, 10, true) + "\n";
   }
   // Rows only b has (more multi-turn rounds).
   for (const auto& rb : rows_b) {
     bool in_a = false;
     for (const auto& ra : rows_a) in_a = in_a || ra.label == rb.label;
-    if (!in_a) out += pad(rb.label, 28, false) + pad("-", 18, true) + pad(format_value(rb.value, rb.unit), 18, true) + pad("-", 10, true) + "\n";
+    if (!in_a) out += pad(rb.label, 28, false) + pad("-", w, true) + pad(format_value(rb.value, rb.unit), w, true) + pad("-", 10, true) + "\n";
   }
   return out;
 }

@@ -298,7 +298,9 @@ void Server::Impl::install_routes() {
     }
     send_error(res, ApiError{500, "internal error: " + what, "server_error", "", ""});
   });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted just before the response is written (not in the logger, which runs after it): a
+  // client that has its answer must find it counted. A stream is counted when it starts.
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     static const char* kKnown[] = {"/v1/chat/completions", "/v1/completions", "/health", "/v1/models",
                                    "/metrics"};
     std::string endpoint = "other";

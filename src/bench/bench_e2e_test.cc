@@ -197,6 +197,19 @@ TEST_F(BenchAgainstServer, RandomCompletionsUnderPoissonRate) {
   EXPECT_EQ(r.summary.good_requests, 6);
 }
 
+TEST_F(BenchAgainstServer, EndlessRandomStopsAfterDuration) {
+  BenchConfig c = small_config(server_->url(), "random");
+  c.workload.num_prompts = -1;  // endless: --duration without --requests
+  c.load.duration_s = 0.5;
+  c.warmup_requests = 0;
+  std::ostringstream out, log;
+  const BenchOutcome outcome = run_bench(c, out, log);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.error << first_error(outcome.result);
+  const Summary& s = outcome.result.summary;
+  EXPECT_GT(s.requests, 0);
+  for (const auto& r : outcome.result.records) EXPECT_LT(r.start_s, 0.5);  // none started after the limit
+}
+
 TEST_F(BenchAgainstServer, SharedPrefix) {
   const BenchResult r = run_and_check(small_config(server_->url(), "shared-prefix"), 6);
   EXPECT_GT(r.summary.cached_token_ratio, 0) << "the later prompts of a group share its system prompt";
