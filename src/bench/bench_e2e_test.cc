@@ -5,11 +5,13 @@
 // `serve` or `gen-model`. KVSTASH_BIN overrides the binary's path.
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
@@ -27,6 +29,24 @@ namespace {
 std::string kvstash_binary() {
   if (const char* bin = std::getenv("KVSTASH_BIN")) return bin;
   return std::string(KVSTASH_BINARY_DIR) + "/kvstash";
+}
+
+// A directory of this process's own (model, logs, outputs), so that test runs at the same time
+// never share or race on files; removed when the process exits.
+const std::string& scratch_dir() {
+  struct Dir {
+    Dir() {
+      std::string pattern = testing::TempDir() + "/kvstash-bench-e2e-XXXXXX";
+      if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+    }
+    ~Dir() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+    }
+    std::string path;
+  };
+  static const Dir dir;
+  return dir.path;
 }
 
 int run_quietly(const std::string& command) {
@@ -55,6 +75,8 @@ class ServerProcess {
     port_ = free_port();
     pid_ = fork();
     if (pid_ == 0) {
+      // The server must not outlive a test binary that is killed.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(log, 1);
       dup2(log, 2);
@@ -97,7 +119,7 @@ std::string prepare(std::string& model_path) {
   const std::string bin = kvstash_binary();
   if (access(bin.c_str(), X_OK) != 0) return "no kvstash binary at " + bin + " (build the kvstash target)";
   if (run_quietly(bin + " serve --help") != 0) return "the kvstash binary lacks the `serve` subcommand";
-  model_path = testing::TempDir() + "/kvstash_bench_tiny.gguf";
+  model_path = scratch_dir() + "/kvstash_bench_tiny.gguf";
   if (access(model_path.c_str(), R_OK) != 0 &&
       run_quietly(bin + " gen-model --preset tiny --type f16 --out " + model_path) != 0) {
     return "`kvstash gen-model --preset tiny --type f16` failed";
@@ -137,7 +159,7 @@ class BenchAgainstServer : public testing::Test {
     skip_reason_ = new std::string(prepare(model_path_));
     if (!skip_reason_->empty()) return;
     server_ = new ServerProcess();
-    *skip_reason_ = server_->start(model_path_, testing::TempDir() + "/kvstash_bench_serve.log");
+    *skip_reason_ = server_->start(model_path_, scratch_dir() + "/kvstash_bench_serve.log");
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -149,7 +171,7 @@ class BenchAgainstServer : public testing::Test {
 
   // Runs `config`, checks it completed, and that --out's summary is the one its records give.
   BenchResult run_and_check(BenchConfig config, std::int64_t expected_requests) {
-    config.out_path = testing::TempDir() + "/kvstash_bench_" + config.workload.kind + ".json";
+    config.out_path = scratch_dir() + "/kvstash_bench_" + config.workload.kind + ".json";
     std::ostringstream out, log;
     const BenchOutcome outcome = run_bench(config, out, log);
     EXPECT_EQ(outcome.exit_code, 0) << outcome.error << log.str() << first_error(outcome.result);
@@ -240,7 +262,7 @@ TEST_F(BenchAgainstServer, Agent) {
 }
 
 TEST_F(BenchAgainstServer, Trace) {
-  const std::string trace = testing::TempDir() + "/kvstash_bench_trace.jsonl";
+  const std::string trace = scratch_dir() + "/kvstash_bench_trace.jsonl";
   {
     std::ofstream out(trace);
     out << R"({"timestamp": 100.0, "prompt": "The river holds a small light.", "max_tokens": 6})" << "\n"
@@ -257,8 +279,8 @@ TEST_F(BenchAgainstServer, Trace) {
 
 TEST_F(BenchAgainstServer, CommandLineAndCompare) {
   const std::string bin = kvstash_binary();
-  const std::string out = testing::TempDir() + "/kvstash_bench_cli.json";
-  const std::string report = testing::TempDir() + "/kvstash_bench_cli.html";
+  const std::string out = scratch_dir() + "/kvstash_bench_cli.json";
+  const std::string report = scratch_dir() + "/kvstash_bench_cli.html";
   const std::string common = bin + " bench --url " + server_->url() +
                              " --workload random --requests 3 --input-len 32 --output-len 4 --ignore-eos";
   EXPECT_EQ(run_quietly(common + " --out " + out + " --report " + report), 0);
@@ -274,7 +296,7 @@ TEST(BenchServerKilled, ErrorsAreCountedAndTheRunFinishes) {
   const std::string why = prepare(model_path);
   if (!why.empty()) GTEST_SKIP() << why;
   ServerProcess server;
-  const std::string started = server.start(model_path, testing::TempDir() + "/kvstash_bench_serve_killed.log");
+  const std::string started = server.start(model_path, scratch_dir() + "/kvstash_bench_serve_killed.log");
   if (!started.empty()) GTEST_SKIP() << started;
 
   BenchConfig c = small_config(server.url(), "random");

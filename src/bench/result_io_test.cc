@@ -1,5 +1,7 @@
 #include "bench/result_io.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -45,7 +47,7 @@ BenchResult sample_result() {
 
 TEST(ResultIoTest, RoundTripThroughAFile) {
   const BenchResult result = sample_result();
-  const std::string path = testing::TempDir() + "/bench_result_test.json";
+  const std::string path = testing::TempDir() + "/bench_result_test_" + std::to_string(getpid()) + ".json";
   ASSERT_TRUE(write_result(path, result).is_ok());
   auto back = read_result(path);
   ASSERT_TRUE(back.has_value()) << back.status().to_string();
@@ -64,7 +66,7 @@ TEST(ResultIoTest, RoundTripThroughAFile) {
 }
 
 TEST(ResultIoTest, RejectsBadFiles) {
-  const std::string path = testing::TempDir() + "/bench_result_bad.json";
+  const std::string path = testing::TempDir() + "/bench_result_bad_" + std::to_string(getpid()) + ".json";
   EXPECT_EQ(read_result(path + ".missing").status().code(), StatusCode::kNotFound);
   for (const char* text : {"not json", R"({"format":"other"})",
                            R"({"format":"kvstash-bench","version":1,"records":[]})",

@@ -50,6 +50,7 @@ class Phase {
   // Claims the next session and its start time; false when the run is over.
   bool claim_session(std::int64_t& index, Clock::time_point& start_at) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (past_duration(Clock::now())) return false;
     if (next_session_ >= workload_.size() && workload_.size() >= 0) return false;
     if (max_requests_ >= 0 && sent_.load() >= max_requests_) return false;
     index = next_session_++;

@@ -1,5 +1,7 @@
 #include "bench/workload.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -175,7 +177,7 @@ TEST(WorkloadTest, AgentContextGrowsByToolOutputs) {
 }
 
 TEST(WorkloadTest, TraceIsSortedAndRelativeToItsStart) {
-  const std::string path = testing::TempDir() + "/bench_trace_test.jsonl";
+  const std::string path = testing::TempDir() + "/bench_trace_test_" + std::to_string(getpid()) + ".jsonl";
   {
     std::ofstream out(path);
     out << R"({"timestamp": 12.5, "prompt": "second", "max_tokens": 7})" << "\n\n"
@@ -197,7 +199,7 @@ TEST(WorkloadTest, TraceIsSortedAndRelativeToItsStart) {
 }
 
 TEST(WorkloadTest, MalformedTraceNamesTheLine) {
-  const std::string path = testing::TempDir() + "/bench_trace_bad.jsonl";
+  const std::string path = testing::TempDir() + "/bench_trace_bad_" + std::to_string(getpid()) + ".jsonl";
   {
     std::ofstream out(path);
     out << R"({"timestamp": 1, "prompt": "ok"})" << "\n" << R"({"timestamp": "x", "prompt": "bad"})" << "\n";

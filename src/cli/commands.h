@@ -11,5 +11,6 @@ int bench_engine_main(int argc, char** argv);  // src/cli/bench_engine_cmd.cc
 int serve_main(int argc, char** argv);         // src/cli/serve_cmd.cc
 int bench_main(int argc, char** argv);         // src/cli/bench_cmd.cc
 int cache_main(int argc, char** argv);         // src/cli/cache_cmd.cc
+int bench_cache_main(int argc, char** argv);   // src/cli/bench_cache_cmd.cc
 
 }  // namespace kvstash::cli

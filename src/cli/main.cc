@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"bench-engine", kvstash::cli::bench_engine_main, "engine prefill/decode speed against the machine's GEMM peak and memory bandwidth"},
     {"bench", kvstash::cli::bench_main, "benchmark any OpenAI-compatible server (TTFT, ITL, TPOT, cache hit rate)"},
     {"cache", kvstash::cli::cache_main, "inspect, verify or clear a KV chunk store"},
+    {"bench-cache", kvstash::cli::bench_cache_main, "TTFT with a prompt's prefix served from each KV store tier, vs cold"},
 };
 
 void usage(FILE* out) {

@@ -1,12 +1,17 @@
 // `kvstash serve`: loads a GGUF model (or generates the tiny demo model when no -m is given),
-// starts the engine and the OpenAI-compatible HTTP server, and serves until SIGINT/SIGTERM.
+// opens the tiered KV store (memory → disk → redis, from the --cache-* flags), starts the engine
+// and the OpenAI-compatible HTTP server, and serves until SIGINT/SIGTERM.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <unistd.h>
 
+#include "cache/store_options.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -53,6 +58,81 @@ Expected<std::string> ensure_demo_model() {
   return path.string();
 }
 
+// The memory tier's size when --cache-ram is not given: a quarter of the machine's RAM, at most
+// 4 GiB, so that a default server neither hogs a small machine nor starves a big one.
+std::uint64_t default_cache_ram() {
+  constexpr std::uint64_t kMax = std::uint64_t{4} << 30;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return kMax;
+  return std::min(kMax, static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 4);
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// The --cache-* flags as given on the command line, before parsing.
+struct CacheFlags {
+  std::string ram;        // empty = default_cache_ram()
+  std::string disk_dir;
+  std::string disk_size;  // empty = StoreOptions' default
+  std::string redis;
+  int chunk_tokens = 256;
+  bool disabled = false;  // --no-kv-store
+};
+
+Expected<cache::StoreOptions> store_options_from(const CacheFlags& flags, int block_size) {
+  cache::StoreOptions o;
+  if (flags.chunk_tokens <= 0 || flags.chunk_tokens % block_size != 0) {
+    return invalid_argument("--chunk-tokens " + std::to_string(flags.chunk_tokens) +
+                            ": must be a positive multiple of the KV block size " + std::to_string(block_size));
+  }
+  o.chunk_tokens = static_cast<std::uint32_t>(flags.chunk_tokens);
+  if (flags.ram.empty()) {
+    o.ram_bytes = default_cache_ram();
+  } else {
+    auto ram = cache::parse_byte_size(flags.ram);
+    if (!ram) return invalid_argument("--cache-ram: " + ram.status().message());
+    o.ram_bytes = *ram;
+  }
+  o.disk_dir = flags.disk_dir;
+  if (!flags.disk_size.empty()) {
+    auto disk = cache::parse_byte_size(flags.disk_size);
+    if (!disk) return invalid_argument("--cache-disk-size: " + disk.status().message());
+    if (*disk == 0) return invalid_argument("--cache-disk-size must be > 0 (omit --cache-disk for no disk tier)");
+    o.disk_bytes = *disk;
+  }
+  if (!flags.redis.empty()) {
+    auto redis = cache::parse_redis_url(flags.redis);
+    if (!redis) return invalid_argument("--cache-redis: " + redis.status().message());
+    o.redis = std::move(*redis);
+  }
+  return o;
+}
+
+std::string describe_store(const cache::StoreOptions& o, bool ram_defaulted) {
+  std::string out;
+  auto add = [&](const std::string& tier) { out += (out.empty() ? "" : " -> ") + tier; };
+  if (o.ram_bytes > 0) add("memory " + human_bytes(o.ram_bytes) + (ram_defaulted ? " (default: min(4 GiB, RAM/4))" : ""));
+  if (!o.disk_dir.empty()) add("disk " + o.disk_dir + " " + human_bytes(o.disk_bytes));
+  if (!o.redis.empty()) {
+    std::string nodes;
+    for (const auto& ep : o.redis) nodes += (nodes.empty() ? "" : ",") + ep.to_string();
+    add("redis " + nodes);
+  }
+  if (out.empty()) out = "no tiers";
+  return "kv store: " + out + ", chunks of " + std::to_string(o.chunk_tokens) + " tokens";
+}
+
 }  // namespace
 
 int serve_main(int argc, char** argv) {
@@ -78,6 +158,17 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-body-mib", max_body_mib, "Largest request body, MiB")->capture_default_str();
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
+  app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,
+                 "Engine KV pool capacity, tokens (0 = parallel * ctx / 2)")
+      ->capture_default_str();
+  CacheFlags cache_flags;
+  app.add_option("--cache-ram", cache_flags.ram, "Memory tier of the KV store, e.g. 4GiB; 0 = none (default: min(4 GiB, RAM/4))");
+  app.add_option("--cache-disk", cache_flags.disk_dir, "Directory of the disk tier (survives restarts)");
+  app.add_option("--cache-disk-size", cache_flags.disk_size, "Bound of the disk tier (default 50GiB)");
+  app.add_option("--cache-redis", cache_flags.redis, "Redis tier: redis://HOST:PORT[,HOST:PORT...] (a server or a cluster)");
+  app.add_option("--chunk-tokens", cache_flags.chunk_tokens, "Tokens per stored KV chunk (a multiple of 16)")
+      ->capture_default_str();
+  app.add_flag("--no-kv-store", cache_flags.disabled, "No tiered KV store (only the engine's pool)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,6 +176,15 @@ int serve_main(int argc, char** argv) {
   }
   if (engine_options.n_ctx < 16 || engine_options.max_running < 1 || max_body_mib < 1) {
     std::fprintf(stderr, "serve: --ctx must be >= 16, --parallel >= 1, --max-body-mib >= 1\n");
+    return 1;
+  }
+  if (engine_options.kv_pool_tokens < 0) {
+    std::fprintf(stderr, "serve: --kv-pool-tokens must be >= 0\n");
+    return 1;
+  }
+  Expected<cache::StoreOptions> store_options = store_options_from(cache_flags, engine_options.block_size);
+  if (!store_options) {
+    std::fprintf(stderr, "serve: %s\n", store_options.status().message().c_str());
     return 1;
   }
   server_options.max_body_bytes = static_cast<std::size_t>(max_body_mib) << 20;
@@ -103,6 +203,22 @@ int serve_main(int argc, char** argv) {
   if (!model) {
     log_line("serve: " + model.status().to_string());
     return 1;
+  }
+  // The store outlives the engine (declared first, destroyed last); its destructor finishes the
+  // queued writes.
+  std::unique_ptr<cache::TieredStore> store;
+  if (!cache_flags.disabled) {
+    Expected<std::unique_ptr<cache::TieredStore>> opened = cache::open_tiered_store(*store_options);
+    if (!opened) {
+      log_line("serve: kv store: " + opened.status().to_string());
+      return 1;
+    }
+    store = std::move(*opened);
+    engine_options.kv_store = store.get();
+    engine_options.chunk_tokens = static_cast<int>(store_options->chunk_tokens);
+    log_line(describe_store(*store_options, cache_flags.ram.empty()));
+  } else {
+    log_line("kv store: off (--no-kv-store)");
   }
   Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);
   if (!engine) {

@@ -57,6 +57,13 @@ float dot_f32(const float* a, const float* b, int n);
 // For attention over an f16 KV cache.
 float dot_f32_f16(const float* a, const std::uint16_t* b, int n);
 void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n);  // y += alpha * x
+// The same over n_rows f16 rows at rows + j * row_stride (elements), e.g. one KV block's K or V
+// rows of one head: one call per block instead of one per token (at 4k context the per-row calls
+// cost more than decode's weight reads). out[j] = dot(a, row_j) * scale; y += sum_j alpha[j] * row_j.
+void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                      float scale, float* out);
+void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                   float* y);
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n);
 void f16_to_f32_row(const std::uint16_t* x, float* out, int n);
 

@@ -135,6 +135,16 @@ void axpy_f16_scalar(float alpha, const std::uint16_t* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += alpha * f16_to_f32(x[i]);
 }
 
+void dot_f32_f16_rows_scalar(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                             float scale, float* out) {
+  for (int j = 0; j < n_rows; ++j) out[j] = dot_f32_f16_scalar(a, rows + j * row_stride, n) * scale;
+}
+
+void axpy_f16_rows_scalar(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                          float* y) {
+  for (int j = 0; j < n_rows; ++j) axpy_f16_scalar(alpha[j], rows + j * row_stride, y, n);
+}
+
 void f32_to_f16_row_scalar(const float* x, std::uint16_t* out, int n) {
   for (int i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
@@ -162,6 +172,8 @@ const KernelTable kTable = {
     .dot_f32 = dot_f32_scalar,
     .dot_f32_f16 = dot_f32_f16_scalar,
     .axpy_f16 = axpy_f16_scalar,
+    .dot_f32_f16_rows = dot_f32_f16_rows_scalar,
+    .axpy_f16_rows = axpy_f16_rows_scalar,
     .f32_to_f16_row = f32_to_f16_row_scalar,
     .f16_to_f32_row = f16_to_f32_row_scalar,
     .read_sum = read_sum_scalar,

@@ -13,6 +13,11 @@ namespace {
 
 constexpr int kTokenTile = 4;
 
+// The next row tile, prefetched linearly while this one is read (matmul_avx512.cc says why).
+inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
 float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -50,7 +55,9 @@ float load_weight(const std::uint8_t* row, std::int64_t c) {
 
 template <WeightType kType, int R, int T>
 void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x,
-                float* y, std::int64_t y_stride) {
+                float* y, std::int64_t y_stride, bool prefetch) {
+  constexpr std::size_t kElemBytes = kType == WeightType::kF32 ? 4 : 2;
+  const std::uint8_t* next_tile = row0 + R * row_bytes;
   __m256 acc[R][T];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
@@ -58,6 +65,7 @@ void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t co
     for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
   std::int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
+    if (prefetch) prefetch_span(next_tile + c * kElemBytes * R, 8 * kElemBytes * R);
     __m256 wv[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) wv[i] = load_weights<kType>(row0 + i * row_bytes, c);
@@ -81,8 +89,9 @@ void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t co
 // int16 sums cannot saturate: 2 * 128 * 127 < 32767.
 template <int R, int T>
 void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
-             const std::int8_t* x_values, float* y, std::int64_t y_stride) {
+             const std::int8_t* x_values, float* y, std::int64_t y_stride, bool prefetch) {
   const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const std::uint8_t* next_tile = row0 + R * row_bytes;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 16
@@ -90,6 +99,7 @@ void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < blocks; ++b) {
+    if (prefetch) prefetch_span(next_tile + b * kQ8_0BlockBytes * R, kQ8_0BlockBytes * R);
     __m256i w[R];
     __m256i abs_w[R];
     float dw[R];
@@ -121,17 +131,19 @@ void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
 template <int R, int T>
 void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r,
           float* y, std::int64_t y_stride) {
+  // Later token groups re-read the tile from L1; only the first pass prefetches the next one.
+  const bool prefetch = t0 == 0;
   const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
   float* yt = y + t0 * y_stride + r;
   const float* xt = x + t0 * w.cols;
   switch (w.type) {
-    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
-    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
-    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride);
+    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
+    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
+    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
     case WeightType::kQ8_0: {
       const std::int64_t blocks = w.cols / kQ8_0BlockElems;
       return q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
-                           y_stride);
+                           y_stride, prefetch);
     }
   }
 }
@@ -238,6 +250,8 @@ const KernelTable kTable = {
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f16 = axpy_f16,
+    .dot_f32_f16_rows = dot_f32_f16_rows,
+    .axpy_f16_rows = axpy_f16_rows,
     .f32_to_f16_row = f32_to_f16_row,
     .f16_to_f32_row = f16_to_f32_row,
     .read_sum = read_sum,

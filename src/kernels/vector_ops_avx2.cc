@@ -150,6 +150,16 @@ void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n) {
   for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
 }
 
+void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                      float scale, float* out) {
+  for (int j = 0; j < n_rows; ++j) out[j] = dot_f32_f16(a, rows + j * row_stride, n) * scale;
+}
+
+void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                   float* y) {
+  for (int j = 0; j < n_rows; ++j) axpy_f16(alpha[j], rows + j * row_stride, y, n);
+}
+
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {

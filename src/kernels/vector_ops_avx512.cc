@@ -130,6 +130,55 @@ void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n) {
   }
 }
 
+void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                      float scale, float* out) {
+  if (n == 64) {
+    // Head size 64 (qwen2 0.5b, llama 1b): a stays in 4 registers for every row, and two rows
+    // are in flight at once so that one row's reduction overlaps the other's loads.
+    const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32),
+                 a3 = _mm512_loadu_ps(a + 48);
+    auto row_dot = [&](const std::uint16_t* b) {
+      const auto* v = reinterpret_cast<const __m256i*>(b);
+      __m512 s0 = _mm512_mul_ps(a0, _mm512_cvtph_ps(_mm256_loadu_si256(v)));
+      __m512 s1 = _mm512_mul_ps(a1, _mm512_cvtph_ps(_mm256_loadu_si256(v + 1)));
+      s0 = _mm512_fmadd_ps(a2, _mm512_cvtph_ps(_mm256_loadu_si256(v + 2)), s0);
+      s1 = _mm512_fmadd_ps(a3, _mm512_cvtph_ps(_mm256_loadu_si256(v + 3)), s1);
+      return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    };
+    int j = 0;
+    for (; j + 2 <= n_rows; j += 2) {
+      const float d0 = row_dot(rows + j * row_stride);
+      const float d1 = row_dot(rows + (j + 1) * row_stride);
+      out[j] = d0 * scale;
+      out[j + 1] = d1 * scale;
+    }
+    if (j < n_rows) out[j] = row_dot(rows + j * row_stride) * scale;
+    return;
+  }
+  for (int j = 0; j < n_rows; ++j) out[j] = dot_f32_f16(a, rows + j * row_stride, n) * scale;
+}
+
+void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
+                   float* y) {
+  // y in registers, 64 columns at a time, across all rows: one load and store of y per call.
+  for (int c = 0; c < n; c += 64) {
+    __mmask16 m[4];
+    __m512 acc[4];
+    for (int k = 0; k < 4; ++k) {
+      m[k] = c + 16 * k < n ? tail_mask(n - c - 16 * k) : static_cast<__mmask16>(0);
+      acc[k] = _mm512_maskz_loadu_ps(m[k], y + c + 16 * k);
+    }
+    for (int j = 0; j < n_rows; ++j) {
+      const __m512 s = _mm512_set1_ps(alpha[j]);
+      const std::uint16_t* r = rows + j * row_stride + c;
+      for (int k = 0; k < 4; ++k) {
+        acc[k] = _mm512_fmadd_ps(s, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[k], r + 16 * k)), acc[k]);
+      }
+    }
+    for (int k = 0; k < 4; ++k) _mm512_mask_storeu_ps(y + c + 16 * k, m[k], acc[k]);
+  }
+}
+
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n) {
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);

@@ -111,6 +111,42 @@ TEST_P(VectorOpsOnPath, AddAndDots) {
   }
 }
 
+// Rows of a KV block: a row stride wider than the row (other heads' values in between), head
+// sizes that hit the 64-wide fast path and ones that leave tails, odd and even row counts.
+TEST_P(VectorOpsOnPath, RowDotsAndAxpysOverStridedRows) {
+  for (int n : {64, 17, 100, 128}) {
+    for (int n_rows : {1, 2, 5, 16}) {
+      const int stride = n * 2 + 3;
+      const auto a = random_floats(n, n * 7 + n_rows);
+      const auto rows16 = to_f16(random_floats(stride * n_rows, n + n_rows));
+      const auto alpha = random_floats(n_rows, n_rows * 3 + 1, -1.0f, 1.0f);
+      std::vector<float> out(static_cast<std::size_t>(n_rows) + 1, -7.0f);  // the last must stay
+      dot_f32_f16_rows(a.data(), rows16.data(), stride, n_rows, n, 0.125f, out.data());
+      const auto y0 = random_floats(n + 1, 99);
+      auto y = y0;
+      axpy_f16_rows(alpha.data(), rows16.data(), stride, n_rows, n, y.data());
+      std::vector<double> y_ref(y0.begin(), y0.end());
+      for (int j = 0; j < n_rows; ++j) {
+        double dot = 0.0, magnitude = 0.0;
+        for (int i = 0; i < n; ++i) {
+          const double r = f16_to_f32(rows16[static_cast<std::size_t>(j * stride + i)]);
+          dot += a[static_cast<std::size_t>(i)] * r;
+          magnitude += std::fabs(a[static_cast<std::size_t>(i)] * r);
+          y_ref[static_cast<std::size_t>(i)] += alpha[static_cast<std::size_t>(j)] * r;
+        }
+        ASSERT_NEAR(out[static_cast<std::size_t>(j)], dot * 0.125, 1e-6 * magnitude + 1e-7)
+            << "n " << n << " rows " << n_rows << " j " << j;
+      }
+      EXPECT_EQ(out[static_cast<std::size_t>(n_rows)], -7.0f);
+      for (int i = 0; i < n; ++i) {
+        ASSERT_NEAR(y[static_cast<std::size_t>(i)], y_ref[static_cast<std::size_t>(i)], 2e-6 * (n_rows + 2))
+            << "n " << n << " rows " << n_rows << " i " << i;
+      }
+      EXPECT_EQ(y[static_cast<std::size_t>(n)], y0[static_cast<std::size_t>(n)]);  // past the end: untouched
+    }
+  }
+}
+
 TEST_P(VectorOpsOnPath, F16ConversionsMatchScalarReferenceBitForBit) {
   // Every half value converts exactly; NaNs only need to stay NaN.
   std::vector<std::uint16_t> all(65536);

@@ -5,6 +5,7 @@
 // query head h reads KV head h / (n_heads / n_kv_heads)) → output projection + residual →
 // RMSNorm → SwiGLU feed-forward + residual. Then the final norm and the output projection for the
 // rows that need logits.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -111,16 +112,21 @@ void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logi
       thread_local std::vector<float> scores;
       if (scores.size() < static_cast<std::size_t>(n_ctx)) scores.resize(static_cast<std::size_t>(n_ctx));
       const float* qh = &q[sz(t, q_dim) + sz(h, hd)];
-      for (int j = 0; j < n_ctx; ++j) {
-        const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, j % kv.block_size) + sz(kvh, hd);
-        scores[static_cast<std::size_t>(j)] = kernels::dot_f32_f16(qh, kr, hd) * scale;
+      // One kernel call per KV block: a block's K (and V) rows of a layer are kv.row_elems apart.
+      for (int j = 0; j < n_ctx; j += kv.block_size) {
+        const int n_rows = std::min(kv.block_size, n_ctx - j);
+        const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
+        kernels::dot_f32_f16_rows(qh, kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
+                                  &scores[static_cast<std::size_t>(j)]);
       }
       kernels::softmax_inplace(scores.data(), n_ctx);
       float* out = &att[sz(t, q_dim) + sz(h, hd)];
       std::fill(out, out + hd, 0.0f);
-      for (int j = 0; j < n_ctx; ++j) {
-        const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, j % kv.block_size) + sz(kvh, hd);
-        kernels::axpy_f16(scores[static_cast<std::size_t>(j)], vr, out, hd);
+      for (int j = 0; j < n_ctx; j += kv.block_size) {
+        const int n_rows = std::min(kv.block_size, n_ctx - j);
+        const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
+        kernels::axpy_f16_rows(&scores[static_cast<std::size_t>(j)], vr, static_cast<std::size_t>(kv.row_elems),
+                               n_rows, hd, out);
       }
     });
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);

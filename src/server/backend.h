@@ -2,14 +2,15 @@
 // server's tests can run against a scripted backend and the server itself does not depend on how
 // the engine or the model is built. EngineBackend (engine_backend.cc) adapts a real Engine.
 //
-// Thread safety: implementations must allow submit(), cancel() and stats() from any thread;
-// callbacks run on the backend's own thread (see Engine).
+// Thread safety: implementations must allow submit(), cancel(), stats() and kv_store_stats() from
+// any thread; callbacks run on the backend's own thread (see Engine).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "cache/tiered_store.h"
 #include "engine/engine.h"
 #include "kvstash/status.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,14 @@ struct ModelInfo {
   std::string chat_template;             // the GGUF tokenizer.chat_template ("" when none)
 };
 
+// A snapshot of the tiered KV store behind the engine, for /metrics. enabled = false (and the
+// rest empty) when the engine runs without a store.
+struct KvStoreSnapshot {
+  bool enabled = false;
+  std::vector<cache::TierReport> tiers;  // fastest first, as TieredStore::tier_stats()
+  cache::StoreStats store;
+};
+
 class GenerationBackend {
  public:
   virtual ~GenerationBackend() = default;
@@ -32,6 +41,8 @@ class GenerationBackend {
   virtual Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token) = 0;
   virtual void cancel(std::uint64_t request_id) = 0;
   virtual EngineStats stats() const = 0;
+  // The KV store's counters; the default is "no store" (scripted backends need not care).
+  virtual KvStoreSnapshot kv_store_stats() const { return {}; }
   virtual const ModelInfo& model_info() const = 0;
 };
 

@@ -1,5 +1,6 @@
 // The one place that knows how the engine and the model expose what the server needs (the
 // tokenizer, the vocabulary size, the context length, the model's name and chat template).
+#include "cache/tiered_store.h"
 #include "model/model.h"
 #include "server/backend.h"
 
@@ -23,6 +24,15 @@ class EngineBackend final : public GenerationBackend {
   }
   void cancel(std::uint64_t request_id) override { engine_.cancel(request_id); }
   EngineStats stats() const override { return engine_.stats(); }
+  KvStoreSnapshot kv_store_stats() const override {
+    KvStoreSnapshot out;
+    cache::TieredStore* store = engine_.options().kv_store;
+    if (store == nullptr) return out;
+    out.enabled = true;
+    out.tiers = store->tier_stats();
+    out.store = store->stats();
+    return out;
+  }
   const ModelInfo& model_info() const override { return info_; }
 
  private:

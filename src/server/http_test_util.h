@@ -1,5 +1,5 @@
-// Helpers for the server's HTTP tests: an in-process server on a free loopback port, SSE body
-// parsing, and a raw-socket client that can hang up in the middle of a stream.
+// Helpers for the server's HTTP tests: SSE body parsing, OpenAI error checks, and a raw-socket
+// client that can hang up in the middle of a request.
 #pragma once
 
 #include <arpa/inet.h>
@@ -41,31 +41,54 @@ inline std::vector<json> parse_sse(const std::string& body, bool* saw_done) {
   return events;
 }
 
-// Sends one HTTP/1.1 POST on a raw socket, reads at least `min_bytes` of the response (or
-// until the server closes), then closes the connection. Returns what it read.
+// One HTTP/1.1 POST sent on a raw socket that the test can read from and hang up on at a
+// moment it chooses (httplib's client cannot close in the middle of a request).
+class RawRequest {
+ public:
+  RawRequest(int port, const std::string& path, const std::string& body) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      hang_up();
+      return;
+    }
+    std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL);
+  }
+  ~RawRequest() { hang_up(); }
+  RawRequest(const RawRequest&) = delete;
+  RawRequest& operator=(const RawRequest&) = delete;
+
+  // Reads until at least `min_bytes` of the response arrived in all (or the server closed);
+  // returns everything read so far.
+  const std::string& read_at_least(std::size_t min_bytes) {
+    char buf[4096];
+    while (fd_ >= 0 && got_.size() < min_bytes) {
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got_.append(buf, static_cast<std::size_t>(n));
+    }
+    return got_;
+  }
+  void hang_up() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string got_;
+};
+
+// Sends a POST, reads at least `min_bytes` of the response, then hangs up. Returns what it read.
 inline std::string post_and_hang_up(int port, const std::string& path, const std::string& body,
                                     std::size_t min_bytes) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string got;
-  char buf[4096];
-  while (got.size() < min_bytes) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return got;
+  RawRequest request(port, path, body);
+  return request.read_at_least(min_bytes);
 }
 
 // Asserts an OpenAI-style error body with the given status and a message containing `mentions`.

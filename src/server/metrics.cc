@@ -31,6 +31,68 @@ void sample(std::string& out, const char* name, double value) {
   out += "\n";
 }
 
+// One family with a sample per tier: NAME{tier="..."} value.
+template <typename Field>
+void per_tier(std::string& out, const KvStoreSnapshot& store, const char* name, const char* type,
+              const char* help, Field field) {
+  header(out, name, type, help);
+  for (const cache::TierReport& t : store.tiers) {
+    out += name;
+    out += "{tier=\"" + t.name + "\"} " + number(field(t.stats)) + "\n";
+  }
+}
+
+void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
+  using S = cache::TierStats;
+  auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  per_tier(out, store, "kvstash_kv_tier_hits_total", "counter", "KV chunks a tier returned.",
+           [&](const S& s) { return d(s.hits); });
+  per_tier(out, store, "kvstash_kv_tier_misses_total", "counter", "KV chunk lookups a tier did not have.",
+           [&](const S& s) { return d(s.misses); });
+  per_tier(out, store, "kvstash_kv_tier_read_bytes_total", "counter", "Chunk bytes read from a tier.",
+           [&](const S& s) { return d(s.bytes_read); });
+  per_tier(out, store, "kvstash_kv_tier_written_bytes_total", "counter", "Chunk bytes written to a tier.",
+           [&](const S& s) { return d(s.bytes_written); });
+  // A summary without quantiles: rate(_sum)/rate(_count) is the mean load latency.
+  header(out, "kvstash_kv_tier_load_seconds", "summary", "Time of one successful chunk get, by tier.");
+  for (const cache::TierReport& t : store.tiers) {
+    const std::string label = "{tier=\"" + t.name + "\"} ";
+    out += "kvstash_kv_tier_load_seconds_sum" + label + number(d(t.stats.load_latency_us_total) / 1e6) + "\n";
+    out += "kvstash_kv_tier_load_seconds_count" + label + number(d(t.stats.loads)) + "\n";
+  }
+  per_tier(out, store, "kvstash_kv_tier_load_seconds_max", "gauge", "Slowest chunk get so far, by tier.",
+           [&](const S& s) { return d(s.load_latency_us_max) / 1e6; });
+  per_tier(out, store, "kvstash_kv_tier_entries", "gauge", "Chunks a tier holds (0 where unknown: redis).",
+           [&](const S& s) { return d(s.entries); });
+  per_tier(out, store, "kvstash_kv_tier_used_bytes", "gauge", "Bytes a tier holds (0 where unknown: redis).",
+           [&](const S& s) { return d(s.bytes_used); });
+  per_tier(out, store, "kvstash_kv_tier_capacity_bytes", "gauge", "A tier's bound (0 = not bounded here).",
+           [&](const S& s) { return d(s.capacity_bytes); });
+  per_tier(out, store, "kvstash_kv_tier_evictions_total", "counter", "Chunks a tier evicted to stay in bounds.",
+           [&](const S& s) { return d(s.evictions); });
+  per_tier(out, store, "kvstash_kv_tier_errors_total", "counter",
+           "Failed tier operations (i/o errors, unreachable, timeouts).", [&](const S& s) { return d(s.errors); });
+  per_tier(out, store, "kvstash_kv_tier_rejected_chunks_total", "counter",
+           "Damaged or mismatched chunks found in a tier, never served, removed.",
+           [&](const S& s) { return d(s.rejected_chunks); });
+
+  const cache::StoreStats& st = store.store;
+  header(out, "kvstash_kv_store_chunks_loaded_total", "counter", "Verified chunks loaded from any tier.");
+  sample(out, "kvstash_kv_store_chunks_loaded_total", d(st.chunks_loaded));
+  header(out, "kvstash_kv_store_chunks_rejected_total", "counter", "Chunks that failed verification.");
+  sample(out, "kvstash_kv_store_chunks_rejected_total", d(st.chunks_rejected));
+  header(out, "kvstash_kv_store_tier_skips_total", "counter", "Tiers skipped within a request for an error or slowness.");
+  sample(out, "kvstash_kv_store_tier_skips_total", d(st.tier_skips));
+  header(out, "kvstash_kv_store_writes_queued_total", "counter", "Tier writes accepted by the write-behind queue.");
+  sample(out, "kvstash_kv_store_writes_queued_total", d(st.writes_queued));
+  header(out, "kvstash_kv_store_writes_dropped_total", "counter", "Tier writes dropped because the queue was full.");
+  sample(out, "kvstash_kv_store_writes_dropped_total", d(st.writes_dropped));
+  header(out, "kvstash_kv_store_write_errors_total", "counter", "Tier writes that failed (disk full, redis down).");
+  sample(out, "kvstash_kv_store_write_errors_total", d(st.write_errors));
+  header(out, "kvstash_kv_store_queue_bytes", "gauge", "Bytes waiting in the write-behind queue.");
+  sample(out, "kvstash_kv_store_queue_bytes", d(st.queue_bytes));
+}
+
 }  // namespace
 
 void Metrics::count_request(const std::string& endpoint, int http_status) {
@@ -55,7 +117,7 @@ void Metrics::observe_generation(int prompt_tokens, int cached_tokens, int gener
   }
 }
 
-std::string Metrics::render(const EngineStats& engine) const {
+std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& store) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   header(out, "kvstash_requests_total", "counter", "HTTP requests by endpoint and status.");
@@ -96,6 +158,13 @@ std::string Metrics::render(const EngineStats& engine) const {
   out += "kvstash_kv_blocks{state=\"cached\"} " + std::to_string(engine.kv_blocks_cached) + "\n";
   header(out, "kvstash_kv_blocks_total", "gauge", "KV blocks in the engine's pool.");
   sample(out, "kvstash_kv_blocks_total", static_cast<double>(engine.kv_blocks_total));
+  header(out, "kvstash_prompt_tokens_from_pool_total", "counter", "Cached prompt tokens found in the engine's KV pool.");
+  sample(out, "kvstash_prompt_tokens_from_pool_total", static_cast<double>(engine.prompt_tokens_from_pool));
+  header(out, "kvstash_prompt_tokens_from_store_total", "counter", "Cached prompt tokens loaded from the tiered KV store.");
+  sample(out, "kvstash_prompt_tokens_from_store_total", static_cast<double>(engine.prompt_tokens_from_store));
+  header(out, "kvstash_kv_chunks_stored_total", "counter", "KV chunks the engine handed to the tiered store.");
+  sample(out, "kvstash_kv_chunks_stored_total", static_cast<double>(engine.chunks_stored));
+  if (store.enabled) render_kv_store(out, store);
   return out;
 }
 

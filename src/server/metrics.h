@@ -1,7 +1,11 @@
 // The server's counters and the /metrics page in Prometheus text format (version 0.0.4):
 // requests by endpoint and HTTP status, prompt / cached / generated token counters, a TTFT
 // histogram, plus the engine's own gauges and counters read from EngineStats at scrape time
-// (running, waiting, KV blocks used/free/cached, prefill and decode seconds).
+// (running, waiting, KV blocks used/free/cached, prefill and decode seconds, prompt tokens reused
+// from the pool and from the tiered store), and, when the engine has a tiered KV store, per tier
+// (label tier="memory|disk|redis") hits, misses, bytes read/written, load latency (a summary:
+// _sum/_count, plus the max), entries, bytes used, capacity, evictions, errors and rejected chunks,
+// and the store's write-behind counters.
 //
 // Thread safety: all methods may be called from any thread; one mutex guards the counters.
 #pragma once
@@ -14,6 +18,7 @@
 #include <utility>
 
 #include "engine/engine.h"
+#include "server/backend.h"
 
 namespace kvstash::server {
 
@@ -27,7 +32,8 @@ class Metrics {
   // One finished generation's token counts and its time to first token (ttft_s < 0: none).
   void observe_generation(int prompt_tokens, int cached_tokens, int generated_tokens, double ttft_s);
 
-  std::string render(const EngineStats& engine) const;
+  // The whole page. `store` is read at scrape time too; disabled = no kv store families.
+  std::string render(const EngineStats& engine, const KvStoreSnapshot& store = {}) const;
 
  private:
   mutable std::mutex mutex_;

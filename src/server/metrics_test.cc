@@ -45,5 +45,62 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }
 
+TEST(Metrics, RendersKvStoreFamiliesPerTier) {
+  Metrics m;
+  EngineStats e;
+  e.prompt_tokens_from_pool = 32;
+  e.prompt_tokens_from_store = 256;
+  e.chunks_stored = 7;
+  KvStoreSnapshot store;
+  store.enabled = true;
+  cache::TierReport memory{"memory", {}};
+  memory.stats.hits = 3;
+  memory.stats.misses = 1;
+  memory.stats.bytes_read = 4096;
+  memory.stats.entries = 2;
+  memory.stats.bytes_used = 8192;
+  memory.stats.capacity_bytes = 1 << 20;
+  memory.stats.loads = 3;
+  memory.stats.load_latency_us_total = 1500;
+  memory.stats.load_latency_us_max = 900;
+  cache::TierReport redis{"redis", {}};
+  redis.stats.errors = 4;
+  redis.stats.rejected_chunks = 2;
+  redis.stats.bytes_written = 100;
+  store.tiers = {memory, redis};
+  store.store.writes_queued = 9;
+  store.store.writes_dropped = 1;
+  store.store.chunks_rejected = 2;
+  std::string text = m.render(e, store);
+  EXPECT_TRUE(has_line(text, "kvstash_prompt_tokens_from_pool_total 32")) << text;
+  EXPECT_TRUE(has_line(text, "kvstash_prompt_tokens_from_store_total 256"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_chunks_stored_total 7"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_hits_total{tier=\"memory\"} 3"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_hits_total{tier=\"redis\"} 0"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_misses_total{tier=\"memory\"} 1"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_read_bytes_total{tier=\"memory\"} 4096"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_written_bytes_total{tier=\"redis\"} 100"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_load_seconds_sum{tier=\"memory\"} 0.0015"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_load_seconds_count{tier=\"memory\"} 3"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_load_seconds_max{tier=\"memory\"} 9e-04"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_entries{tier=\"memory\"} 2"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_used_bytes{tier=\"memory\"} 8192"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_capacity_bytes{tier=\"memory\"} 1048576"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_errors_total{tier=\"redis\"} 4"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tier_rejected_chunks_total{tier=\"redis\"} 2"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_store_writes_queued_total 9"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_store_writes_dropped_total 1"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_store_chunks_rejected_total 2"));
+  EXPECT_NE(text.find("# TYPE kvstash_kv_tier_load_seconds summary"), std::string::npos);
+}
+
+TEST(Metrics, NoKvStoreFamiliesWithoutAStore) {
+  Metrics m;
+  std::string text = m.render(EngineStats{});
+  EXPECT_EQ(text.find("kvstash_kv_tier_"), std::string::npos);
+  EXPECT_EQ(text.find("kvstash_kv_store_"), std::string::npos);
+  EXPECT_TRUE(has_line(text, "kvstash_prompt_tokens_from_store_total 0"));
+}
+
 }  // namespace
 }  // namespace kvstash::server

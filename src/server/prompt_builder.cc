@@ -56,6 +56,11 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
   }
   out.sampling = parsed.sampling;
   out.cache_salt = parsed.cache_salt;
+  if (parsed.ignore_eos) {
+    // The chat template's end-of-turn token is the chat's EOS: ignoring EOS ignores it too.
+    out.stop_at_end_of_generation = false;
+    out.stop_tokens.clear();
+  }
   out.top_logprobs = parsed.logprobs ? parsed.top_logprobs : 0;
   return std::nullopt;
 }

@@ -262,6 +262,7 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
     }
   }
   if (auto err = parse_logprobs(body, out)) return err;
+  if (auto err = get_bool(body, "ignore_eos", out.ignore_eos)) return err;
   return get_string(body, "cache_salt", out.cache_salt);
 }
 

@@ -6,7 +6,9 @@
 // Accepted fields: model (any string; responses name the served model), messages / prompt,
 // max_tokens, max_completion_tokens, temperature [0, 2], top_p (0, 1], top_k >= 0, seed, stop
 // (string or up to 4 strings), n (must be 1), stream, stream_options.include_usage,
-// logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt.
+// logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt,
+// ignore_eos (an extension that vLLM and llama.cpp's server share; benchmarks use it so that
+// every output runs to max_tokens).
 // Other fields are ignored, as OpenAI-compatible servers commonly do.
 //
 // Thread safety: pure functions.
@@ -41,6 +43,7 @@ struct ParsedRequest {
   bool logprobs = false;
   int top_logprobs = 0;               // alternatives per token
   std::string cache_salt;
+  bool ignore_eos = false;            // generate through end-of-generation tokens
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
+#include "gguf/gguf.h"
 #include "server/prompt_builder.h"
-#include "server/test_fakes.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvstash::server {
 namespace {
@@ -40,6 +44,9 @@ TEST(RequestParser, ParsesAFullChatRequest) {
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.cache_salt, "tenant");
+  EXPECT_FALSE(r.ignore_eos);
+  ASSERT_FALSE(parse_request(kChat, R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true})", r));
+  EXPECT_TRUE(r.ignore_eos);
 }
 
 TEST(RequestParser, ParsesCompletionPrompts) {
@@ -88,6 +95,7 @@ TEST(RequestParser, RejectsWrongTypesNamingTheField) {
       {kText, R"({"prompt": [1, "a"]})", "prompt"},
       {kText, R"({"prompt": [1, 2.5]})", "prompt[1]"},
       {kText, R"({"prompt": "x", "model": 3})", "model"},
+      {kText, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
   };
   for (const Case& c : cases) {
     ApiError e = expect_error(c.ep, c.body);
@@ -130,10 +138,30 @@ TEST(RequestParser, NullMeansAbsent) {
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
 }
 
+// The prompt builder with a real tokenizer: Qwen2's vocabulary (ChatML special tokens).
 class PromptBuilderTest : public ::testing::Test {
  protected:
-  testing::FakeBackend backend{"unused", /*n_ctx=*/64};
-  const ModelInfo& info = backend.model_info();
+  static constexpr int kCtx = 64;
+
+  static void SetUpTestSuite() {
+    auto file = gguf::File::open(std::string(KVSTASH_SHARED_DIR) + "/vocab/ggml-vocab-qwen2.gguf");
+    ASSERT_TRUE(file) << file.status().to_string();
+    auto tok = Tokenizer::from_gguf(**file);
+    ASSERT_TRUE(tok) << tok.status().to_string();
+    tokenizer_ = std::move(*tok).release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(tokenizer_, nullptr);
+    info.id = "qwen2-vocab";
+    info.tokenizer = tokenizer_;
+    info.n_vocab = static_cast<int>(tokenizer_->vocab_size());
+    info.n_ctx = kCtx;
+    info.chat_template = tokenizer_->chat_template();
+  }
 
   std::optional<ApiError> build(Endpoint ep, const std::string& body, GenerationRequest& out) {
     ParsedRequest r;
@@ -141,48 +169,91 @@ class PromptBuilderTest : public ::testing::Test {
     EXPECT_FALSE(err) << body;
     return build_generation_request(r, info, ChatTemplateKind::kChatML, out);
   }
+  // What a prompt must start with: BOS when the vocabulary asks for it.
+  std::vector<TokenId> with_bos(const std::vector<TokenId>& ids) const {
+    std::vector<TokenId> out;
+    if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) out.push_back(tokenizer_->bos_id());
+    out.insert(out.end(), ids.begin(), ids.end());
+    return out;
+  }
+  TokenId special(const char* text) const {
+    std::optional<TokenId> id = tokenizer_->find_token(text);
+    EXPECT_TRUE(id.has_value()) << text;
+    return id.value_or(-1);
+  }
+
+  static Tokenizer* tokenizer_;
+  ModelInfo info;
 };
+
+Tokenizer* PromptBuilderTest::tokenizer_ = nullptr;
 
 TEST_F(PromptBuilderTest, ChatPromptIsTemplatedWithBosAndEndToken) {
   GenerationRequest g;
   ASSERT_FALSE(build(kChat, R"({"messages": [{"role": "user", "content": "hi"}], "cache_salt": "s", "seed": 9})", g));
-  using T = testing::FakeTokenizer;
-  std::vector<TokenId> want = {T::kBos, T::kImStart, 'u', 's', 'e', 'r', '\n', 'h', 'i', T::kImEnd, '\n',
-                               T::kImStart, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n'};
+  const TokenId im_start = special("<|im_start|>"), im_end = special("<|im_end|>");
+  std::vector<TokenId> want = with_bos({im_start});
+  for (TokenId t : tokenizer_->encode("user\nhi", false)) want.push_back(t);
+  want.push_back(im_end);
+  for (TokenId t : tokenizer_->encode("\n", false)) want.push_back(t);
+  want.push_back(im_start);
+  for (TokenId t : tokenizer_->encode("assistant\n", false)) want.push_back(t);
   EXPECT_EQ(g.prompt, want);
-  EXPECT_EQ(g.stop_tokens, std::vector<TokenId>{T::kImEnd});
+  EXPECT_EQ(tokenizer_->decode(g.prompt), "user\nhi\nassistant\n");  // control tokens decode to nothing
+  EXPECT_EQ(g.stop_tokens, std::vector<TokenId>{im_end});
+  EXPECT_TRUE(g.stop_at_end_of_generation);
   EXPECT_EQ(g.cache_salt, "s");
   EXPECT_EQ(g.sampling.seed, 9u);
-  EXPECT_EQ(g.max_tokens, 64 - static_cast<int>(want.size()));  // the rest of the context (< 256)
+  EXPECT_EQ(g.max_tokens, kCtx - static_cast<int>(want.size()));  // the rest of the context (< 256)
 }
 
 TEST_F(PromptBuilderTest, PlainPromptDoesNotParseSpecialTokens) {
   GenerationRequest g;
-  ASSERT_FALSE(build(kText, R"({"prompt": "<s>", "max_tokens": 3})", g));
-  EXPECT_EQ(g.prompt, (std::vector<TokenId>{testing::FakeTokenizer::kBos, '<', 's', '>'}));
+  ASSERT_FALSE(build(kText, R"({"prompt": "<|im_start|>", "max_tokens": 3})", g));
+  // Parsed as special it would be the one token; as plain text it is several ordinary ones.
+  ASSERT_EQ(tokenizer_->encode("<|im_start|>", true), std::vector<TokenId>{special("<|im_start|>")});
+  EXPECT_EQ(g.prompt, with_bos(tokenizer_->encode("<|im_start|>", false)));
+  EXPECT_GT(g.prompt.size(), with_bos({}).size() + 1);
+  EXPECT_EQ(std::count(g.prompt.begin(), g.prompt.end(), special("<|im_start|>")), 0);
   EXPECT_EQ(g.max_tokens, 3);
+  EXPECT_TRUE(g.stop_tokens.empty());
 }
 
 TEST_F(PromptBuilderTest, TokenPromptsAreRangeChecked) {
   GenerationRequest g;
-  ASSERT_FALSE(build(kText, R"({"prompt": [1, 259]})", g));
-  EXPECT_EQ(g.prompt, (std::vector<TokenId>{1, 259}));
-  auto err = build(kText, R"({"prompt": [1, 260]})", g);
+  const int last = info.n_vocab - 1;
+  ASSERT_FALSE(build(kText, "{\"prompt\": [1, " + std::to_string(last) + "]}", g));
+  EXPECT_EQ(g.prompt, (std::vector<TokenId>{1, last}));  // taken as given: no BOS added
+  auto err = build(kText, "{\"prompt\": [1, " + std::to_string(info.n_vocab) + "]}", g);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, "invalid_token");
-  EXPECT_NE(err->message.find("260"), std::string::npos);
+  EXPECT_NE(err->message.find(std::to_string(info.n_vocab)), std::string::npos) << err->message;
 }
 
 TEST_F(PromptBuilderTest, ContextLimits) {
   GenerationRequest g;
-  auto too_long = build(kText, "{\"prompt\": \"" + std::string(100, 'a') + "\"}", g);
+  std::string words;
+  for (int i = 0; i < kCtx; ++i) words += " w" + std::to_string(i);
+  ASSERT_GE(tokenizer_->encode(words, false).size(), static_cast<std::size_t>(kCtx));
+  auto too_long = build(kText, "{\"prompt\": \"" + words + "\"}", g);
   ASSERT_TRUE(too_long);
   EXPECT_EQ(too_long->code, "context_length_exceeded");
   EXPECT_EQ(too_long->param, "prompt");
-  auto too_many = build(kText, R"({"prompt": "abc", "max_tokens": 61})", g);  // 4 prompt tokens + 61 > 64
+  const int n = static_cast<int>(with_bos(tokenizer_->encode("abc", false)).size());
+  auto too_many = build(kText, "{\"prompt\": \"abc\", \"max_tokens\": " + std::to_string(kCtx - n + 1) + "}", g);
   ASSERT_TRUE(too_many);
   EXPECT_EQ(too_many->param, "max_tokens");
-  EXPECT_FALSE(build(kText, R"({"prompt": "abc", "max_tokens": 60})", g));
+  EXPECT_FALSE(build(kText, "{\"prompt\": \"abc\", \"max_tokens\": " + std::to_string(kCtx - n) + "}", g));
+  EXPECT_EQ(static_cast<int>(g.prompt.size()) + g.max_tokens, kCtx);
+}
+
+TEST_F(PromptBuilderTest, IgnoreEosGeneratesThroughEndTokens) {
+  GenerationRequest g;
+  ASSERT_FALSE(build(kChat, R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true})", g));
+  EXPECT_FALSE(g.stop_at_end_of_generation);
+  EXPECT_TRUE(g.stop_tokens.empty());  // not even the template's <|im_end|>
+  ASSERT_FALSE(build(kText, R"({"prompt": "x", "ignore_eos": false})", g));
+  EXPECT_TRUE(g.stop_at_end_of_generation);
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "server/chat_template.h"
+#include "server/connection_probe.h"
 #include "server/generation.h"
 #include "server/log.h"
 #include "server/prompt_builder.h"
@@ -80,7 +82,7 @@ struct Server::Impl {
   void install_routes();
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void respond_whole(std::unique_ptr<Generation> gen, const ParsedRequest& parsed, ResponseMeta meta,
-                     RequestRecord record, httplib::Response& res);
+                     RequestRecord record, const httplib::Request& req, httplib::Response& res);
   void respond_stream(std::unique_ptr<Generation> gen, const ParsedRequest& parsed, ResponseMeta meta,
                       RequestRecord record, httplib::Response& res);
 };
@@ -108,17 +110,28 @@ void Server::Impl::handle_generation(Endpoint endpoint, const httplib::Request& 
   if (parsed.stream) {
     respond_stream(std::move(gen), parsed, std::move(meta), std::move(record), res);
   } else {
-    respond_whole(std::move(gen), parsed, std::move(meta), std::move(record), res);
+    respond_whole(std::move(gen), parsed, std::move(meta), std::move(record), req, res);
   }
 }
 
 void Server::Impl::respond_whole(std::unique_ptr<Generation> gen, const ParsedRequest& parsed,
-                                 ResponseMeta meta, RequestRecord record, httplib::Response& res) {
+                                 ResponseMeta meta, RequestRecord record, const httplib::Request& req,
+                                 httplib::Response& res) {
   std::string text;
   std::vector<LogprobEntry> logprobs;
+  // Nothing is written until the answer is whole, so a client that hangs up is only seen by
+  // looking at its socket between polls.
+  std::optional<ClientConnection> client =
+      ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  bool client_gone = false;
   while (!gen->done()) {
     if (stopping) {
       gen->abandon();
+      break;
+    }
+    if (client && client->peer_closed()) {
+      gen->abandon();
+      client_gone = true;
       break;
     }
     Delta d = gen->poll(kPollInterval);
@@ -128,6 +141,12 @@ void Server::Impl::respond_whole(std::unique_ptr<Generation> gen, const ParsedRe
   const Outcome& o = gen->outcome();
   metrics.observe_generation(o.prompt_tokens, o.cached_tokens, o.completion_tokens,
                              o.completion_tokens > 0 ? o.ttft_s : -1.0);
+  if (client_gone) {
+    // No one reads this answer; httplib's write fails and closes the connection.
+    res.status = 499;  // nginx's "client closed request", for the request counter
+    log_request(record, 499, o, "client_disconnected");
+    return;
+  }
   if (o.finish_reason == "error") {
     ApiError err{500, "generation failed: " + o.error, "server_error", "", ""};
     return fail(res, record, err, o);
@@ -245,7 +264,7 @@ void Server::Impl::install_routes() {
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({model})}}), kJson);
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4");
+    res.set_content(metrics.render(backend.stats(), backend.kv_store_stats()), "text/plain; version=0.0.4");
   });
 
   // Known paths asked with the wrong method get 405 rather than 404.

@@ -5,8 +5,10 @@
 // 413 body too large, 429 engine queue full, 500 internal.
 //
 // Each HTTP request runs on one of the server's worker threads; it submits to the backend and
-// waits on its own event queue (see Generation). A streaming client that disconnects is noticed
-// when a write fails, and its request is cancelled in the engine.
+// waits on its own event queue (see Generation). A client that disconnects has its request
+// cancelled in the engine: a streaming one is noticed when a write fails, a non-streaming one by
+// peeking at its socket between waits (see ClientConnection); the latter is logged and counted
+// with status 499.
 //
 // Engine-side limits (context length, running batch, queue size) are the backend's options;
 // the server reads the context length from ModelInfo.

@@ -1,23 +1,71 @@
-// The HTTP layer against a scripted backend (no model): routing, errors, response shapes,
-// streaming, stop strings, queue-full and client disconnects.
+// The HTTP layer on real parts: the generated `tiny` model in a real Engine behind a real
+// Server, talked to over loopback sockets. Expected text comes from running the same request
+// through the engine directly (greedy decoding is deterministic), so every check is against
+// what the model really produces: routing, errors, response shapes, streaming, stop strings,
+// logprobs, queue-full and client disconnects.
 #include "server/server.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "modelgen/test_models.h"
 #include "server/http_test_util.h"
-#include "server/test_fakes.h"
+#include "server/prompt_builder.h"
+#include "server/request_parser.h"
+#include "server/text_stream.h"
 
 namespace kvstash::server {
 namespace {
 
 using testing::json;
 
+const char* kChat = "/v1/chat/completions";
+const char* kText = "/v1/completions";
+
+// What the engine generates for a request body when asked directly.
+struct Reference {
+  std::vector<TokenId> tokens;  // the turn's tokens, without the token that ended it
+  std::string text;             // as the server renders them (TextStream)
+  int prompt_tokens = 0;
+  FinishReason finish = FinishReason::kNone;
+};
+
+// Waits (bounded: ~10 s, never a timing assertion) until `done` holds; returns whether it did.
+template <typename Pred>
+bool eventually(Pred done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
 class ServerTest : public ::testing::Test {
  protected:
-  void start(const std::string& reply, std::size_t max_body = 8u << 20) {
-    backend_ = std::make_unique<testing::FakeBackend>(reply);
+  static void SetUpTestSuite() {
+    auto model = Model::load(kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16));
+    ASSERT_TRUE(model) << model.status().to_string();
+    model_ = std::move(*model).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+
+  // Starts an engine with `eo` (n_threads and n_ctx defaulted) and a server in front of it.
+  void start(EngineOptions eo = {}, std::size_t max_body = 8u << 20) {
+    ASSERT_NE(model_, nullptr);
+    eo.n_threads = 2;
+    if (eo.n_ctx == EngineOptions{}.n_ctx) eo.n_ctx = 2048;
+    auto engine = Engine::create(*model_, eo);
+    ASSERT_TRUE(engine) << engine.status().to_string();
+    engine_ = std::move(*engine);
+    backend_ = make_engine_backend(*engine_, "");
     ServerOptions options;
     options.port = 0;
     options.max_body_bytes = max_body;
@@ -27,32 +75,76 @@ class ServerTest : public ::testing::Test {
     server_ = std::move(*server);
     ASSERT_TRUE(server_->start().is_ok());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_->set_read_timeout(30, 0);
   }
   void TearDown() override {
     if (server_) server_->stop();
+    server_.reset();
+    backend_.reset();
+    engine_.reset();
   }
   httplib::Result post(const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), body, "application/json");
   }
-  json post_ok(const std::string& path, const std::string& body) {
-    auto r = post(path, body);
+  json post_ok(const std::string& path, const json& body) {
+    auto r = post(path, body.dump());
     EXPECT_TRUE(r);
     if (!r) return {};
     EXPECT_EQ(r->status, 200) << r->body;
     return json::parse(r->body);
   }
+  const Tokenizer& tokenizer() const { return model_->tokenizer(); }
 
-  std::unique_ptr<testing::FakeBackend> backend_;
+  // Runs `body` through the same parser and prompt builder as the server, then the engine.
+  Reference reference(Endpoint endpoint, const json& body) {
+    Reference ref;
+    ParsedRequest parsed;
+    auto err = parse_request(endpoint, body.dump(), parsed);
+    EXPECT_FALSE(err) << body.dump();
+    GenerationRequest request;
+    err = build_generation_request(parsed, backend_->model_info(), ChatTemplateKind::kChatML, request);
+    EXPECT_FALSE(err) << body.dump();
+    ref.prompt_tokens = static_cast<int>(request.prompt.size());
+    std::vector<TokenId> stop_tokens = request.stop_tokens;
+    auto result = generate(*engine_, std::move(request));
+    EXPECT_TRUE(result) << result.status().to_string();
+    if (!result) return ref;
+    ref.tokens = result->tokens;
+    ref.finish = result->finish;
+    if (ref.finish == FinishReason::kStop && !ref.tokens.empty()) ref.tokens.pop_back();  // the end token
+    TextStream text;
+    for (TokenId t : ref.tokens) ref.text += text.push(tokenizer().token_to_piece(t));
+    ref.text += text.finish();
+    return ref;
+  }
+  static std::string text_of(const json& r, bool chat) {
+    const json& c = r["choices"][0];
+    return chat ? c["message"]["content"].get<std::string>() : c["text"].get<std::string>();
+  }
+  std::string metrics_text() {
+    auto m = client_->Get("/metrics");
+    return m ? m->body : "";
+  }
+  bool engine_idle() const {
+    EngineStats s = engine_->stats();
+    return s.running == 0 && s.waiting == 0;
+  }
+
+  static Model* model_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<GenerationBackend> backend_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Client> client_;
 };
 
-const char* kChat = "/v1/chat/completions";
-const char* kText = "/v1/completions";
+Model* ServerTest::model_ = nullptr;
+
+json chat_body(const std::string& content, int max_tokens) {
+  return {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", max_tokens}};
+}
 
 TEST_F(ServerTest, HealthModelsAndMetrics) {
-  start("hi");
+  start();
   auto h = client_->Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(json::parse(h->body), json({{"status", "ok"}}));
@@ -60,60 +152,73 @@ TEST_F(ServerTest, HealthModelsAndMetrics) {
   ASSERT_TRUE(m);
   json models = json::parse(m->body);
   EXPECT_EQ(models["object"], "list");
-  EXPECT_EQ(models["data"][0]["id"], "fake-model");
+  ASSERT_FALSE(model_->config().name.empty());
+  EXPECT_EQ(models["data"][0]["id"], model_->config().name);
   EXPECT_EQ(models["data"][0]["owned_by"], "kvstash");
-  post_ok(kText, R"({"prompt": "x"})");
-  auto metrics = client_->Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"),
-            std::string::npos) << metrics->body;
-  EXPECT_NE(metrics->body.find("kvstash_generated_tokens_total 3"), std::string::npos);  // "hi" + EOS
+  post_ok(kText, {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  std::string metrics = metrics_text();
+  EXPECT_NE(metrics.find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvstash_generated_tokens_total 3\n"), std::string::npos) << metrics;
 }
 
 TEST_F(ServerTest, ChatCompletionShape) {
-  start("Hello!");
-  json r = post_ok(kChat, R"({"model": "whatever", "messages": [{"role": "user", "content": "hi"}]})");
+  start();
+  json body = chat_body("hi", 12);
+  Reference ref = reference(Endpoint::kChatCompletions, body);
+  body["model"] = "whatever";  // any name is accepted; responses name the served model
+  json r = post_ok(kChat, body);
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_TRUE(r["created"].is_number_integer());
-  EXPECT_EQ(r["model"], "fake-model");
+  EXPECT_EQ(r["model"], model_->config().name);
   EXPECT_EQ(r["choices"][0]["index"], 0);
   EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "Hello!");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], ref.text);
   EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
-  int prompt = static_cast<int>(backend_->last_request().prompt.size());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], ref.finish == FinishReason::kStop ? "stop" : "length");
+  // The chat prompt is the ChatML rendering, special tokens parsed.
+  std::vector<TokenId> want = tokenizer().encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", true);
+  int prompt = static_cast<int>(want.size()) + (tokenizer().add_bos() && tokenizer().bos_id() >= 0 ? 1 : 0);
+  EXPECT_EQ(ref.prompt_tokens, prompt);
   EXPECT_EQ(r["usage"]["prompt_tokens"], prompt);
-  EXPECT_EQ(r["usage"]["completion_tokens"], 7);  // 6 bytes + EOS
-  EXPECT_EQ(r["usage"]["total_tokens"], prompt + 7);
-  EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  int completion = static_cast<int>(ref.tokens.size()) + (ref.finish == FinishReason::kStop ? 1 : 0);
+  EXPECT_EQ(r["usage"]["completion_tokens"], completion);
+  EXPECT_EQ(r["usage"]["total_tokens"], prompt + completion);
+  EXPECT_TRUE(r["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
 }
 
 TEST_F(ServerTest, CompletionShapeAndLengthFinish) {
-  start("abcdef");
-  json r = post_ok(kText, R"({"prompt": "x", "max_tokens": 3})");
+  start();
+  json body = {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}};
+  Reference ref = reference(Endpoint::kCompletions, body);
+  ASSERT_EQ(ref.tokens.size(), 3u);
+  json r = post_ok(kText, body);
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["id"].get<std::string>().rfind("cmpl-", 0), 0u);
-  EXPECT_EQ(r["choices"][0]["text"], "abc");
+  EXPECT_EQ(r["choices"][0]["text"], ref.text);
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], ref.prompt_tokens);
 }
 
 TEST_F(ServerTest, StreamingMatchesNonStreaming) {
-  start("Streaming text here.");
+  start();
   for (const char* path : {kChat, kText}) {
+    SCOPED_TRACE(path);
     bool chat = std::string(path) == kChat;
-    std::string req = chat ? R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12)"
-                           : R"({"prompt": "hi", "max_tokens": 12)";
-    json whole = post_ok(path, req + "}");
-    auto s = post(path, req + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+    json req = chat ? chat_body("hi", 12) : json{{"prompt", "hi"}, {"max_tokens", 12}};
+    json whole = post_ok(path, req);
+    req["stream"] = true;
+    req["stream_options"] = {{"include_usage", true}};
+    auto s = post(path, req.dump());
     ASSERT_TRUE(s);
     EXPECT_EQ(s->status, 200);
     EXPECT_NE(s->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
     bool done = false;
     std::vector<json> events = testing::parse_sse(s->body, &done);
     EXPECT_TRUE(done);
-    ASSERT_GE(events.size(), 3u);
+    ASSERT_GE(events.size(), 2u);
     std::string text;
     std::string finish;
     for (std::size_t i = 0; i + 1 < events.size(); ++i) {
@@ -130,102 +235,225 @@ TEST_F(ServerTest, StreamingMatchesNonStreaming) {
     }
     const json& usage_chunk = events.back();
     EXPECT_TRUE(usage_chunk["choices"].empty());
-    EXPECT_EQ(usage_chunk["usage"], whole["usage"]);
-    const json& c0 = whole["choices"][0];
-    EXPECT_EQ(text, chat ? c0["message"]["content"] : c0["text"]);
-    EXPECT_EQ(finish, c0["finish_reason"]);
-    EXPECT_EQ(text, "Streaming te");
+    // The second request may reuse the first one's prefix: all but cached_tokens agree.
+    for (const char* k : {"prompt_tokens", "completion_tokens", "total_tokens"}) {
+      EXPECT_EQ(usage_chunk["usage"][k], whole["usage"][k]) << k;
+    }
+    EXPECT_EQ(text, text_of(whole, chat));
+    EXPECT_EQ(finish, whole["choices"][0]["finish_reason"]);
+    EXPECT_GE(whole["usage"]["completion_tokens"].get<int>(), 1);
   }
+}
+
+// A stop string taken from the middle of `full` (whole UTF-8 characters, at least two bytes).
+std::string stop_from_middle(const std::string& full) {
+  std::size_t at = full.size() / 2;
+  auto continuation = [&](std::size_t i) { return (static_cast<unsigned char>(full[i]) & 0xC0) == 0x80; };
+  while (at > 0 && continuation(at)) --at;
+  std::string stop = full.substr(at, 2);
+  while (at + stop.size() < full.size() && continuation(at + stop.size())) stop += full[at + stop.size()];
+  return stop;
 }
 
 TEST_F(ServerTest, StopStringsEndTheOutputAndCancel) {
-  start("one, two, three. four");
-  json r = post_ok(kText, R"({"prompt": "x", "stop": ["three", "xyz"], "max_tokens": 50})");
-  EXPECT_EQ(r["choices"][0]["text"], "one, two, ");
+  start();
+  json body = {{"prompt", "one, two, three"}, {"max_tokens", 30}, {"ignore_eos", true}};
+  std::string full = text_of(post_ok(kText, body), false);
+  ASSERT_GE(full.size(), 8u) << full;
+  std::string stop = stop_from_middle(full);
+  body["stop"] = {"\x01never", stop};
+  json r = post_ok(kText, body);
+  EXPECT_EQ(r["choices"][0]["text"], full.substr(0, full.find(stop)));
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
-  auto s = post(kChat, R"({"messages": [{"role": "user", "content": "x"}], "stop": ". ", "stream": true})");
+  EXPECT_TRUE(eventually([&] { return engine_idle(); }));  // the rest was cancelled, not left running
+
+  json chat = chat_body("x", 30);
+  chat["ignore_eos"] = true;
+  std::string chat_full = text_of(post_ok(kChat, chat), true);
+  ASSERT_GE(chat_full.size(), 8u) << chat_full;
+  std::string chat_stop = stop_from_middle(chat_full);
+  chat["stop"] = chat_stop;
+  chat["stream"] = true;
+  auto s = post(kChat, chat.dump());
   ASSERT_TRUE(s);
   bool done = false;
-  std::string text;
+  std::string text, finish;
   for (const json& e : testing::parse_sse(s->body, &done)) {
-    const json& d = e["choices"][0]["delta"];
-    if (d.contains("content")) text += d["content"].get<std::string>();
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
   }
   EXPECT_TRUE(done);
-  EXPECT_EQ(text, "one, two, three");
+  EXPECT_EQ(text, chat_full.substr(0, chat_full.find(chat_stop)));
+  EXPECT_EQ(finish, "stop");
 }
 
 TEST_F(ServerTest, LogprobsShapes) {
-  start("ab");
-  json chat = post_ok(kChat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2})");
+  start();
+  json body = chat_body("x", 6);
+  body["ignore_eos"] = true;  // six real tokens, none of them an end token
+  Reference ref = reference(Endpoint::kChatCompletions, body);
+  ASSERT_EQ(ref.tokens.size(), 6u);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  json chat = post_ok(kChat, body);
   const json& content = chat["choices"][0]["logprobs"]["content"];
-  ASSERT_EQ(content.size(), 2u);  // EOS ends the turn and is not listed
-  EXPECT_EQ(content[0]["token"], "a");
-  EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
-  EXPECT_EQ(content[0]["bytes"], json::array({97}));
-  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
-  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "b");
-  json text = post_ok(kText, R"({"prompt": "x", "logprobs": 1})");
+  ASSERT_EQ(content.size(), 6u);
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    SCOPED_TRACE(i);
+    const json& e = content[i];
+    std::string piece = tokenizer().token_to_piece(ref.tokens[i]);
+    std::string bytes;
+    for (int b : e["bytes"]) bytes += static_cast<char>(b);
+    EXPECT_EQ(bytes, piece);  // the entry is the token the engine generated
+    float lp = e["logprob"].get<float>();
+    EXPECT_LE(lp, 0.0f);
+    const json& top = e["top_logprobs"];
+    ASSERT_EQ(top.size(), 2u);
+    EXPECT_GE(top[0]["logprob"].get<float>(), top[1]["logprob"].get<float>());  // sorted
+    // Greedy picks the most likely token: the chosen one is the first alternative.
+    EXPECT_EQ(top[0]["token"], e["token"]);
+    EXPECT_FLOAT_EQ(top[0]["logprob"].get<float>(), lp);
+  }
+
+  json text_body = {{"prompt", "x"}, {"max_tokens", 5}, {"ignore_eos", true}};
+  Reference text_ref = reference(Endpoint::kCompletions, text_body);
+  text_body["logprobs"] = 1;
+  json text = post_ok(kText, text_body);
   const json& lp = text["choices"][0]["logprobs"];
-  EXPECT_EQ(lp["tokens"], json::array({"a", "b"}));
-  EXPECT_EQ(lp["text_offset"], json::array({0, 1}));
-  EXPECT_EQ(lp["token_logprobs"].size(), 2u);
-  EXPECT_FLOAT_EQ(lp["top_logprobs"][0]["a"].get<float>(), -1.0f);
+  ASSERT_EQ(lp["tokens"].size(), 5u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 5u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 5u);
+  ASSERT_EQ(lp["text_offset"].size(), 5u);
+  // Offsets count bytes of the output text (where a broken UTF-8 byte became U+FFFD), as the
+  // server's TextStream lays it out.
+  TextStream layout;
+  for (std::size_t i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(lp["text_offset"][i], layout.next_offset());
+    if (i > 0) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+    EXPECT_LE(lp["text_offset"][i].get<std::size_t>(), text_ref.text.size());
+    layout.push(tokenizer().token_to_piece(text_ref.tokens[i]));
+    float chosen = lp["token_logprobs"][i].get<float>();
+    EXPECT_LE(chosen, 0.0f);
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 1u);
+    EXPECT_FLOAT_EQ(lp["top_logprobs"][i].begin().value().get<float>(), chosen);
+    EXPECT_EQ(lp["top_logprobs"][i].begin().key(), lp["tokens"][i]);
+  }
+  EXPECT_EQ(text["choices"][0]["text"], text_ref.text);
 }
 
 TEST_F(ServerTest, BadInputsGetOpenAIErrorsAndServingContinues) {
-  start("fine", /*max_body=*/4096);
+  EngineOptions eo;
+  eo.n_ctx = 256;
+  start(eo, /*max_body=*/4096);
   using testing::expect_api_error;
   expect_api_error(post(kChat, "{not json"), 400, "malformed JSON");
   expect_api_error(post(kChat, R"({"messages": "x"})"), 400, "messages");
   expect_api_error(post(kChat, R"({"messages": [{"role": "king", "content": "x"}]})"), 400, "king");
   expect_api_error(post(kChat, R"({"messages": []})"), 400, "messages");
   expect_api_error(post(kText, "{\"prompt\": \"\xFF\xFE\"}"), 400, "UTF-8");
-  expect_api_error(post(kText, R"({"prompt": [5, 99999]})"), 400, "99999");
-  expect_api_error(post(kText, "{\"prompt\": \"" + std::string(600, 'a') + "\"}"), 400, "context");
+  int vocab = backend_->model_info().n_vocab;
+  expect_api_error(post(kText, json{{"prompt", {5, vocab}}}.dump()), 400, std::to_string(vocab));
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " w" + std::to_string(i);
+  expect_api_error(post(kText, json{{"prompt", words}}.dump()), 400, "context");
   expect_api_error(post(kText, R"({"prompt": "a", "max_tokens": 100000})"), 400, "max_tokens");
   expect_api_error(post(kText, R"({"prompt": "a", "n": 3})"), 400, "'n'");
   expect_api_error(post(kText, "{\"prompt\": \"" + std::string(5000, 'a') + "\"}"), 413, "too large");
   expect_api_error(post("/v1/nope", "{}"), 404, "/v1/nope");
   expect_api_error(client_->Get(kChat), 405, "GET");
   expect_api_error(post("/health", "{}"), 405, "POST");
-  json r = post_ok(kText, R"({"prompt": "ok"})");
-  EXPECT_EQ(r["choices"][0]["text"], "fine");
+  json body = {{"prompt", "ok"}, {"max_tokens", 4}};
+  json r = post_ok(kText, body);
+  EXPECT_EQ(r["choices"][0]["text"], reference(Endpoint::kCompletions, body).text);
 }
 
 TEST_F(ServerTest, QueueFullIs429) {
-  start("zzzz");
-  backend_->max_queued = 0;
+  // The engine admits a request only while fewer than max_queued wait; with 0 every submit
+  // finds the queue full, deterministically.
+  EngineOptions eo;
+  eo.max_running = 1;
+  eo.max_queued = 0;
+  start(eo);
   testing::expect_api_error(post(kText, R"({"prompt": "x"})"), 429, "queue");
-  backend_->max_queued = 1000;
-  post_ok(kText, R"({"prompt": "x"})");
+  testing::expect_api_error(post(kChat, chat_body("x", 4).dump()), 429, "queue");
+  auto s = post(kText, R"({"prompt": "x", "stream": true})");
+  testing::expect_api_error(s, 429, "queue");  // refused before any event is streamed
+  EXPECT_NE(metrics_text().find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 2"),
+            std::string::npos) << metrics_text();
+  EXPECT_EQ(engine_->stats().generated_tokens, 0);
 }
 
 TEST_F(ServerTest, DisconnectedStreamIsCancelled) {
-  start("a long reply that keeps going and going");
-  backend_->token_delay = std::chrono::milliseconds(5);
+  start();
+  const int max_tokens = 1900;
   std::string got = testing::post_and_hang_up(
-      server_->port(), kText, R"({"prompt": "x", "stream": true, "max_tokens": 400})", 200);
+      server_->port(), kText, json{{"prompt", "x"}, {"stream", true}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump(),
+      300);
   EXPECT_NE(got.find("data: "), std::string::npos);
   // Bounded wait: the server notices on its next write and cancels.
-  for (int i = 0; i < 400 && (backend_->stats().running > 0 || backend_->cancelled_count() == 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(eventually([&] { return engine_idle(); }));
+  EXPECT_LT(engine_->stats().generated_tokens, max_tokens);
+  post_ok(kText, {{"prompt", "x"}, {"max_tokens", 2}});
+}
+
+TEST_F(ServerTest, DisconnectedNonStreamingRequestIsCancelled) {
+  start();
+  const int max_tokens = 1900;
+  {
+    testing::RawRequest request(server_->port(), kText,
+                                json{{"prompt", "x"}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump());
+    // Hang up once the engine is working on it: nothing has been written back yet.
+    ASSERT_TRUE(eventually([&] { return engine_->stats().generated_tokens > 0; }));
   }
-  EXPECT_EQ(backend_->cancelled_count(), 1);
-  EXPECT_EQ(backend_->stats().running, 0);
-  post_ok(kText, R"({"prompt": "x", "max_tokens": 2})");
+  EXPECT_TRUE(eventually([&] { return engine_idle(); }));
+  EXPECT_LT(engine_->stats().generated_tokens, max_tokens);
+  EXPECT_TRUE(eventually([&] {
+    return metrics_text().find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"499\"} 1") !=
+           std::string::npos;
+  })) << metrics_text();
+  post_ok(kText, {{"prompt", "x"}, {"max_tokens", 2}});
+}
+
+// The tiny model rewritten with a chat template that is neither ChatML nor Llama 3.
+std::string model_with_template(const std::string& chat_template) {
+  const std::string src = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+  auto file = gguf::File::open(src);
+  EXPECT_TRUE(file) << file.status().to_string();
+  if (!file) return "";
+  gguf::Writer w;
+  for (const auto& [key, value] : (*file)->metadata()) w.set(key, value);
+  w.set("tokenizer.chat_template", gguf::Value::string(chat_template));
+  for (const auto& t : (*file)->tensors()) EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims).is_ok());
+  const std::string out = std::string(KVSTASH_BINARY_DIR) + "/test-models/tiny-f16-inst-template.gguf";
+  Status st = w.write(out, [&](std::size_t i, std::span<std::uint8_t> bytes) {
+    const auto& t = (*file)->tensors()[i];
+    std::memcpy(bytes.data(), t.data, std::min<std::size_t>(bytes.size(), t.n_bytes));
+    return Status::ok();
+  });
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return out;
 }
 
 TEST(ServerCreate, UnrecognisedTemplateFailsUnlessOverridden) {
-  testing::FakeBackend backend("x");
-  backend.set_chat_template("[INST] {{ content }} [/INST]");
+  auto model = Model::load(model_with_template("[INST] {{ content }} [/INST]"));
+  ASSERT_TRUE(model) << model.status().to_string();
+  EngineOptions eo;
+  eo.n_ctx = 256;
+  eo.n_threads = 1;
+  auto engine = Engine::create(**model, eo);
+  ASSERT_TRUE(engine) << engine.status().to_string();
+  auto backend = make_engine_backend(**engine, "");
+  ASSERT_EQ(backend->model_info().chat_template, "[INST] {{ content }} [/INST]");
   ServerOptions options;
   options.port = 0;
-  auto refused = Server::create(backend, options);
+  options.log_requests = false;
+  auto refused = Server::create(*backend, options);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.status().message().find("[INST]"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("[INST]"), std::string::npos) << refused.status().message();
   options.chat_template = "chatml";
-  EXPECT_TRUE(Server::create(backend, options));
+  EXPECT_TRUE(Server::create(*backend, options));
 }
 
 }  // namespace
