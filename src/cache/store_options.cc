@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <malloc.h>
 
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
@@ -75,6 +76,13 @@ Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text) {
   }
   if (out.empty()) return invalid_argument("redis url: no servers");
   return out;
+}
+
+void tune_allocator_for_chunks() {
+  // 64 MiB: above any chunk (256 tokens of a 70B-class model's KV is ~80 MiB only in f32; f16
+  // chunks of the presets are <= 8 MiB). 1 GiB of free heap top is kept before trimming.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options) {

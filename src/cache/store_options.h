@@ -34,6 +34,13 @@ Expected<std::uint64_t> parse_byte_size(std::string_view text);
 // "redis://h1:6379,h2:6380" (scheme optional, port defaults to 6379) -> endpoints.
 Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text);
 
+// Process-wide malloc tuning for a process that moves chunks (call once, early, from main's
+// thread). glibc serves blocks above its mmap threshold (128 KiB at first) with fresh mmap'd pages
+// and gives freed heap tops back to the kernel, so every loaded chunk (hundreds of KiB) was copied
+// into never-touched memory: page faults made a memory-tier load ~8x slower than memcpy
+// (bench-cache, BENCHMARKS.md). Raising both thresholds keeps chunk buffers on the heap and warm.
+void tune_allocator_for_chunks();
+
 // The store for these options. Fails if the disk directory cannot be created or scanned; an
 // unreachable redis does not fail it (the tier fails fast until redis comes back).
 Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options);

@@ -214,6 +214,7 @@ int serve_main(int argc, char** argv) {
       return 1;
     }
     store = std::move(*opened);
+    cache::tune_allocator_for_chunks();
     engine_options.kv_store = store.get();
     engine_options.chunk_tokens = static_cast<int>(store_options->chunk_tokens);
     log_line(describe_store(*store_options, cache_flags.ram.empty()));

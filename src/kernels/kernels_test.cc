@@ -84,6 +84,15 @@ TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
   }
 }
 
+// The AVX-512 q8_0 kernel takes blocks in pairs: a lone block (32 columns), pairs only (64, 128),
+// and pairs plus a lone last block (160), at token counts that hit each register tile.
+TEST_P(KernelsOnPath, MatmulQ8_0BlockPairsAndLoneBlocks) {
+  ThreadPool pool(2);
+  for (std::int64_t cols : {32, 64, 128, 160}) {
+    for (int n_tokens : {1, 4, 7, 8, 9}) check_matmul(WeightType::kQ8_0, 13, cols, n_tokens, pool);
+  }
+}
+
 TEST_P(KernelsOnPath, MatmulManyTasksAndPanels) {
   ThreadPool pool(3);
   for (WeightType type : {WeightType::kF16, WeightType::kQ8_0}) {

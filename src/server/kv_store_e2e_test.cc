@@ -120,8 +120,8 @@ TEST_F(KvStoreE2ETest, RedisDownKilledAndRestartedNeverFailsARequest) {
   auto answered = [&](int n) {
     for (int i = 0; i < n; ++i) {
       const auto p = prompt(seed++, 3 * kChunk + 1);
-      json r = s->complete(p, 4);
-      if (r.is_null() || tokens_of(r).size() != 4u) return false;
+      // Null unless HTTP 200 with a body (no tokens at all is fine: an EOS came first).
+      if (s->complete(p, 4).is_null()) return false;
     }
     return true;
   };
@@ -132,7 +132,14 @@ TEST_F(KvStoreE2ETest, RedisDownKilledAndRestartedNeverFailsARequest) {
   auto redis = std::make_unique<RedisTestServer>(port);
   ASSERT_TRUE(redis->ready());
   auto stored = [&] { return std::atoi(cache::testing::redis_query(port, "DBSIZE").c_str()); };
-  for (int i = 0; i < 100 && stored() == 0; ++i) ASSERT_TRUE(answered(1));  // backoff <= 5 s
+  // A bounded wait (<= 7.5 s) for the reconnect: the backoff doubles to at most 5 s.
+  auto until_stored = [&] {
+    for (int i = 0; i < 150 && stored() == 0; ++i) {
+      ASSERT_TRUE(answered(1)) << s->last_error();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  until_stored();
   EXPECT_GT(stored(), 0);
   EXPECT_EQ(count_substr(s->log(), "redis " + node + " reconnected"), 1) << s->log();
 
@@ -144,7 +151,7 @@ TEST_F(KvStoreE2ETest, RedisDownKilledAndRestartedNeverFailsARequest) {
 
   redis->start();
   ASSERT_TRUE(redis->ready());
-  for (int i = 0; i < 100 && stored() == 0; ++i) ASSERT_TRUE(answered(1));
+  until_stored();
   EXPECT_GT(stored(), 0);
   EXPECT_EQ(count_substr(s->log(), "redis " + node + " reconnected"), 2) << s->log();
 }

@@ -122,7 +122,10 @@ TEST_F(KvStoreE2ETest, KillNineWhileWritingLoadsNoDamagedChunkAfterRestart) {
     auto a = serve("kill-a", flags);
     std::vector<std::thread> clients;
     for (const auto& p : prompts) clients.emplace_back([&a, p] { (void)a->complete(p, 64); });
-    a->wait_metric("kvstash_kv_chunks_stored_total", 8);
+    // Kill once a few chunk files are on disk and more are queued (4 x 17 chunks in all).
+    for (int i = 0; i < 500 && chunk_files(disk).size() < 4; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     a->kill9();
     for (auto& t : clients) t.join();
   }

@@ -127,9 +127,18 @@ class ServeProcess {
     json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logprobs", 1}};
     if (!salt.empty()) body["cache_salt"] = salt;
     auto r = client()->Post("/v1/completions", body.dump(), "application/json");
-    if (!r || r->status != 200) return json();
+    if (!r) {
+      last_error_ = "http error " + httplib::to_string(r.error());
+      return json();
+    }
+    if (r->status != 200) {
+      last_error_ = "status " + std::to_string(r->status) + ": " + r->body;
+      return json();
+    }
     return json::parse(r->body);
   }
+  // Why the last complete() returned null.
+  const std::string& last_error() const { return last_error_; }
 
   std::string metrics() const {
     auto r = client()->Get("/metrics");
@@ -167,6 +176,7 @@ class ServeProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_code_ = -1;
+  mutable std::string last_error_;
 };
 
 // What a greedy completion produced, token by token (the tokens as the API spells them).

@@ -6,7 +6,11 @@
 //
 // Usage: kernels_bench [--types f32,f16,bf16,q8_0] [--models qwen,llama] [--shapes 896x896,...]
 //                      [--no-prefill] [--crossover]
-//                      [--threads N] [--prefill-tokens 512] [--hot]
+//                      [--threads N] [--prefill-tokens 512] [--hot] [--attention]
+//
+// --attention times one layer's decode attention of one token (14 query heads over 2 KV heads of
+// 64, qwen2.5-0.5b) at 4096 tokens of context on one thread: the per-row kernel calls the forward
+// pass used to make against the per-KV-block calls it makes now.
 //
 // --hot reads the same weights every call (cache-resident for all but the largest shapes): the
 // kernels' compute ceiling, which must sit well above the streaming read for decode to reach it.
@@ -78,6 +82,33 @@ double best_seconds(F&& f, double min_total_s = 0.3, int min_reps = 3) {
   return best;
 }
 
+void bench_attention() {
+  constexpr int kHeadDim = 64, kKvRow = 128, kBlock = 16, kContext = 4096, kHeads = 14, kGroup = 7;
+  std::vector<std::uint16_t> k(static_cast<std::size_t>(kContext) * kKvRow, 0x3c00), v(k.size(), 0x3800);
+  std::vector<float> q(kHeadDim, 0.01f), scores(kContext), out(kHeadDim);
+  auto head = [&](int h, bool per_block) {
+    const std::size_t offset = static_cast<std::size_t>(h / kGroup) * kHeadDim;
+    for (int j = 0; j < kContext; j += per_block ? kBlock : 1) {
+      const std::uint16_t* kr = &k[static_cast<std::size_t>(j) * kKvRow + offset];
+      if (per_block) dot_f32_f16_rows(q.data(), kr, kKvRow, kBlock, kHeadDim, 0.125f, &scores[j]);
+      else scores[j] = dot_f32_f16(q.data(), kr, kHeadDim) * 0.125f;
+    }
+    softmax_inplace(scores.data(), kContext);
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (int j = 0; j < kContext; j += per_block ? kBlock : 1) {
+      const std::uint16_t* vr = &v[static_cast<std::size_t>(j) * kKvRow + offset];
+      if (per_block) axpy_f16_rows(&scores[j], vr, kKvRow, kBlock, kHeadDim, out.data());
+      else axpy_f16(scores[j], vr, out.data(), kHeadDim);
+    }
+  };
+  double us[2];
+  for (int per_block = 0; per_block < 2; ++per_block) {
+    us[per_block] = 1e6 * best_seconds([&] { for (int h = 0; h < kHeads; ++h) head(h, per_block != 0); }, 0.2, 5);
+  }
+  std::printf("attention, one layer, %d heads, context %d, 1 thread: per-row calls %.0f us, per-block calls %.0f us (%.2fx)\n",
+              kHeads, kContext, us[0], us[1], us[0] / us[1]);
+}
+
 bool listed(const std::string& list, const char* name) {
   return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
 }
@@ -96,6 +127,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-prefill") prefill = false;
     else if (a == "--crossover") crossover = true;
     else if (a == "--hot") hot = true;
+    else if (a == "--attention") { bench_attention(); return 0; }
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--prefill-tokens" && i + 1 < argc) prefill_tokens = std::atoi(argv[++i]);
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
