@@ -1,12 +1,107 @@
 #include "cache/tiered_store.h"
 
+#include <functional>
+#include <optional>
+
 namespace kvstash::cache {
+
+namespace {
+
+// One tier get and how long the tier took over it (queueing on the pool not included, so a tier is
+// judged slow by its own answer time, as with a get on the caller's thread).
+struct TimedGet {
+  Expected<Bytes> bytes;
+  std::chrono::steady_clock::duration elapsed;
+};
+
+TimedGet timed_get(Tier& tier, const ChunkKey& key) {
+  const auto start = std::chrono::steady_clock::now();
+  Expected<Bytes> bytes = tier.get(key);
+  return {std::move(bytes), std::chrono::steady_clock::now() - start};
+}
+
+// A get issued ahead of load()'s walk. Shared by the walk and the pool job, so the walk may abandon
+// it (return, or take the chunk elsewhere) while the job still runs.
+struct PendingGet {
+  std::atomic<bool> cancelled{false};  // set by the walk: the job skips the get if not yet started
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<TimedGet> result;  // guarded by mu; set once by the job
+
+  TimedGet wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [this] { return result.has_value(); });
+    return std::move(*result);
+  }
+};
+
+}  // namespace
+
+// A fixed set of threads running queued jobs in order. Jobs queued when the pool is destroyed are
+// dropped (their load() calls have all returned by then: a store is not destroyed under a call).
+// Not common/thread_pool.h: that one is fork-join for kernels (one run at a time, spinning
+// workers); these jobs block on i/o and come from many load() calls at once.
+class TieredStore::GetPool {
+ public:
+  explicit GetPool(std::size_t threads) {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~GetPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Runs tier.get(key) on a pool thread; the walk waits on the returned entry.
+  std::shared_ptr<PendingGet> submit(Tier& tier, const ChunkKey& key) {
+    auto pending = std::make_shared<PendingGet>();
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back([pending, &tier, key] {
+        TimedGet got = pending->cancelled.load(std::memory_order_relaxed)
+                           ? TimedGet{not_found("cancelled"), {}}
+                           : timed_get(tier, key);
+        std::lock_guard done(pending->mu);
+        pending->result.emplace(std::move(got));
+        pending->cv.notify_all();
+      });
+    }
+    cv_.notify_one();
+    return pending;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  bool stop_ = false;                       // guarded by mu_
+  std::vector<std::thread> threads_;
+};
 
 TieredStore::TieredStore(std::vector<std::unique_ptr<Tier>> tiers, TieredStoreOptions options)
     : tiers_(std::move(tiers)),
       options_(options),
       rejected_by_tier_(new std::atomic<std::uint64_t>[tiers_.size()]()) {
   writer_ = std::thread([this] { writer_loop(); });
+  if (options_.load_threads > 0 && options_.load_depth > 0 && !tiers_.empty()) {
+    get_pool_ = std::make_unique<GetPool>(options_.load_threads);
+  }
 }
 
 TieredStore::~TieredStore() {
@@ -18,49 +113,75 @@ TieredStore::~TieredStore() {
   writer_.join();
 }
 
-std::size_t TieredStore::lookup(std::span<const ChunkKey> keys) {
+std::size_t TieredStore::lookup(std::span<const ChunkKey> keys) { return plan(keys).size(); }
+
+std::vector<std::size_t> TieredStore::plan(std::span<const ChunkKey> keys) {
   // Tier by tier, each continuing from where the faster ones stopped: chunk i may live anywhere.
-  std::size_t found = 0;
+  std::vector<std::size_t> tier_of;
   bool progress = true;
-  while (progress && found < keys.size()) {
+  while (progress && tier_of.size() < keys.size()) {
     progress = false;
-    for (const auto& tier : tiers_) {
-      std::size_t n = tier->contains(keys.subspan(found));
+    for (std::size_t t = 0; t < tiers_.size(); ++t) {
+      const std::size_t n = tiers_[t]->contains(keys.subspan(tier_of.size()));
       if (n > 0) {
-        found += n;
+        tier_of.insert(tier_of.end(), n, t);
         progress = true;
         break;
       }
     }
   }
-  return found;
+  return tier_of;
 }
 
 std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) {
   std::vector<LoadedChunk> out;
   std::vector<bool> skipped(tiers_.size(), false);
-  for (const ChunkMeta& meta : expected) {
+  // The read-ahead: planned[i] is the tier expected to serve chunk i, ahead[i] its get in flight.
+  std::vector<std::size_t> planned;
+  if (get_pool_) {
+    std::vector<ChunkKey> keys;
+    keys.reserve(expected.size());
+    for (const ChunkMeta& meta : expected) keys.push_back(meta.key);
+    planned = plan(keys);
+  }
+  std::vector<std::shared_ptr<PendingGet>> ahead(planned.size());
+  std::size_t issued = 0;  // chunks [0, issued) of the plan have had their get issued (or not needed)
+  auto abandon = [&](std::size_t i) {
+    if (i < ahead.size() && ahead[i]) {
+      ahead[i]->cancelled.store(true, std::memory_order_relaxed);
+      ahead[i].reset();
+    }
+  };
+
+  auto skip = [&](std::size_t t) {
+    skipped[t] = true;
+    tier_skips_.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < ahead.size(); ++i) {
+      if (planned[i] == t) abandon(i);
+    }
+  };
+
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    for (; issued < planned.size() && issued < i + options_.load_depth; ++issued) {
+      const std::size_t t = planned[issued];
+      if (!skipped[t]) ahead[issued] = get_pool_->submit(*tiers_[t], expected[issued].key);
+    }
+    const ChunkMeta& meta = expected[i];
     bool found = false;
     for (std::size_t t = 0; t < tiers_.size() && !found; ++t) {
       if (skipped[t]) continue;
-      const auto start = std::chrono::steady_clock::now();
-      auto bytes = tiers_[t]->get(meta.key);
-      const bool slow = std::chrono::steady_clock::now() - start > options_.tier_timeout;
+      const bool from_ahead = i < ahead.size() && ahead[i] && planned[i] == t;
+      TimedGet got = from_ahead ? ahead[i]->wait() : timed_get(*tiers_[t], meta.key);
+      if (from_ahead) ahead[i].reset();
+      const bool slow = got.elapsed > options_.tier_timeout;
+      auto& bytes = got.bytes;
       if (!bytes) {
         const StatusCode code = bytes.status().code();
-        if (code != StatusCode::kNotFound && code != StatusCode::kCorrupt) {
-          skipped[t] = true;  // unreachable or failing: do not wait on it again this request
-          tier_skips_.fetch_add(1, std::memory_order_relaxed);
-        } else if (slow) {
-          skipped[t] = true;
-          tier_skips_.fetch_add(1, std::memory_order_relaxed);
-        }
+        // Unreachable or failing: do not wait on it again this request.
+        if ((code != StatusCode::kNotFound && code != StatusCode::kCorrupt) || slow) skip(t);
         continue;
       }
-      if (slow) {
-        skipped[t] = true;
-        tier_skips_.fetch_add(1, std::memory_order_relaxed);
-      }
+      if (slow) skip(t);
       LoadedChunk chunk;
       chunk.bytes = std::move(*bytes);
       chunk.tier_index = t;
@@ -80,8 +201,10 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) 
       chunks_loaded_.fetch_add(1, std::memory_order_relaxed);
       found = true;
     }
+    abandon(i);  // served by a faster tier than planned, or not at all
     if (!found) break;
   }
+  for (std::size_t i = 0; i < ahead.size(); ++i) abandon(i);  // past the end of the run
   return out;
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
 #include "cache/test_util.h"
@@ -206,6 +209,162 @@ TEST(TieredStore, NamespacesNeverSeeEachOther) {
   std::vector<ChunkKey> keys_b = {b[0].key, b[1].key};
   EXPECT_EQ(s.store->lookup(keys_b), 0u);
   for (int i = 0; i < 2; ++i) EXPECT_NE(a[i].key, b[i].key);
+}
+
+// A memory tier that records how many gets run at once. With wait_for_company, the first get waits
+// (up to 5 s, so a store that reads one chunk at a time fails the test instead of hanging) until a
+// second get has started.
+class ConcurrencyTier final : public Tier {
+ public:
+  explicit ConcurrencyTier(bool wait_for_company) : wait_for_company_(wait_for_company), inner_(1 << 30) {}
+  std::string name() const override { return "counting"; }
+  std::size_t contains(std::span<const ChunkKey> keys) override { return inner_.contains(keys); }
+  Expected<Bytes> get(const ChunkKey& key) override {
+    {
+      std::unique_lock lock(mu_);
+      ++in_flight_;
+      ++started_;
+      max_in_flight_ = std::max(max_in_flight_, in_flight_);
+      cv_.notify_all();
+      if (wait_for_company_ && started_ == 1) {
+        cv_.wait_for(lock, std::chrono::seconds(5), [this] { return started_ >= 2; });
+      }
+    }
+    auto bytes = inner_.get(key);
+    std::lock_guard lock(mu_);
+    --in_flight_;
+    return bytes;
+  }
+  Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override { return inner_.put(key, bytes); }
+  Status erase(const ChunkKey& key) override { return inner_.erase(key); }
+  TierStats stats() const override { return inner_.stats(); }
+  Expected<std::vector<ChunkKey>> list_keys() override { return inner_.list_keys(); }
+  Status clear() override { return inner_.clear(); }
+  int max_in_flight() {
+    std::lock_guard lock(mu_);
+    return max_in_flight_;
+  }
+
+ private:
+  const bool wait_for_company_;
+  MemoryTier inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0, started_ = 0, max_in_flight_ = 0;  // guarded by mu_
+};
+
+TEST(TieredStore, LoadKeepsSeveralGetsInFlightAndOneWhenToldTo) {
+  for (std::size_t threads : {std::size_t{4}, std::size_t{0}}) {
+    auto counting = std::make_unique<ConcurrencyTier>(/*wait_for_company=*/threads > 0);
+    ConcurrencyTier* counting_ptr = counting.get();
+    auto metas = prefix_metas(8);
+    for (const auto& m : metas) ASSERT_TRUE(counting->put(m.key, test_chunk(m)).is_ok());
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<MemoryTier>(1 << 24));
+    tiers.push_back(std::move(counting));
+    TieredStoreOptions options;
+    options.load_threads = threads;
+    TieredStore store(std::move(tiers), options);
+    auto loaded = store.load(metas);
+    EXPECT_EQ(loaded.size(), 8u) << threads;
+    if (threads > 0) {
+      EXPECT_GE(counting_ptr->max_in_flight(), 2);
+    } else {
+      EXPECT_EQ(counting_ptr->max_in_flight(), 1);
+    }
+  }
+}
+
+// A memory tier in front of a disk tier holding n chunks of distinct 4 KiB payloads.
+struct DiskStack {
+  ScratchDir dir;
+  MemoryTier* memory = nullptr;
+  DiskTier* disk = nullptr;
+  std::unique_ptr<TieredStore> store;
+  std::vector<ChunkMeta> metas;
+};
+
+constexpr std::size_t kDiskPayload = 4096;
+
+std::unique_ptr<DiskStack> make_disk_stack(int n) {
+  auto s = std::make_unique<DiskStack>();
+  auto disk = DiskTier::open({.dir = s->dir.path()});
+  EXPECT_TRUE(disk.has_value());
+  s->disk = disk->get();
+  auto memory = std::make_unique<MemoryTier>(1 << 26);
+  s->memory = memory.get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(memory));
+  tiers.push_back(std::move(*disk));
+  TieredStoreOptions options;
+  options.load_threads = 3;
+  options.load_depth = 5;
+  s->store = std::make_unique<TieredStore>(std::move(tiers), options);
+  s->metas = prefix_metas(n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(s->disk->put(s->metas[i].key, test_chunk(s->metas[i], kDiskPayload, i)).is_ok());
+  }
+  return s;
+}
+
+TEST(TieredStore, ParallelDiskLoadReturnsExactlyTheStoredBytesInOrder) {
+  auto s = make_disk_stack(40);
+  auto loaded = s->store->load(s->metas);
+  ASSERT_EQ(loaded.size(), 40u);
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(loaded[i].tier_index, 1u) << i;
+    EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i)) << i;
+    EXPECT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(kDiskPayload, i));
+    EXPECT_EQ(loaded[i].view.header.meta.first_position, s->metas[i].first_position);
+  }
+  s->store->flush();
+  for (const auto& m : s->metas) EXPECT_TRUE(s->memory->get(m.key).has_value());  // all promoted
+}
+
+TEST(TieredStore, ParallelDiskLoadStopsAtFirstMissingChunk) {
+  auto s = make_disk_stack(20);
+  ASSERT_TRUE(s->disk->erase(s->metas[7].key).is_ok());
+  auto loaded = s->store->load(s->metas);
+  ASSERT_EQ(loaded.size(), 7u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  // Nothing past the gap is promoted, even what was read ahead of it.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s->memory->get(s->metas[i].key).has_value(), i < 7) << i;
+  EXPECT_EQ(s->store->stats().chunks_loaded, 7u);
+}
+
+TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
+  auto s = make_disk_stack(20);
+  // Chunk 5: another model's chunk, a whole file the disk tier serves and the store rejects.
+  ChunkMeta other = s->metas[5];
+  other.model_fingerprint = test_model(9);
+  ASSERT_TRUE(s->disk->put(s->metas[5].key, test_chunk(other, kDiskPayload, 5)).is_ok());
+  auto loaded = s->store->load(s->metas);
+  ASSERT_EQ(loaded.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[5].key}), 0u);  // erased
+  EXPECT_EQ(s->store->stats().chunks_rejected, 1u);
+  EXPECT_EQ(s->store->tier_stats()[1].stats.rejected_chunks, 1u);
+  for (int i = 5; i < 20; ++i) EXPECT_FALSE(s->memory->get(s->metas[i].key).has_value()) << i;
+  for (int i = 6; i < 20; ++i) {  // read ahead perhaps, but neither rejected nor removed
+    EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[i].key}), 1u) << i;
+  }
+
+  // Chunk 2 damaged in its file (one payload bit): the disk tier reports kCorrupt; the run ends.
+  const std::string path = s->disk->path_of(s->metas[2].key);
+  Bytes flipped = test_chunk(s->metas[2], kDiskPayload, 2);
+  flipped[flipped.size() - 1] ^= 0x10;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(flipped.data(), 1, flipped.size(), f), flipped.size());
+    std::fclose(f);
+  }
+  ASSERT_TRUE(s->memory->clear().is_ok());
+  auto again = s->store->load(s->metas);
+  ASSERT_EQ(again.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[2].key}), 0u);
+  EXPECT_FALSE(s->memory->get(s->metas[2].key).has_value());
 }
 
 }  // namespace

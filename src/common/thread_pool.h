@@ -6,8 +6,9 @@
 //
 // Decode calls run() a few hundred times per token, back to back, with microseconds between calls.
 // So a worker that finishes a job spins (yielding) for a short while (kSpinNanos in thread_pool.cc)
-// watching for the next one before it sleeps on the condition variable, and run() spins briefly for the workers
-// to finish before it sleeps: a futex wake-up costs about 5 us here, tens of us on a loaded machine.
+// watching for the next one before it sleeps on the condition variable, and run() spins as briefly
+// for the workers to finish before it sleeps: a futex wake-up costs about 5 us here, tens of us on
+// a loaded machine. An idle pool sleeps; it holds no core once kSpinNanos has passed.
 #pragma once
 
 #include <atomic>
