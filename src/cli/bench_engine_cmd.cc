@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "engine/block_pool.h"
 #include "kernels/machine_limits.h"
+#include "kernels/simd_dispatch.h"
 #include "model/model.h"
 
 namespace kvstash::cli {
@@ -57,6 +58,7 @@ int bench_engine_main(int argc, char** argv) {
                "kvstash bench-engine"};
   std::string model_path;
   int prompt_tokens = 512, decode_tokens = 32, decode_context = 64, batch = 8, repeats = 3, n_threads = 0;
+  int prefill_context = 0, prefill_step = 64, prefill_min_tokens = 0;
   bool json = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--prompt-tokens", prompt_tokens, "prefill length")->capture_default_str();
@@ -69,11 +71,22 @@ int bench_engine_main(int argc, char** argv) {
   app.add_option("--batch", batch, "the second decode batch size (sequences decoded together)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--prefill-context", prefill_context,
+                 "also time a --prefill-step-token prefill after this many cached tokens, against the cold "
+                 "prefill of the whole context (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--prefill-step", prefill_step, "new tokens of the --prefill-context step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--prefill-min-tokens", prefill_min_tokens,
+                 "matmuls of this many tokens or more take the sgemm path (0 = the built-in threshold)")
+      ->capture_default_str();
   app.add_option("--repeats", repeats, "best of this many prefill runs")->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of a table");
   CLI11_PARSE(app, argc, argv);
 
+  kernels::set_prefill_min_tokens_for_testing(prefill_min_tokens);
   auto loaded = Model::load(model_path);
   if (!loaded) {
     std::fprintf(stderr, "kvstash bench-engine: %s\n", loaded.status().to_string().c_str());
@@ -105,6 +118,22 @@ int bench_engine_main(int argc, char** argv) {
   const double decode1_s = decode(1);
   progress("decode, batch N");
   const double decode_batch_s = decode(batch);
+
+  // A short prefill against a long cached context (a prefix-cache hit): one cold prefill of
+  // context + step tokens, then the last `step` tokens again at their own positions, which sees
+  // exactly the KV a cache hit would restore. Median of `repeats` steps; the cold pass runs once
+  // (tens of seconds at 4k tokens on 2 cores).
+  double cold_prefill_s = 0, context_step_s = 0;
+  if (prefill_context > 0) {
+    progress("cold prefill of the context, then the short step after it");
+    const int total = prefill_context + prefill_step;
+    Runner run(model, 1, total, threads);
+    cold_prefill_s = run.step(1, 0, total);
+    std::vector<double> steps;
+    for (int r = 0; r < std::max(1, repeats); ++r) steps.push_back(run.step(1, prefill_context, prefill_step));
+    std::sort(steps.begin(), steps.end());
+    context_step_s = steps[steps.size() / 2];
+  }
 
   // The machine's limits, measured now. sgemm on each distinct matmul shape of one layer at the
   // prefill length, combined by time (total FLOPs / total seconds), as the layer runs them.
@@ -153,6 +182,13 @@ int bench_engine_main(int argc, char** argv) {
       {"prefill_vs_gemm_peak", prefill_gflops / gemm_peak_gflops},
       {"decode_vs_stream_read", decode_gbs / stream_gbs},
   };
+  if (prefill_context > 0) {
+    out["prefill_context"] = prefill_context;
+    out["prefill_step_tokens"] = prefill_step;
+    out["cold_prefill_s"] = cold_prefill_s;
+    out["context_step_s"] = context_step_s;
+    out["context_step_vs_cold_prefill"] = context_step_s / cold_prefill_s;
+  }
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -165,6 +201,11 @@ int bench_engine_main(int argc, char** argv) {
               1.0 / decode1_s, decode_gbs, 100 * decode_gbs / stream_gbs, stream_gbs);
   std::printf("  decode   batch %-2d     %9.1f tokens/s   (%.2fx batch 1)\n", batch, batch / decode_batch_s,
               decode1_s * batch / decode_batch_s);
+  if (prefill_context > 0) {
+    std::printf("  prefill  %d tokens after %d cached: %.1f ms = %.2f%% of the cold %d-token prefill (%.0f ms)\n",
+                prefill_step, prefill_context, 1e3 * context_step_s, 100 * context_step_s / cold_prefill_s,
+                prefill_context + prefill_step, 1e3 * cold_prefill_s);
+  }
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "common/thread_pool.h"
 
@@ -42,6 +43,12 @@ const char* simd_path();
 // Few tokens (decode): each weight row is read once for all tokens (memory bound).
 // Many tokens (prefill): weight panels are converted to f32 and multiplied with OpenBLAS sgemm.
 void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool);
+// matmul() for several weights that share one input (Q/K/V, gate/up): ys[i] = ws[i] * x, each
+// with stride ws[i].rows. All ws have the same cols; ws.size() == ys.size(). On the decode path
+// the rows of all matrices are split over the pool in one run (one fork-join instead of one per
+// matrix); on the prefill path this is a loop of matmul().
+void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
+                 ThreadPool& pool);
 
 // Rows [row_begin, row_end) of w as f32, into out[(r - row_begin) * cols + c].
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);

@@ -110,6 +110,43 @@ TEST_P(KernelsOnPath, MatmulSingleThreadPool) {
   check_matmul(WeightType::kF32, 9, 20, prefill_min_tokens() + 3, pool);
 }
 
+// matmul_many against one matmul() per weight: matrices of ragged sizes (one smaller than a
+// task, one of many tasks) and mixed types, on the decode path and (at the threshold) the prefill
+// loop. The row kernels compute each row the same way wherever its task starts, so the two agree
+// up to the row tile's summation order.
+TEST_P(KernelsOnPath, MatmulManyMatchesOneMatmulPerWeight) {
+  ThreadPool pool(3);
+  const std::int64_t cols = 96;
+  const TestWeights a = make_test_weights(WeightType::kQ8_0, 37, cols, 1);
+  const TestWeights b = make_test_weights(WeightType::kF16, 5, cols, 2);
+  const TestWeights c = make_test_weights(WeightType::kQ8_0, 1001, cols, 3);
+  const WeightView ws[] = {a.view, b.view, c.view};
+  for (int n_tokens : {1, 3, 8, prefill_min_tokens()}) {
+    SCOPED_TRACE(::testing::Message() << "tokens " << n_tokens);
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 40 + n_tokens);
+    std::vector<std::vector<float>> many(3), single(3);
+    float* ys[3];
+    for (int i = 0; i < 3; ++i) {
+      many[i].assign(static_cast<std::size_t>(n_tokens * ws[i].rows), -777.0f);
+      single[i].assign(many[i].size(), 555.0f);
+      ys[i] = many[i].data();
+      matmul(ws[i], x.data(), n_tokens, single[i].data(), pool);
+    }
+    matmul_many(ws, x.data(), n_tokens, ys, pool);
+    for (int i = 0; i < 3; ++i) {
+      for (std::size_t j = 0; j < many[i].size(); ++j) {
+        ASSERT_NEAR(many[i][j], single[i][j], 1e-5 * (std::fabs(single[i][j]) + 1.0)) << "matrix " << i << " at " << j;
+      }
+    }
+  }
+  // No weights, or no tokens: nothing to do, nothing written.
+  matmul_many({}, nullptr, 1, {}, pool);
+  std::vector<float> untouched(37, 3.0f);
+  float* y0 = untouched.data();
+  matmul_many(std::span<const WeightView>(ws, 1), nullptr, 0, std::span<float* const>(&y0, 1), pool);
+  EXPECT_EQ(untouched[0], 3.0f);
+}
+
 TEST_P(KernelsOnPath, DequantizeRowsIsExact) {
   for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
     const std::int64_t cols = type == WeightType::kQ8_0 ? 160 : 45;

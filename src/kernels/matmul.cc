@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <span>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -37,14 +38,31 @@ void set_blas_threads(int n_threads) {
   }
 }
 
-void matmul_decode(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
+// One decode task: rows [begin, end) of weight `matrix`.
+struct RowTask {
+  int matrix;
+  std::int64_t begin, end;
+};
+
+// The decode path of matmul_many: the rows of all matrices are cut into tasks of one size and
+// handed out by one pool run, so Q, K and V (or gate and up) cost one fork-join, not three, and
+// the small K/V projections no longer run as a pool call of their own with a short tail.
+void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
+                   ThreadPool& pool) {
   const KernelTable& k = active_kernels();
   QuantizedActivations xq;
   // Per calling thread: one matmul at a time per pool, but several pools may call at once.
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
-  if (w.type == WeightType::kQ8_0) {
-    const std::int64_t n = static_cast<std::int64_t>(n_tokens) * w.cols;
+  thread_local std::vector<RowTask> tasks;
+  std::int64_t total_rows = 0;
+  bool any_q8_0 = false;
+  for (const WeightView& w : ws) {
+    total_rows += w.rows;
+    any_q8_0 = any_q8_0 || w.type == WeightType::kQ8_0;
+  }
+  if (any_q8_0) {
+    const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
     scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
     values.resize(static_cast<std::size_t>(n));
     k.quantize_activations(x, n, scales.data(), values.data());
@@ -52,13 +70,21 @@ void matmul_decode(const WeightView& w, const float* x, int n_tokens, float* y, 
     xq.values = values.data();
   }
   const std::int64_t max_tasks = static_cast<std::int64_t>(pool.size()) * kDecodeTasksPerThread;
-  std::int64_t chunk = std::max(kDecodeRowGrain, (w.rows + max_tasks - 1) / max_tasks);
+  std::int64_t chunk = std::max(kDecodeRowGrain, (total_rows + max_tasks - 1) / max_tasks);
   chunk = (chunk + 3) / 4 * 4;
-  const auto n_tasks = static_cast<int>((w.rows + chunk - 1) / chunk);
-  pool.run(n_tasks, [&](int task) {
-    const std::int64_t begin = task * chunk;
-    const std::int64_t end = std::min(w.rows, begin + chunk);
-    k.matmul_rows(w, x, xq, n_tokens, begin, end, y, w.rows);
+  tasks.clear();
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    for (std::int64_t begin = 0; begin < ws[i].rows; begin += chunk) {
+      tasks.push_back({static_cast<int>(i), begin, std::min(ws[i].rows, begin + chunk)});
+    }
+  }
+  // A plain pointer: inside the pool's lambda the name of a thread_local would mean the worker's.
+  const RowTask* task_list = tasks.data();
+  if (tasks.empty()) return;
+  pool.run(static_cast<int>(tasks.size()), [&](int task) {
+    const RowTask& t = task_list[task];
+    const WeightView& w = ws[static_cast<std::size_t>(t.matrix)];
+    k.matmul_rows(w, x, xq, n_tokens, t.begin, t.end, ys[static_cast<std::size_t>(t.matrix)], w.rows);
   });
 }
 
@@ -99,12 +125,25 @@ void set_prefill_min_tokens_for_testing(int n_tokens) {
 }
 
 void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
-  assert(w.type != WeightType::kQ8_0 || w.cols % kQ8_0BlockElems == 0);
-  if (n_tokens <= 0 || w.rows == 0) return;
+  matmul_many(std::span<const WeightView>(&w, 1), x, n_tokens, std::span<float* const>(&y, 1), pool);
+}
+
+void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
+                 ThreadPool& pool) {
+  assert(ws.size() == ys.size());
+  if (n_tokens <= 0 || ws.empty()) return;
+  for (const WeightView& w : ws) {
+    assert(w.cols == ws[0].cols);
+    assert(w.type != WeightType::kQ8_0 || w.cols % kQ8_0BlockElems == 0);
+    (void)w;
+  }
   if (n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed)) {
-    matmul_prefill(w, x, n_tokens, y, pool);
+    // sgemm is compute bound and already parallel inside one call: nothing to gain from merging.
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      if (ws[i].rows > 0) matmul_prefill(ws[i], x, n_tokens, ys[i], pool);
+    }
   } else {
-    matmul_decode(w, x, n_tokens, y, pool);
+    matmul_decode(ws, x, n_tokens, ys, pool);
   }
 }
 

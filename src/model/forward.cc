@@ -87,9 +87,10 @@ void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logi
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
-    kernels::matmul(L.wq, xn.data(), T, q.data(), pool);
-    kernels::matmul(L.wk, xn.data(), T, k.data(), pool);
-    kernels::matmul(L.wv, xn.data(), T, v.data(), pool);
+    // Q, K and V share their input: one pool run for the three on the decode path.
+    const kernels::WeightView qkv_w[] = {L.wq, L.wk, L.wv};
+    float* const qkv_y[] = {q.data(), k.data(), v.data()};
+    kernels::matmul_many(qkv_w, xn.data(), T, qkv_y, pool);
     add_bias(q.data(), T, L.bq);
     add_bias(k.data(), T, L.bk);
     add_bias(v.data(), T, L.bv);
@@ -103,37 +104,50 @@ void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logi
       kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.pos % kv.block_size), kv_dim);
       kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.pos % kv.block_size), kv_dim);
     }
-    // Causal attention, one task per (token, head).
-    pool.run(T * nh, [&](int task) {
-      const int t = task / nh, h = task % nh, kvh = h / group;
+    // Causal attention. With GQA, `group` query heads read the same KV head: when there are
+    // enough (token, KV head) pairs to keep the pool busy (prefill), one task takes all query
+    // heads of a KV head, so each K/V block is read from memory once for the group, not once per
+    // query head (7 times for qwen2.5-0.5b). Decode keeps one task per (token, head).
+    const int heads_per_task = T * nkv >= 4 * pool.size() ? group : 1;
+    const int tasks_per_token = nh / heads_per_task;
+    pool.run(T * tasks_per_token, [&](int task) {
+      const int t = task / tasks_per_token, h0 = task % tasks_per_token * heads_per_task, kvh = h0 / group;
       const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
       const std::int32_t* table = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table;
       const int n_ctx = slot.pos + 1;
-      thread_local std::vector<float> scores;
-      if (scores.size() < static_cast<std::size_t>(n_ctx)) scores.resize(static_cast<std::size_t>(n_ctx));
-      const float* qh = &q[sz(t, q_dim) + sz(h, hd)];
-      // One kernel call per KV block: a block's K (and V) rows of a layer are kv.row_elems apart.
+      const std::size_t n_scores = sz(n_ctx, heads_per_task);
+      thread_local std::vector<float> scores_buffer;
+      if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
+      float* scores = scores_buffer.data();  // [head in task][position]
+      const float* qt = &q[sz(t, q_dim) + sz(h0, hd)];
+      // One kernel call per KV block and head: a block's K (and V) rows of a layer are
+      // kv.row_elems apart.
       for (int j = 0; j < n_ctx; j += kv.block_size) {
         const int n_rows = std::min(kv.block_size, n_ctx - j);
         const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        kernels::dot_f32_f16_rows(qh, kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
-                                  &scores[static_cast<std::size_t>(j)]);
+        for (int i = 0; i < heads_per_task; ++i) {
+          kernels::dot_f32_f16_rows(qt + sz(i, hd), kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
+                                    scores + sz(i, n_ctx) + j);
+        }
       }
-      kernels::softmax_inplace(scores.data(), n_ctx);
-      float* out = &att[sz(t, q_dim) + sz(h, hd)];
-      std::fill(out, out + hd, 0.0f);
+      for (int i = 0; i < heads_per_task; ++i) kernels::softmax_inplace(scores + sz(i, n_ctx), n_ctx);
+      float* out = &att[sz(t, q_dim) + sz(h0, hd)];
+      std::fill(out, out + sz(heads_per_task, hd), 0.0f);
       for (int j = 0; j < n_ctx; j += kv.block_size) {
         const int n_rows = std::min(kv.block_size, n_ctx - j);
         const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        kernels::axpy_f16_rows(&scores[static_cast<std::size_t>(j)], vr, static_cast<std::size_t>(kv.row_elems),
-                               n_rows, hd, out);
+        for (int i = 0; i < heads_per_task; ++i) {
+          kernels::axpy_f16_rows(scores + sz(i, n_ctx) + j, vr, static_cast<std::size_t>(kv.row_elems), n_rows, hd,
+                                 out + sz(i, hd));
+        }
       }
     });
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     kernels::add_inplace(x.data(), xn.data(), T * d);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
-    kernels::matmul(L.w_gate, xn.data(), T, gate.data(), pool);
-    kernels::matmul(L.w_up, xn.data(), T, up.data(), pool);
+    const kernels::WeightView gate_up_w[] = {L.w_gate, L.w_up};
+    float* const gate_up_y[] = {gate.data(), up.data()};
+    kernels::matmul_many(gate_up_w, xn.data(), T, gate_up_y, pool);
     kernels::silu_mul(gate.data(), up.data(), T * ff, gate.data());
     kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
     kernels::add_inplace(x.data(), xn.data(), T * d);
