@@ -14,11 +14,14 @@
 namespace kvstash::kernels {
 namespace {
 
-// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels. Measured
-// with `kernels_bench --crossover` (2 shared Zen 4 cores, shapes 2048x2048 and 896x4864): the row
-// kernels reach 90-150 GFLOP/s up to 32-48 tokens, sgemm 20-60 there, the two cross near 48-64.
-// Re-measure on a quiet many-core machine, where sgemm scales better.
-constexpr int kDefaultPrefillMinTokens = 48;
+// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels. Measured in
+// the whole model with `kvstash bench-engine --prefill-context N --prefill-step S
+// --prefill-min-tokens {0,100000}` (2 shared Zen 5 cores, qwen2.5-0.5b): at S = 64 the row kernels
+// took 0.45-0.57x the time of the sgemm path for both f16 and q8_0; for f16 they still won by 13-20% at
+// 96-192 tokens, sgemm won at 512; q8_0 (VNNI) won at every size tried. The old default (48,
+// from `kernels_bench --crossover` on isolated shapes) missed the conversion of whole weight
+// panels for few rows. 128 keeps every measured case on the faster side.
+constexpr int kDefaultPrefillMinTokens = 128;
 std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // Rows of a decode task: a multiple of the row kernels' register block (4) and big enough that a
 // task's weights (>= 64 rows) cost far more to stream than the task costs to hand out.

@@ -90,11 +90,12 @@ TEST_P(ForwardVsReference, LogitsMatchTheDoublePrecisionReference) {
   const Case& c = GetParam();
   auto model = load(c.preset, c.type);
   ASSERT_TRUE(model);
-  // 40 tokens: crosses block boundaries (16) and, with the chunked run, the prefill threshold.
-  auto tokens = some_tokens(40, model->config().n_vocab);
+  // 140 tokens: crosses block boundaries (16) and the prefill threshold (128 tokens: above it
+  // matmuls convert weight panels and call sgemm, below they use the row kernels).
+  auto tokens = some_tokens(140, model->config().n_vocab);
   testing::ReferenceModel ref(model->file());
   auto expected = ref.forward(std::vector<int>(tokens.begin(), tokens.end()));
-  auto got = run_chunks(*model, tokens, {40});
+  auto got = run_chunks(*model, tokens, {140});
   const double err = relative_error(got, expected);
   EXPECT_LT(err, c.tolerance) << c.preset << " " << gguf::tensor_type_name(c.type);
   // And the greedy choice agrees at every position (at 90% of them with 8-bit activations).
@@ -161,10 +162,10 @@ TEST(BosConvention, LlamaAddsBosQwen2DoesNot) {
 TEST(Chunking, OneBatchEqualsTokenByTokenAndUnevenChunks) {
   auto model = load("tiny", TensorType::kF16);
   ASSERT_TRUE(model);
-  auto tokens = some_tokens(53, model->config().n_vocab, 5);
-  auto whole = run_chunks(*model, tokens, {53});
-  auto one_by_one = run_chunks(*model, tokens, std::vector<int>(53, 1));
-  auto uneven = run_chunks(*model, tokens, {5, 17, 1, 30});
+  auto tokens = some_tokens(153, model->config().n_vocab, 5);
+  auto whole = run_chunks(*model, tokens, {153});  // above the prefill threshold: sgemm
+  auto one_by_one = run_chunks(*model, tokens, std::vector<int>(153, 1));
+  auto uneven = run_chunks(*model, tokens, {5, 17, 1, 130});
   ASSERT_EQ(whole.size(), one_by_one.size());
   double max_abs = 0, d1 = 0, d2 = 0;
   for (std::size_t i = 0; i < whole.size(); ++i) {
