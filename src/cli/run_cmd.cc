@@ -6,24 +6,9 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/utf8.h"
 
 namespace kvstash::cli {
-namespace {
-
-// Length of the longest prefix of s that does not end inside a UTF-8 sequence.
-std::size_t complete_utf8_prefix(const std::string& s) {
-  std::size_t n = s.size();
-  for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
-    const unsigned char c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead byte
-    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    return len > back ? n - back : n;
-  }
-  return n;
-}
-
-}  // namespace
-
 int run_main(int argc, char** argv) {
   CLI::App app{"Generate text from a prompt with a GGUF model and print the timings.", "kvstash run"};
   std::string model_path, prompt;
@@ -72,14 +57,16 @@ int run_main(int argc, char** argv) {
   }
   std::string pending;
   auto result = generate(**engine, std::move(req), [&](TokenId t) {
+    // Tokens may end inside a UTF-8 character: print only what is complete.
     pending += tok.token_to_piece(t);
-    const std::size_t n = complete_utf8_prefix(pending);
-    std::fwrite(pending.data(), 1, n, stdout);
+    const std::string ready = server::take_utf8(pending, /*final=*/false);
+    std::fwrite(ready.data(), 1, ready.size(), stdout);
     std::fflush(stdout);
-    pending.erase(0, n);
   });
-  std::fwrite(pending.data(), 1, pending.size(), stdout);
+  const std::string rest = server::take_utf8(pending, /*final=*/true);
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::printf("\n");
+  std::fflush(stdout);  // the text before the timing line on stderr
   if (!result) {
     std::fprintf(stderr, "kvstash run: %s\n", result.status().to_string().c_str());
     return 1;
