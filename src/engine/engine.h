@@ -89,6 +89,7 @@ struct EngineStats {
   std::int64_t prompt_tokens_from_pool = 0;   // cached prompt tokens found in the engine's pool
   std::int64_t prompt_tokens_from_store = 0;  // cached prompt tokens loaded from the tiered store
   std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
+  std::int64_t preemptions = 0;               // running sequences sent back to wait (pool ran dry)
 };
 
 class Engine {
