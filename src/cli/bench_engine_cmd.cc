@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "cli/commands.h"
@@ -42,11 +43,15 @@ struct Runner {
     const int nv = model.config().n_vocab;
     for (int s = 0; s < n_seqs; ++s) {
       for (int i = 0; i < n_new; ++i) batch.tokens.push_back(static_cast<TokenId>((pos + i) * 7919 % nv + s) % nv);
-      batch.sequences.push_back({tables[static_cast<std::size_t>(s)].data(), pos, n_new, true, false});
+      const auto& table = tables[static_cast<std::size_t>(s)];
+      batch.sequences.push_back({table.data(), static_cast<int>(table.size()), pos, n_new, true, false});
     }
     logits.resize(static_cast<std::size_t>(batch.logit_rows()) * nv);
     auto t0 = Clock::now();
-    model.forward(batch, pool.view(), logits.data(), threads);
+    if (Status st = model.forward(batch, pool.view(), logits.data(), threads); !st) {
+      std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
+      std::exit(1);
+    }
     return seconds_since(t0);
   }
 };

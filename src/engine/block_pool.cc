@@ -55,6 +55,11 @@ void BlockPool::release(std::int32_t block) {
   }
 }
 
+void BlockPool::release_table(std::vector<std::int32_t>& table) {
+  for (auto it = table.rbegin(); it != table.rend(); ++it) release(*it);
+  table.clear();
+}
+
 std::optional<std::int32_t> BlockPool::lookup(const cache::ChunkKey& key) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;

@@ -42,6 +42,10 @@ class BlockPool {
   // Drops one reference; at zero a registered block becomes cached (most recently used), an
   // unregistered one free.
   void release(std::int32_t block);
+  // Releases a whole block table, last block first, and clears it. Tail first, so that a cached
+  // prefix's first block is its most recently used: eviction eats a prefix from its end, and
+  // what stays cached is always a usable prefix (lookups stop at the first missing block).
+  void release_table(std::vector<std::int32_t>& table);
 
   // The block registered under `key`, retained for the caller; nullopt when there is none.
   std::optional<std::int32_t> lookup(const cache::ChunkKey& key);

@@ -102,5 +102,26 @@ TEST(BlockPool, DuplicateKeyKeepsTheFirstBlock) {
   EXPECT_EQ(*pool.lookup(key(3)), a);
 }
 
+// Issue 8: a released block table goes tail first, so eviction eats a cached prefix from its end
+// and what stays is still a prefix (lookups stop at the first missing block).
+TEST(BlockPool, ReleasedTableIsEvictedFromItsTail) {
+  BlockPool pool(small_config(), 16, 4);
+  std::vector<std::int32_t> table;
+  for (int i = 0; i < 4; ++i) {
+    table.push_back(*pool.allocate());
+    pool.register_block(table.back(), key(i));
+  }
+  pool.release_table(table);
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(pool.n_cached(), 4);
+  // Two new blocks evict two cached ones: the prefix's last two.
+  auto a = pool.allocate(), b = pool.allocate();
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(pool.contains(key(0)));
+  EXPECT_TRUE(pool.contains(key(1)));
+  EXPECT_FALSE(pool.contains(key(2)));
+  EXPECT_FALSE(pool.contains(key(3)));
+}
+
 }  // namespace
 }  // namespace kvstash

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -52,10 +53,22 @@ struct Engine::Impl {
   std::deque<std::unique_ptr<Sequence>> waiting;
   std::vector<std::unique_ptr<Sequence>> running;
   std::vector<float> logits;
+  std::int64_t step_number = 0;
+
+  // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
+  struct Planned {
+    Sequence* seq;
+    int n_new;
+  };
 
   void loop();
   void step();
   void take_new_work();
+  void admit_waiting();
+  std::vector<Planned> plan_step(int& prefill_tokens);
+  void reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens);
+  void run_batch(const std::vector<Planned>& plan, int prefill_tokens);
+  FinishReason stop_reason(const Sequence& s, TokenId token) const;
   bool admit(Sequence& seq);
   bool ensure_blocks(Sequence& seq, int n_new);
   void preempt(std::unique_ptr<Sequence> seq);
@@ -235,8 +248,7 @@ bool Engine::Impl::admit(Sequence& seq) {
   for (int i = 0; i < hits; ++i) seq.block_table.push_back(*pool.lookup(seq.block_keys[static_cast<std::size_t>(i)]));
   const int needed = ceil_div(n_tokens + 1, bs) - hits;
   if (pool.n_available() < needed + static_cast<std::int64_t>(running.size())) {
-    for (std::int32_t b : seq.block_table) pool.release(b);
-    seq.block_table.clear();
+    pool.release_table(seq.block_table);
     return false;
   }
   // Then the tiered store, for the full chunks beyond what the pool had.
@@ -268,11 +280,12 @@ bool Engine::Impl::ensure_blocks(Sequence& seq, int n_new) {
 
 void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   // Its full blocks stay in the prefix cache, so re-admission usually finds most of its KV.
-  for (std::int32_t b : seq->block_table) pool.release(b);
-  seq->block_table.clear();
+  pool.release_table(seq->block_table);
   seq->num_computed_tokens = 0;
   seq->num_registered_blocks = 0;
   waiting.push_front(std::move(seq));
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.preemptions;
 }
 
 void Engine::Impl::register_full_blocks(Sequence& seq) {
@@ -385,8 +398,7 @@ void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reaso
 }
 
 void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string& error) {
-  for (std::int32_t b : seq.block_table) pool.release(b);
-  seq.block_table.clear();
+  pool.release_table(seq.block_table);
   TokenEvent ev;
   ev.finish = reason;
   ev.error = error;
@@ -397,7 +409,27 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string&
 }
 
 void Engine::Impl::step() {
+  if (options.on_step) options.on_step(step_number);
+  ++step_number;
   take_new_work();
+  admit_waiting();
+  if (running.empty()) {
+    publish_stats(0, 0);
+    return;
+  }
+  int prefill_tokens = 0;
+  std::vector<Planned> plan = plan_step(prefill_tokens);
+  reserve_blocks(plan, prefill_tokens);
+  if (plan.empty()) {
+    publish_stats(0, 0);
+    return;
+  }
+  run_batch(plan, prefill_tokens);
+}
+
+// Admits waiting requests, oldest first, while the running batch has room and the pool can hold
+// their prompts. A request the pool cannot hold even alone ends with an error.
+void Engine::Impl::admit_waiting() {
   while (!waiting.empty() && static_cast<int>(running.size()) < options.max_running) {
     if (!admit(*waiting.front())) {
       if (running.empty()) {  // cannot fit even alone: the pool is too small for this request
@@ -410,20 +442,13 @@ void Engine::Impl::step() {
     running.push_back(std::move(waiting.front()));
     waiting.pop_front();
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    n_waiting_total = static_cast<int>(waiting.size() + incoming.size());
-  }
-  if (running.empty()) {
-    publish_stats(0, 0);
-    return;
-  }
+  std::lock_guard<std::mutex> lock(mu);
+  n_waiting_total = static_cast<int>(waiting.size() + incoming.size());
+}
 
-  // Plan: decoding sequences first (one token each keeps every stream moving), then prefill chunks.
-  struct Planned {
-    Sequence* seq;
-    int n_new;
-  };
+// The step's work: decoding sequences first (one token each keeps every stream moving), then
+// prefill chunks, within step_token_budget. Every running sequence appears at most once.
+std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) {
   std::vector<Planned> plan;
   int budget = options.step_token_budget;
   for (auto& s : running) {
@@ -432,7 +457,7 @@ void Engine::Impl::step() {
       --budget;
     }
   }
-  int prefill_tokens = 0;
+  prefill_tokens = 0;
   for (auto& s : running) {
     if (s->pending() > 1 && budget > 0) {
       const int n = std::min({s->pending(), options.prefill_chunk, budget});
@@ -441,22 +466,40 @@ void Engine::Impl::step() {
       prefill_tokens += n;
     }
   }
-  // Blocks for the new positions; when the pool runs dry, preempt the newest running sequence.
-  for (std::size_t i = 0; i < plan.size();) {
+  return plan;
+}
+
+// Gives every planned sequence the blocks for its new positions. When the pool runs dry, the
+// newest running sequence is preempted (its KV recomputed after re-admission; its full blocks stay
+// in the prefix cache) and the plan loses it, wherever it stood in the plan.
+// Invariant on return: every planned sequence's block table covers [0, num_computed + n_new).
+void Engine::Impl::reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens) {
+  std::size_t i = 0;
+  while (i < plan.size()) {
     if (ensure_blocks(*plan[i].seq, plan[i].n_new)) {
       ++i;
       continue;
     }
     Sequence* victim = running.back().get();
-    plan.erase(std::remove_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; }), plan.end());
+    const auto at = std::find_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; });
+    if (at != plan.end()) {
+      if (victim->pending() > 1) prefill_tokens -= at->n_new;  // planned as a prefill chunk
+      // Erasing before i shifts plan[i] down by one; erasing plan[i] itself leaves i on its successor.
+      if (static_cast<std::size_t>(at - plan.begin()) < i) --i;
+      plan.erase(at);
+    }
     preempt(std::move(running.back()));
     running.pop_back();
   }
-  if (plan.empty()) {
-    publish_stats(0, 0);
-    return;
+  for (const Planned& p : plan) {
+    assert(static_cast<int>(p.seq->block_table.size()) * pool.block_size() >= p.seq->num_computed_tokens + p.n_new);
+    (void)p;
   }
+}
 
+// One batched forward over the plan, then per sequence: register and store the new full blocks,
+// sample where the whole prompt is in, report the token, retire finished sequences.
+void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_tokens) {
   ForwardBatch batch;
   for (const Planned& p : plan) {
     Sequence& s = *p.seq;
@@ -464,6 +507,7 @@ void Engine::Impl::step() {
                         s.tokens.begin() + s.num_computed_tokens + p.n_new);
     BatchSequence bs;
     bs.block_table = s.block_table.data();
+    bs.n_blocks = static_cast<int>(s.block_table.size());
     bs.pos_start = s.num_computed_tokens;
     bs.n_new = p.n_new;
     bs.want_logits = p.n_new == s.pending();
@@ -472,7 +516,17 @@ void Engine::Impl::step() {
   const int n_vocab = model.config().n_vocab;
   logits.resize(static_cast<std::size_t>(batch.logit_rows()) * static_cast<std::size_t>(n_vocab));
   const auto t0 = Clock::now();
-  model.forward(batch, pool.view(), logits.data(), threads);
+  if (Status st = model.forward(batch, pool.view(), logits.data(), threads); !st) {
+    // A broken scheduler invariant: nothing was written. End the batch's requests with the error
+    // (never a wrong token, never wrong KV under a valid key) and keep serving the others.
+    for (const Planned& p : plan) {
+      finish(*p.seq, FinishReason::kError, st.to_string());
+      p.seq->finished = true;
+    }
+    running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
+    publish_stats(0, 0);
+    return;
+  }
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   int row = 0;
@@ -486,18 +540,10 @@ void Engine::Impl::step() {
     SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs);
     if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     s.tokens.push_back(r.token);
-    FinishReason reason = FinishReason::kNone;
-    const auto& stops = s.request.stop_tokens;
-    if ((s.request.stop_at_end_of_generation && model.tokenizer().is_end_of_generation(r.token)) ||
-        std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
-      reason = FinishReason::kStop;
-    } else if (s.n_generated() >= s.request.max_tokens || static_cast<int>(s.tokens.size()) >= options.n_ctx) {
-      reason = FinishReason::kLength;
-    }
+    const FinishReason reason = stop_reason(s, r.token);
     emit(s, r, reason);
     if (reason != FinishReason::kNone) {
-      for (std::int32_t b : s.block_table) pool.release(b);
-      s.block_table.clear();
+      pool.release_table(s.block_table);
       s.finished = true;
       std::lock_guard<std::mutex> lock(mu);
       ++stats.requests_finished;
@@ -515,12 +561,25 @@ void Engine::Impl::step() {
   publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
 }
 
+FinishReason Engine::Impl::stop_reason(const Sequence& s, TokenId token) const {
+  const auto& stops = s.request.stop_tokens;
+  if ((s.request.stop_at_end_of_generation && model.tokenizer().is_end_of_generation(token)) ||
+      std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    return FinishReason::kStop;
+  }
+  if (s.n_generated() >= s.request.max_tokens || static_cast<int>(s.tokens.size()) >= options.n_ctx) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
 void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
   std::lock_guard<std::mutex> lock(mu);
   stats.prefill_seconds += prefill_s;
   stats.decode_seconds += decode_s;
   stats.running = static_cast<int>(running.size());
   stats.waiting = n_waiting_total;
+  stats.steps = step_number;
   stats.kv_blocks_used = pool.n_used();
   stats.kv_blocks_cached = pool.n_cached();
 }

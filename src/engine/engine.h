@@ -72,6 +72,10 @@ struct EngineOptions {
   // (after the pool's own prefix cache) and written there once computed.
   cache::TieredStore* kv_store = nullptr;
   int chunk_tokens = 256;           // a multiple of block_size
+  // For test harnesses: called on the engine thread at the start of every step with the step's
+  // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
+  // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
+  std::function<void(std::int64_t step)> on_step;
 };
 
 struct EngineStats {
@@ -90,6 +94,7 @@ struct EngineStats {
   std::int64_t prompt_tokens_from_store = 0;  // cached prompt tokens loaded from the tiered store
   std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
   std::int64_t preemptions = 0;               // running sequences sent back to wait (pool ran dry)
+  std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
 };
 
 class Engine {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "model/model.h"
@@ -194,6 +196,78 @@ TEST_F(EngineTest, SmallPoolPreemptsAndStillFinishesEverything) {
   for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { together[static_cast<std::size_t>(i)] = generate(*engine, greedy(prompt(100, 20 + i), 50))->tokens; });
   for (auto& c : clients) c.join();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(together[static_cast<std::size_t>(i)], alone[static_cast<std::size_t>(i)]);
+}
+
+// Issue 8's reproduction: a 2,000-token prompt (8 tokens) and, a moment later, a 200-token prompt
+// (32 tokens) on a pool that holds one context and a block. Preempting a sequence that stood before
+// the failing one in the step's plan left the failing one without its blocks: the forward pass
+// wrote past its block table, the long answer changed, and sometimes the server crashed. The
+// second request now arrives at every step from 0 to 7 (the "few milliseconds" of the report).
+TEST_F(EngineTest, LongAndShortPromptOnATightPoolGiveTheirSoloOutput) {
+  EngineOptions o;
+  o.n_ctx = 2048;
+  o.kv_pool_tokens = 2064;
+  o.prefix_cache = false;
+  o.n_threads = 2;
+  auto long_req = greedy(prompt(2000, 41), 8), short_req = greedy(prompt(200, 42), 32);
+  std::vector<TokenId> long_alone, short_alone;
+  {
+    auto e = Engine::create(*model_, o);
+    ASSERT_TRUE(e.has_value());
+    long_alone = generate(**e, long_req)->tokens;
+    short_alone = generate(**e, short_req)->tokens;
+  }
+  for (int arrival = 0; arrival < 8; ++arrival) {  // the long request runs 11 steps (4 prefill, 7 decode)
+    EngineOptions oo = o;
+    Engine* engine = nullptr;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<TokenId> short_tokens;
+    bool short_done = false;
+    FinishReason short_finish = FinishReason::kNone;
+    oo.on_step = [&](std::int64_t step) {
+      if (step != arrival) return;
+      auto id = engine->submit(short_req, [&](const TokenEvent& ev) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (ev.token >= 0) short_tokens.push_back(ev.token);
+        if (ev.finish != FinishReason::kNone) {
+          short_finish = ev.finish;
+          short_done = true;
+          cv.notify_all();
+        }
+      });
+      ASSERT_TRUE(id.has_value());
+    };
+    auto e = Engine::create(*model_, oo);
+    ASSERT_TRUE(e.has_value());
+    engine = e->get();
+    auto long_result = generate(*engine, long_req);
+    ASSERT_TRUE(long_result.has_value());
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return short_done; })) << "arrival step " << arrival;
+    EXPECT_EQ(long_result->finish, FinishReason::kLength) << long_result->error;
+    EXPECT_EQ(long_result->tokens, long_alone) << "arrival step " << arrival;
+    EXPECT_EQ(short_finish, FinishReason::kLength);
+    EXPECT_EQ(short_tokens, short_alone) << "arrival step " << arrival;
+  }
+}
+
+// Issue 8: when pool pressure evicts part of a long cached prompt, what stays is its head, and a
+// later request with that prompt reuses the longest prefix still cached (eviction used to take the
+// first block first, which made every later block of the prefix unreachable).
+TEST_F(EngineTest, EvictionKeepsTheLongestPrefixUsable) {
+  EngineOptions o;
+  o.kv_pool_tokens = 512 + 16;  // the floor: one context plus a block (33 blocks)
+  auto engine = make_engine(o);
+  auto long_prompt = prompt(320, 51);  // 20 full blocks, then cached
+  auto expected = generate(*engine, greedy(long_prompt, 4))->tokens;
+  // Another prompt needs 17 blocks: 12 of the 33 are free, so 5 cached ones are evicted.
+  generate(*engine, greedy(prompt(250, 52), 8));
+  auto again = generate(*engine, greedy(long_prompt, 4));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->tokens, expected);
+  EXPECT_GE(again->cached_tokens, 14 * 16) << "the head of the prefix must survive the eviction";
+  EXPECT_LT(again->cached_tokens, 20 * 16) << "the test must evict part of the prefix";
 }
 
 }  // namespace

@@ -57,12 +57,47 @@ void add_bias(float* rows, int n_rows, const std::vector<float>& bias) {
   for (int t = 0; t < n_rows; ++t) kernels::add_inplace(rows + static_cast<std::size_t>(t) * n, bias.data(), n);
 }
 
+// The preconditions of forward(), checked before any byte of the pool is written.
+Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, int n_vocab) {
+  std::size_t n_tokens = 0;
+  for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+    const BatchSequence& seq = batch.sequences[s];
+    if (seq.n_new < 1 || seq.pos_start < 0) {
+      return internal_error("forward: sequence " + std::to_string(s) + " has n_new " + std::to_string(seq.n_new) +
+                            " at position " + std::to_string(seq.pos_start));
+    }
+    const std::int64_t end = std::int64_t{seq.pos_start} + seq.n_new;
+    const std::int64_t needed = (end + kv.block_size - 1) / kv.block_size;
+    if (seq.block_table == nullptr || needed > seq.n_blocks) {
+      return internal_error("forward: sequence " + std::to_string(s) + " writes positions up to " +
+                            std::to_string(end - 1) + ", which need " + std::to_string(needed) +
+                            " KV blocks; its block table holds " + std::to_string(seq.n_blocks));
+    }
+    for (std::int64_t b = 0; b < needed; ++b) {
+      if (seq.block_table[b] < 0 || seq.block_table[b] >= kv.n_blocks) {
+        return internal_error("forward: sequence " + std::to_string(s) + " names KV block " +
+                              std::to_string(seq.block_table[b]) + ", outside the pool of " + std::to_string(kv.n_blocks));
+      }
+    }
+    n_tokens += static_cast<std::size_t>(seq.n_new);
+  }
+  if (n_tokens != batch.tokens.size()) {
+    return internal_error("forward: the sequences hold " + std::to_string(n_tokens) + " new tokens, the batch " +
+                          std::to_string(batch.tokens.size()));
+  }
+  for (TokenId t : batch.tokens) {
+    if (t < 0 || t >= n_vocab) return internal_error("forward: token id " + std::to_string(t) + " is out of range");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
-void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
+Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(batch.tokens.size());
-  if (T == 0) return;
+  if (Status st = check_batch(batch, kv, c.n_vocab); !st) return st;
+  if (T == 0) return Status::ok();
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
   const int q_dim = nh * hd, kv_dim = nkv * hd, group = nh / nkv, half = hd / 2;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
@@ -163,6 +198,7 @@ void Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logi
     t0 += seq.n_new;
   }
   if (rows > 0) kernels::matmul(output_, xn.data(), rows, logits, pool);
+  return Status::ok();
 }
 
 }  // namespace kvstash

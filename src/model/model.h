@@ -74,7 +74,8 @@ struct KvPoolView {
 // [pos_start, pos_start + n_new), attending to every earlier position of the same sequence,
 // whose KV is already in the pool blocks of `block_table`.
 struct BatchSequence {
-  const std::int32_t* block_table = nullptr;  // covers positions [0, pos_start + n_new)
+  const std::int32_t* block_table = nullptr;  // must cover positions [0, pos_start + n_new)
+  int n_blocks = 0;                            // entries in block_table
   int pos_start = 0;
   int n_new = 0;
   bool want_logits = true;  // false: no logits for this sequence (a prefill chunk mid-prompt)
@@ -106,10 +107,13 @@ class Model {
   std::size_t weight_bytes_per_token() const;
 
   // Runs the batch: computes and stores the new tokens' K/V into `kv`, and writes
-  // batch.logit_rows() rows of n_vocab logits to `logits`. Preconditions: every sequence's block
-  // table covers its positions; token ids < n_vocab.
-  void forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits,
-               ThreadPool& pool) const;
+  // batch.logit_rows() rows of n_vocab logits to `logits`. Checked first, in every build (a few
+  // comparisons per sequence): every sequence's block table covers its positions with blocks of
+  // the pool, and every token id is < n_vocab. A batch that breaks them returns kInternal and
+  // touches neither the pool nor `logits`: wrong KV written into a shared pool would be served as
+  // a cache hit to every later request with that prefix.
+  Status forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits,
+                 ThreadPool& pool) const;
 
  private:
   struct Layer {

@@ -54,9 +54,9 @@ std::vector<float> run_chunks(const Model& model, const std::vector<TokenId>& to
   for (int n : chunks) {
     ForwardBatch batch;
     batch.tokens.assign(tokens.begin() + pos, tokens.begin() + pos + n);
-    batch.sequences.push_back({table.data(), pos, n, true, true});
+    batch.sequences.push_back({table.data(), static_cast<int>(table.size()), pos, n, true, true});
     std::vector<float> logits(static_cast<std::size_t>(n) * n_vocab);
-    model.forward(batch, pool.view, logits.data(), threads);
+    EXPECT_TRUE(model.forward(batch, pool.view, logits.data(), threads).is_ok());
     all.insert(all.end(), logits.begin(), logits.end());
     pos += n;
   }
@@ -191,12 +191,12 @@ TEST(Batching, TwoSequencesInOneBatchEqualEachAlone) {
   ForwardBatch batch;
   batch.tokens = a;
   batch.tokens.insert(batch.tokens.end(), b.begin(), b.end());
-  batch.sequences.push_back({ta.data(), 0, 21, true, true});
-  batch.sequences.push_back({tb.data(), 0, 9, true, false});  // only the last row for b
+  batch.sequences.push_back({ta.data(), 2, 0, 21, true, true});
+  batch.sequences.push_back({tb.data(), 1, 0, 9, true, false});  // only the last row for b
   ASSERT_EQ(batch.logit_rows(), 22);
   std::vector<float> logits(22 * static_cast<std::size_t>(nv));
   ThreadPool threads(2);
-  model->forward(batch, pool.view, logits.data(), threads);
+  ASSERT_TRUE(model->forward(batch, pool.view, logits.data(), threads).is_ok());
   double max_abs = 0, diff = 0;
   for (std::size_t i = 0; i < a_alone.size(); ++i) {
     max_abs = std::max(max_abs, static_cast<double>(std::abs(a_alone[i])));
@@ -206,6 +206,35 @@ TEST(Batching, TwoSequencesInOneBatchEqualEachAlone) {
     diff = std::max(diff, static_cast<double>(std::abs(b_alone[8 * static_cast<std::size_t>(nv) + i] - logits[21 * static_cast<std::size_t>(nv) + i])));
   }
   EXPECT_LT(diff / max_abs, 1e-3);
+}
+
+// Regression (issue 8): a block table too short for a sequence's positions made the forward pass
+// read and write past it. It is now refused before any KV is written.
+TEST(Batching, ShortBlockTableIsAnErrorAndWritesNothing) {
+  auto model = load("tiny", TensorType::kF16);
+  ASSERT_TRUE(model);
+  const int nv = model->config().n_vocab;
+  auto tokens = some_tokens(40, nv, 3);  // 3 blocks of 16
+  TestPool pool(model->config(), 4);
+  std::fill(pool.storage.begin(), pool.storage.end(), std::uint16_t{0x7e00});  // f16 NaN: untouched marker
+  std::vector<std::int32_t> table{pool.take(), pool.take()};
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.sequences.push_back({table.data(), 2, 0, 40, true, false});
+  std::vector<float> logits(static_cast<std::size_t>(nv), -1.0f);
+  ThreadPool threads(2);
+  Status st = model->forward(batch, pool.view, logits.data(), threads);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("need 3 KV blocks; its block table holds 2"), std::string::npos) << st.message();
+  for (std::uint16_t v : pool.storage) ASSERT_EQ(v, 0x7e00) << "the pool was written";
+  for (float v : logits) ASSERT_EQ(v, -1.0f) << "logits were written";
+  // A block id outside the pool and a token id outside the vocabulary are refused too.
+  std::vector<std::int32_t> bad{0, 1, 99};
+  batch.sequences[0] = {bad.data(), 3, 0, 40, true, false};
+  EXPECT_EQ(model->forward(batch, pool.view, logits.data(), threads).code(), StatusCode::kInternal);
+  batch.sequences[0] = {table.data(), 2, 0, 20, true, false};
+  batch.tokens.assign(20, nv);
+  EXPECT_EQ(model->forward(batch, pool.view, logits.data(), threads).code(), StatusCode::kInternal);
 }
 
 TEST(ModelLoad, FingerprintIsStableAndDependsOnTheWeights) {

@@ -1,0 +1,257 @@
+// The scheduler stress harness: randomized workloads from a seed on KV pools small enough to force
+// preemption. Every request that is not cancelled must produce exactly the greedy tokens it
+// produces alone; a cancelled one, a prefix of them. Arrivals and cancellations are placed at exact
+// engine steps (EngineOptions::on_step), so a seed replays the same schedule:
+//
+//   KVSTASH_STRESS_SEED=1234 build/engine_scheduler_stress_test    # one seed, every config
+//   KVSTASH_STRESS_SEEDS=500 build/engine_scheduler_stress_test    # more seeds than CI runs
+//
+// Each configuration asserts that preemption happened, so the harness cannot pass vacuously.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "cache/memory_tier.h"
+#include "cache/tiered_store.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+constexpr int kCtx = 256;
+constexpr int kBlock = 16;
+
+struct PlannedRequest {
+  GenerationRequest request;
+  std::int64_t arrival_step = 0;  // submitted at the start of this engine step
+  std::int64_t cancel_step = -1;  // cancelled at the start of this step (-1: never)
+};
+
+struct Workload {
+  EngineOptions options;
+  std::vector<PlannedRequest> requests;
+  std::string describe() const {
+    std::ostringstream o;
+    o << requests.size() << " requests, pool " << options.kv_pool_tokens << " tokens, prefill_chunk " << options.prefill_chunk
+      << ", step budget " << options.step_token_budget << ", max_running " << options.max_running;
+    return o.str();
+  }
+};
+
+// A random workload: up to 32 requests, prompts of 1 to nearly the whole context, some sharing long
+// prefixes (the prefix cache and the store see hits), some salted, arrivals spread over steps,
+// some cancelled, max_tokens up to a few hundred.
+Workload make_workload(std::uint64_t seed, int n_vocab) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  Workload w;
+  const int pick_chunk[] = {8, 32, 100, 512};
+  const int pick_budget[] = {24, 128, 1024};
+  const int pick_running[] = {3, 8, 32};
+  w.options.n_ctx = kCtx;
+  w.options.block_size = kBlock;
+  w.options.prefill_chunk = pick_chunk[uniform(0, 3)];
+  w.options.step_token_budget = pick_budget[uniform(0, 2)];
+  w.options.max_running = pick_running[uniform(0, 2)];
+  w.options.max_queued = 64;
+  // The engine's floor is one whole context plus a block; up to twice that keeps the pool tight.
+  w.options.kv_pool_tokens = kCtx + kBlock + uniform(0, 2 * kCtx);
+  w.options.n_threads = 1;
+
+  std::vector<std::vector<TokenId>> bases(3);
+  for (auto& b : bases) {
+    for (int i = 0; i < kCtx; ++i) b.push_back(static_cast<TokenId>(uniform(0, n_vocab - 1)));
+  }
+  const int n_requests = uniform(1, 32);
+  std::int64_t step = 0;
+  for (int r = 0; r < n_requests; ++r) {
+    PlannedRequest p;
+    const double size_class = std::uniform_real_distribution<double>(0, 1)(rng);
+    p.request.max_tokens = size_class < 0.5 ? uniform(1, 16) : size_class < 0.85 ? uniform(17, 64) : uniform(65, 200);
+    const int prompt_len = uniform(1, kCtx - p.request.max_tokens);
+    if (chance(0.5)) {
+      const auto& base = bases[static_cast<std::size_t>(uniform(0, 2))];
+      p.request.prompt.assign(base.begin(), base.begin() + uniform(0, prompt_len));
+    }
+    while (static_cast<int>(p.request.prompt.size()) < prompt_len) p.request.prompt.push_back(static_cast<TokenId>(uniform(0, n_vocab - 1)));
+    p.request.stop_at_end_of_generation = false;  // random weights: run the full length
+    const char* salts[] = {"", "", "tenant-a", "tenant-b"};
+    p.request.cache_salt = salts[uniform(0, 3)];
+    if (chance(0.6)) step += uniform(0, 12);
+    p.arrival_step = step;
+    if (chance(0.1)) p.cancel_step = p.arrival_step + uniform(0, 40);
+    w.requests.push_back(std::move(p));
+  }
+  return w;
+}
+
+struct Outcome {
+  std::vector<TokenId> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+};
+
+// Runs the workload on one engine; returns each request's outcome and the engine's stats.
+std::vector<Outcome> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Outcome> out(w.requests.size());
+  std::vector<std::uint64_t> ids(w.requests.size(), 0);
+  std::size_t next = 0, done = 0, submitted = 0;
+  Engine* engine_ptr = nullptr;
+  auto submit = [&](std::size_t i) {
+    auto id = engine_ptr->submit(w.requests[i].request, [&, i](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.token >= 0) out[i].tokens.push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        out[i].finish = ev.finish;
+        out[i].error = ev.error;
+        ++done;
+        cv.notify_all();
+      }
+    });
+    ASSERT_TRUE(id.has_value()) << id.status().to_string();
+    ids[i] = *id;
+    ++submitted;
+  };
+  // Arrivals and cancellations due at this step; the engine thread calls this before each step.
+  std::int64_t step_base = 0;  // steps run before the engine went idle (arrivals are relative to work)
+  options.on_step = [&](std::int64_t step) {
+    std::lock_guard<std::mutex> lock(mu);
+    while (next < w.requests.size() && w.requests[next].arrival_step <= step + step_base) submit(next++);
+    for (std::size_t i = 0; i < next; ++i) {
+      if (w.requests[i].cancel_step == step + step_base) engine_ptr->cancel(ids[i]);
+    }
+  };
+  auto engine = Engine::create(model, options);
+  EXPECT_TRUE(engine.has_value()) << engine.status().to_string();
+  if (!engine) return out;
+  engine_ptr = engine->get();
+  std::unique_lock<std::mutex> lock(mu);
+  while (done < w.requests.size()) {
+    // Wait for everything submitted to finish; if arrivals remain while the engine is idle, the
+    // next one comes now (the engine runs no step while idle, so this is deterministic too).
+    cv.wait(lock, [&] { return done == submitted; });
+    if (next < w.requests.size()) {
+      step_base = w.requests[next].arrival_step - (*engine)->stats().steps;
+      submit(next++);
+    }
+  }
+  lock.unlock();
+  if (stats_out) *stats_out = (*engine)->stats();
+  engine->reset();
+  return out;
+}
+
+class SchedulerStressTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF16));
+    ASSERT_TRUE(m.has_value()) << m.status().to_string();
+    model_ = std::move(m.value()).release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  // Each request alone on a roomy engine without any cache: the expected tokens.
+  static std::vector<std::vector<TokenId>> solo(const Workload& w) {
+    EngineOptions o;
+    o.n_ctx = kCtx;
+    o.prefix_cache = false;
+    o.n_threads = 1;
+    auto engine = Engine::create(*model_, o);
+    EXPECT_TRUE(engine.has_value());
+    std::vector<std::vector<TokenId>> expected;
+    std::map<std::vector<TokenId>, std::vector<TokenId>> memo;  // prompt -> longest run so far
+    for (const PlannedRequest& p : w.requests) {
+      auto& known = memo[p.request.prompt];
+      if (static_cast<int>(known.size()) < p.request.max_tokens) {
+        GenerationRequest r = p.request;
+        r.cache_salt.clear();
+        auto g = generate(**engine, r);
+        EXPECT_TRUE(g.has_value());
+        known = g->tokens;
+      }
+      expected.emplace_back(known.begin(), known.begin() + p.request.max_tokens);
+    }
+    return expected;
+  }
+
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore };
+
+  // Runs `n_seeds` seeds from `first_seed` in one configuration; stops at the first wrong output.
+  static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
+    std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0;
+    for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
+      const Workload w = make_workload(seed, model_->config().n_vocab);
+      const auto expected = solo(w);
+      EngineOptions o = w.options;
+      o.prefix_cache = config != Config::kNoPrefixCache;
+      std::unique_ptr<cache::TieredStore> store;
+      if (config == Config::kPrefixCacheAndStore) {
+        std::vector<std::unique_ptr<cache::Tier>> tiers;
+        tiers.push_back(std::make_unique<cache::MemoryTier>(std::uint64_t{64} << 20));
+        store = std::make_unique<cache::TieredStore>(std::move(tiers));
+        o.kv_store = store.get();
+        o.chunk_tokens = 2 * kBlock;
+      }
+      EngineStats stats;
+      const auto got = run_workload(*model_, w, o, &stats);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const PlannedRequest& p = w.requests[i];
+        const std::string where = "seed " + std::to_string(seed) + " (replay: KVSTASH_STRESS_SEED=" + std::to_string(seed) +
+                                  "), request " + std::to_string(i) + " of " + w.describe() + ", prompt " +
+                                  std::to_string(p.request.prompt.size()) + " tokens, max_tokens " +
+                                  std::to_string(p.request.max_tokens);
+        const Outcome& r = got[i];
+        if (r.finish == FinishReason::kCancelled) {
+          ASSERT_GE(p.cancel_step, 0) << where << ": cancelled without being asked";
+          ASSERT_LE(r.tokens.size(), expected[i].size()) << where;
+          ASSERT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), expected[i].begin())) << where << ": cancelled output is not a prefix of the solo output";
+          continue;
+        }
+        ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;
+        ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone";
+      }
+      preemptions += stats.preemptions;
+      pool_hits += stats.prompt_tokens_from_pool;
+      store_hits += stats.prompt_tokens_from_store;
+    }
+    std::printf("config %d: %d seeds from %llu, %lld preemptions, %lld prompt tokens from the pool, %lld from the store\n",
+                static_cast<int>(config), n_seeds, static_cast<unsigned long long>(first_seed),
+                static_cast<long long>(preemptions), static_cast<long long>(pool_hits), static_cast<long long>(store_hits));
+    if (config != Config::kNoPrefixCache) EXPECT_GT(pool_hits, 0) << "no prefix-cache hit: the workload does not exercise the cache";
+    if (config == Config::kPrefixCacheAndStore) EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store";
+    EXPECT_GT(preemptions, 0) << "no preemption: the harness proved nothing";
+  }
+
+  static std::uint64_t first_seed() {
+    const char* one = std::getenv("KVSTASH_STRESS_SEED");
+    return one ? std::strtoull(one, nullptr, 10) : 1;
+  }
+  static int n_seeds() {
+    if (std::getenv("KVSTASH_STRESS_SEED")) return 1;
+    const char* n = std::getenv("KVSTASH_STRESS_SEEDS");
+    return n ? std::atoi(n) : 100;
+  }
+  static Model* model_;
+};
+Model* SchedulerStressTest::model_ = nullptr;
+
+TEST_F(SchedulerStressTest, WithoutPrefixCache) { run_seeds(Config::kNoPrefixCache, first_seed(), n_seeds()); }
+
+TEST_F(SchedulerStressTest, WithPrefixCache) { run_seeds(Config::kPrefixCache, first_seed(), n_seeds()); }
+
+TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
+  run_seeds(Config::kPrefixCacheAndStore, first_seed(), n_seeds());
+}
+
+}  // namespace
+}  // namespace kvstash
