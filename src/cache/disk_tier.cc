@@ -181,6 +181,20 @@ Status DiskTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
   return Status::ok();
 }
 
+void DiskTier::touch(std::span<const ChunkKey> keys) {
+  std::vector<std::string> paths;
+  {
+    std::lock_guard lock(mu_);
+    for (const ChunkKey& key : keys) {
+      if (auto it = index_.find(key); it != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        paths.push_back(path_of(key));
+      }
+    }
+  }
+  for (const std::string& path : paths) (void)fs_->touch(path);  // best effort, as in get()
+}
+
 bool DiskTier::make_room_locked(std::uint64_t incoming) {
   if (incoming > options_.capacity_bytes) return false;
   while (bytes_used_ + bytes_reserved_ + incoming > options_.capacity_bytes) {

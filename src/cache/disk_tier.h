@@ -51,6 +51,9 @@ class DiskTier final : public Tier {
   // bytes must be an encoded chunk whose header names key (kInvalidArgument otherwise).
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
   Status erase(const ChunkKey& key) override;
+  // Moves the held keys to the front of the LRU in order and sets their files' mtimes in the same
+  // order (outside the lock), so the order also survives a restart.
+  void touch(std::span<const ChunkKey> keys) override;
   TierStats stats() const override;
   Expected<std::vector<ChunkKey>> list_keys() override;
   Status clear() override;

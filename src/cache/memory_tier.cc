@@ -53,6 +53,13 @@ Status MemoryTier::erase(const ChunkKey& key) {
   return Status::ok();
 }
 
+void MemoryTier::touch(std::span<const ChunkKey> keys) {
+  std::lock_guard lock(mu_);
+  for (const ChunkKey& key : keys) {
+    if (auto it = index_.find(key); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
+  }
+}
+
 void MemoryTier::erase_locked(Lru::iterator it) {
   bytes_used_ -= it->bytes.size();
   index_.erase(it->key);

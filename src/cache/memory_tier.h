@@ -25,6 +25,7 @@ class MemoryTier final : public Tier {
   Expected<Bytes> get(const ChunkKey& key) override;
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
   Status erase(const ChunkKey& key) override;
+  void touch(std::span<const ChunkKey> keys) override;
   TierStats stats() const override;
   Expected<std::vector<ChunkKey>> list_keys() override;
   Status clear() override;

@@ -75,6 +75,11 @@ class Tier {
   virtual Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) = 0;
   // Removes key; ok if it was absent.
   virtual Status erase(const ChunkKey& key) = 0;
+  // Marks the keys this tier holds among `keys` as used just now, in order: the last one becomes
+  // the most recently used. The TieredStore passes a prefix's keys tail first, so a prefix's head
+  // outlives its tail and eviction never leaves a tail without its head. Tiers that do not choose
+  // their own victims (redis evicts by its own policy) ignore it.
+  virtual void touch(std::span<const ChunkKey> keys) {}
   virtual TierStats stats() const = 0;
 
   // Maintenance (the `kvstash cache` command), not the request path: every key held, and removal

@@ -1,5 +1,6 @@
 #include "cache/tiered_store.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -135,6 +136,7 @@ std::vector<std::size_t> TieredStore::plan(std::span<const ChunkKey> keys) {
 
 std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) {
   std::vector<LoadedChunk> out;
+  std::size_t deepest_tier = 0;  // the slowest tier that served a chunk of the run
   std::vector<bool> skipped(tiers_.size(), false);
   // The read-ahead: planned[i] is the tier expected to serve chunk i, ahead[i] its get in flight.
   std::vector<std::size_t> planned;
@@ -195,8 +197,9 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) 
       if (t > 0) {
         auto shared = std::make_shared<const Bytes>(chunk.bytes);
         (void)tiers_[0]->put(meta.key, *shared);
-        for (std::size_t f = 1; f < t; ++f) enqueue(meta.key, shared, f);
+        for (std::size_t f = 1; f < t; ++f) enqueue({meta.key, shared, f, nullptr});
       }
+      deepest_tier = std::max(deepest_tier, t);
       out.push_back(std::move(chunk));
       chunks_loaded_.fetch_add(1, std::memory_order_relaxed);
       found = true;
@@ -205,33 +208,54 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) 
     if (!found) break;
   }
   for (std::size_t i = 0; i < ahead.size(); ++i) abandon(i);  // past the end of the run
+  if (!out.empty()) {
+    // The gets (and promotions) made the run's tail the most recently used: turn that around.
+    auto tail_first = std::make_shared<std::vector<ChunkKey>>();
+    for (std::size_t i = out.size(); i-- > 0;) tail_first->push_back(expected[i].key);
+    for (std::size_t t = 0; t <= deepest_tier; ++t) {
+      // Tier 0 and the served tiers at once; tiers with promotions queued, after those puts.
+      const bool queued = t > 0 && t < deepest_tier;
+      if (queued) {
+        enqueue({ChunkKey{}, nullptr, t, tail_first});
+      } else {
+        tiers_[t]->touch(*tail_first);
+      }
+    }
+  }
   return out;
 }
 
-Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> payload) {
+Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
+                          std::span<const ChunkKey> predecessors) {
   auto encoded = encode_chunk(meta, payload, options_.encode);
   if (!encoded) return encoded.status();
   if (tiers_.empty()) return Status::ok();
   auto shared = std::make_shared<const Bytes>(std::move(*encoded));
+  std::shared_ptr<const std::vector<ChunkKey>> tail_first;
+  if (!predecessors.empty()) {
+    auto keys = std::make_shared<std::vector<ChunkKey>>(predecessors.rbegin(), predecessors.rend());
+    tail_first = std::move(keys);
+  }
   if (!tiers_[0]->put(meta.key, *shared).is_ok()) write_errors_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(meta.key, shared, t);
+  if (tail_first) tiers_[0]->touch(*tail_first);
+  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue({meta.key, shared, t, tail_first});
   return Status::ok();
 }
 
-void TieredStore::enqueue(const ChunkKey& key, const std::shared_ptr<const Bytes>& bytes,
-                          std::size_t tier_index) {
+void TieredStore::enqueue(WriteJob job) {
+  const std::uint64_t size = job.bytes ? job.bytes->size() : 0;
   {
     std::lock_guard lock(queue_mu_);
     // A job costs its bytes once per queued tier write; with shared bytes this over-counts, which
     // errs on the side of a smaller queue.
-    if (queue_bytes_ + bytes->size() > options_.write_queue_bytes) {
-      writes_dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (queue_bytes_ + size > options_.write_queue_bytes) {
+      if (size > 0) writes_dropped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    queue_bytes_ += bytes->size();
-    queue_.push_back({key, bytes, tier_index});
+    queue_bytes_ += size;
+    queue_.push_back(std::move(job));
   }
-  writes_queued_.fetch_add(1, std::memory_order_relaxed);
+  if (size > 0) writes_queued_.fetch_add(1, std::memory_order_relaxed);
   queue_cv_.notify_one();
 }
 
@@ -244,10 +268,11 @@ void TieredStore::writer_loop() {
     queue_.pop_front();
     writing_ = true;
     lock.unlock();
-    Status st = tiers_[job.tier_index]->put(job.key, *job.bytes);
-    if (!st) write_errors_.fetch_add(1, std::memory_order_relaxed);
+    Tier& tier = *tiers_[job.tier_index];
+    if (job.bytes && !tier.put(job.key, *job.bytes)) write_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (job.touch_after) tier.touch(*job.touch_after);
     lock.lock();
-    queue_bytes_ -= job.bytes->size();
+    queue_bytes_ -= job.bytes ? job.bytes->size() : 0;
     writing_ = false;
     if (queue_.empty()) idle_cv_.notify_all();
   }

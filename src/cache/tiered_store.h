@@ -18,7 +18,8 @@
 // stats (a hit, an error, or a damaged file the tier itself removed).
 //
 // What load() finds below the fastest tier is promoted: put into tier 0 at once (memory: a copy),
-// and queued for the other faster tiers. store() puts a new chunk into tier 0 at once and queues
+// and queued for the other faster tiers. Every tier involved is then touched with the run's keys
+// tail first (Tier::touch), so the run's head is its most recently used chunk everywhere. store() puts a new chunk into tier 0 at once and queues
 // it for every slower tier. The queue is bounded in bytes and served by one writer thread; when
 // full, writes are dropped and counted, never waited for.
 //
@@ -86,9 +87,12 @@ class TieredStore {
   // The longest run of leading chunks, each verified against expected[i] (its key included).
   std::vector<LoadedChunk> load(std::span<const ChunkMeta> expected);
 
-  // Encodes and stores a new chunk (meta.key names it). Never blocks on slow tiers. Fails only if
-  // the chunk cannot be encoded.
-  Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload);
+  // Encodes and stores a new chunk (meta.key names it). `predecessors` are the keys of the chunks
+  // before it in its prefix, in prefix order: every tier then holds them as more recently used
+  // than the new chunk, so eviction takes a prefix's tail before its head. Never blocks on slow
+  // tiers. Fails only if the chunk cannot be encoded.
+  Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
+               std::span<const ChunkKey> predecessors = {});
 
   // Blocks until the write-behind queue is empty and the writer idle (tests, shutdown).
   void flush();
@@ -100,13 +104,15 @@ class TieredStore {
   StoreStats stats() const;
 
  private:
+  // A put (bytes set) and/or a touch of keys after it; one writer runs them in queue order.
   struct WriteJob {
     ChunkKey key;
-    std::shared_ptr<const Bytes> bytes;
+    std::shared_ptr<const Bytes> bytes;  // null: touch only
     std::size_t tier_index;
+    std::shared_ptr<const std::vector<ChunkKey>> touch_after;  // null: none
   };
   class GetPool;  // the I/O threads behind load(); tiered_store.cc
-  void enqueue(const ChunkKey& key, const std::shared_ptr<const Bytes>& bytes, std::size_t tier_index);
+  void enqueue(WriteJob job);
   void writer_loop();
   // Per leading chunk, the tier lookup() credits with it (fastest tier holding the start of a run).
   std::vector<std::size_t> plan(std::span<const ChunkKey> keys);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
@@ -365,6 +366,69 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
   for (int i = 0; i < 2; ++i) EXPECT_EQ(again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[2].key}), 0u);
   EXPECT_FALSE(s->memory->get(s->metas[2].key).has_value());
+}
+
+// Issue 8: a prefix's head must outlive its tail in every tier, or eviction leaves chunks that can
+// never be reached (loads stop at the first missing chunk). One tier of room for 4 chunks, a
+// prefix of 4, then one more chunk: the prefix loses its last chunk, not its first.
+std::size_t leading_after_one_more_chunk(TieredStore& store, const std::vector<ChunkMeta>& prefix) {
+  auto other = prefix_metas(1, "someone-else");
+  EXPECT_TRUE(store.store(other[0], test_payload(256, 9)).is_ok());
+  store.flush();
+  std::vector<ChunkKey> keys;
+  for (const auto& m : prefix) keys.push_back(m.key);
+  return store.lookup(keys);
+}
+
+std::uint64_t chunk_size() { return encode_chunk(prefix_metas(1)[0], test_payload(256, 0)).value().size(); }
+
+TEST(TieredStore, StoredPrefixIsEvictedFromItsTailInMemory) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(4 * chunk_size()));
+  TieredStore store(std::move(tiers));
+  auto metas = prefix_metas(4);
+  std::vector<ChunkKey> keys;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(store.store(metas[i], test_payload(256, i), keys).is_ok());
+    keys.push_back(metas[i].key);
+  }
+  EXPECT_EQ(leading_after_one_more_chunk(store, metas), 3u);
+}
+
+TEST(TieredStore, LoadedPrefixIsEvictedFromItsTailInMemory) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(4 * chunk_size()));
+  TieredStore store(std::move(tiers));
+  auto metas = prefix_metas(4);
+  // Stored without their predecessors (head oldest), then loaded: the load turns the order around.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store.store(metas[i], test_payload(256, i)).is_ok());
+  ASSERT_EQ(store.load(metas).size(), 4u);
+  EXPECT_EQ(leading_after_one_more_chunk(store, metas), 3u);
+}
+
+TEST(TieredStore, StoredPrefixIsEvictedFromItsTailOnDiskAlsoAfterRestart) {
+  const std::string dir = std::string(KVSTASH_BINARY_DIR) + "/tiered-store-test/tail-first";
+  std::filesystem::remove_all(dir);
+  auto metas = prefix_metas(4);
+  {
+    auto disk = DiskTier::open({.dir = dir, .capacity_bytes = 4 * chunk_size()});
+    ASSERT_TRUE(disk.has_value());
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::move(disk.value()));
+    TieredStore store(std::move(tiers));
+    std::vector<ChunkKey> keys;
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(store.store(metas[i], test_payload(256, i), keys).is_ok());
+      keys.push_back(metas[i].key);
+    }
+  }
+  // A restart rebuilds the LRU order from the files' mtimes.
+  auto disk = DiskTier::open({.dir = dir, .capacity_bytes = 4 * chunk_size()});
+  ASSERT_TRUE(disk.has_value());
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(disk.value()));
+  TieredStore store(std::move(tiers));
+  EXPECT_EQ(leading_after_one_more_chunk(store, metas), 3u);
 }
 
 }  // namespace

@@ -378,7 +378,8 @@ void Engine::Impl::store_full_chunks(Sequence& seq) {
       auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(c * bpc + j)]);
       std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
     }
-    if (options.kv_store->store(chunk_meta(seq, c), payload).is_ok()) {
+    const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(c));
+    if (options.kv_store->store(chunk_meta(seq, c), payload, predecessors).is_ok()) {
       std::lock_guard<std::mutex> lock(mu);
       ++stats.chunks_stored;
     }
