@@ -1,5 +1,5 @@
 // A real redis-server for tests: started on a free loopback port, killed at the end (header only,
-// test code). Tests skip when redis-server is not installed.
+// test code). Tests fail when redis-server is not installed: a test that cannot run never passes.
 #pragma once
 
 #include <hiredis/hiredis.h>

@@ -1,6 +1,9 @@
 #include "model/fingerprint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdlib>
 #include <cstring>
@@ -30,21 +33,60 @@ std::filesystem::path sidecar_path(const std::string& model_path) {
   return dir / "kvstash" / "fingerprints" / to_hex(h.finish());
 }
 
-bool read_sidecar(const std::filesystem::path& p, Digest* out) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return false;
-  in.read(reinterpret_cast<char*>(out->data()), 32);
-  return in.gcount() == 32;
+// Sidecar v2: kSidecarMagic ‖ probe (32 bytes) ‖ fingerprint (32 bytes). The probe is a cheap
+// SHA-256 of the tensor table and a sample of the weights (sample_probe); a sidecar is used only
+// when the file's probe matches, so a different model file that happens to share the path, size
+// and mtime (a copy with preserved times, a re-quantization written in the same second) never
+// inherits another model's fingerprint. Version-1 sidecars (32 bytes, no probe) are recomputed.
+constexpr char kSidecarMagic[8] = {'K', 'V', 'S', 'F', 'P', '2', 0, 0};
+
+// Windows of kProbeWindow bytes at kProbeSamples evenly spaced offsets over the data section, plus
+// each tensor's first and last window: about 300 KiB read for any model size (a few ms cold).
+constexpr std::uint64_t kProbeWindow = 64;
+constexpr std::uint64_t kProbeSamples = 4096;
+
+Digest sample_probe(const gguf::File& file) {
+  Sha256 h;
+  h.update("kvstash-model-probe-v1");
+  for (const auto& t : file.tensors()) {
+    h.update_u32(static_cast<std::uint32_t>(t.name.size())).update(t.name);
+    h.update_u32(static_cast<std::uint32_t>(t.type)).update_u64(t.offset).update_u64(t.n_bytes);
+    const std::uint64_t w = std::min(kProbeWindow, t.n_bytes);
+    h.update(t.data, w);
+    h.update(t.data + t.n_bytes - w, w);
+  }
+  const std::uint64_t size = file.data_size();
+  if (size > 0) {
+    const std::uint64_t w = std::min(kProbeWindow, size);
+    for (std::uint64_t i = 0; i < kProbeSamples; ++i) {
+      const std::uint64_t at = (size - w) / (kProbeSamples - 1) * i;
+      h.update(file.data_begin() + at, w);
+    }
+  }
+  return h.finish();
 }
 
-void write_sidecar(const std::filesystem::path& p, const Digest& d) {
+bool read_sidecar(const std::filesystem::path& p, const Digest& probe, Digest* out) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return false;
+  char magic[sizeof kSidecarMagic];
+  Digest stored_probe{};
+  in.read(magic, sizeof magic);
+  in.read(reinterpret_cast<char*>(stored_probe.data()), 32);
+  in.read(reinterpret_cast<char*>(out->data()), 32);
+  return in.gcount() == 32 && std::memcmp(magic, kSidecarMagic, sizeof magic) == 0 && stored_probe == probe;
+}
+
+void write_sidecar(const std::filesystem::path& p, const Digest& probe, const Digest& d) {
   std::error_code ec;
   std::filesystem::create_directories(p.parent_path(), ec);
   auto tmp = p;
-  tmp += ".tmp";
+  tmp += ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) return;
+    out.write(kSidecarMagic, sizeof kSidecarMagic);
+    out.write(reinterpret_cast<const char*>(probe.data()), 32);
     out.write(reinterpret_cast<const char*>(d.data()), 32);
   }
   std::filesystem::rename(tmp, p, ec);
@@ -54,8 +96,9 @@ void write_sidecar(const std::filesystem::path& p, const Digest& d) {
 
 Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c) {
   auto sidecar = sidecar_path(file.path());
+  const Digest probe = sample_probe(file);
   Digest cached{};
-  if (!sidecar.empty() && read_sidecar(sidecar, &cached)) return cached;
+  if (!sidecar.empty() && read_sidecar(sidecar, probe, &cached)) return cached;
 
   const auto& tensors = file.tensors();
   std::vector<Digest> tensor_digests(tensors.size());
@@ -81,7 +124,7 @@ Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c)
     h.update(tensor_digests[i].data(), 32);
   }
   Digest d = h.finish();
-  if (!sidecar.empty()) write_sidecar(sidecar, d);
+  if (!sidecar.empty()) write_sidecar(sidecar, probe, d);
   return d;
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <cmath>
 
 #include "model/reference_model_for_test.h"
@@ -245,6 +247,41 @@ TEST(ModelLoad, FingerprintIsStableAndDependsOnTheWeights) {
   EXPECT_EQ(a->fingerprint_hex(), a2->fingerprint_hex());
   EXPECT_NE(a->fingerprint_hex(), b->fingerprint_hex());
   EXPECT_EQ(a->fingerprint_hex().size(), 64u);
+}
+
+// Issue 8: the fingerprint sidecar is found by path, size and mtime; a different model of the same
+// shape written over the file with the old mtime must not inherit the old fingerprint.
+TEST(ModelLoad, SameSizeAndMtimeWithOtherWeightsGetsItsOwnFingerprint) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / "fingerprint-test";
+  fs::create_directories(dir);
+  ::setenv("XDG_CACHE_HOME", (dir / "xdg").c_str(), 1);
+  const fs::path path = dir / "model.gguf", other = dir / "other.gguf";
+  auto write = [&](const fs::path& out, std::uint64_t seed) {
+    modelgen::GenerateOptions o;
+    o.preset = "tiny";
+    o.type = TensorType::kF16;
+    o.seed = seed;
+    o.out_path = out.string();
+    ASSERT_TRUE(modelgen::generate_model(o).is_ok());
+  };
+  write(path, 1);
+  write(other, 2);
+  auto fingerprint_of = [](const fs::path& p) {
+    auto m = Model::load(p.string());
+    EXPECT_TRUE(m.has_value());
+    return m ? (*m)->fingerprint_hex() : std::string();
+  };
+  const std::string first = fingerprint_of(path);  // computed, sidecar written
+  const std::string other_fp = fingerprint_of(other);
+  ASSERT_NE(first, other_fp);
+  ASSERT_EQ(fs::file_size(path), fs::file_size(other));
+  EXPECT_EQ(fingerprint_of(path), first) << "sidecar reused";
+  const auto mtime = fs::last_write_time(path);
+  fs::rename(other, path);
+  fs::last_write_time(path, mtime);
+  EXPECT_EQ(fingerprint_of(path), other_fp) << "the sidecar of the old file was trusted";
+  ::unsetenv("XDG_CACHE_HOME");
 }
 
 TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
