@@ -14,94 +14,49 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 
-#include "cache/tiered_store.h"
-#include "common/thread_pool.h"
-#include "engine/block_pool.h"
-#include "engine/sequence.h"
-#include "model/model.h"
+#include "engine/engine_impl.h"
 
 namespace kvstash {
-
-struct Engine::Impl {
-  Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
-      : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
-        kv_format("f16-blk" + std::to_string(o.block_size) + "-v1") {}
-
-  const Model& model;
-  EngineOptions options;
-  BlockPool pool;
-  ThreadPool threads;
-  const std::string kv_format;
-  std::thread thread;
-
-  mutable std::mutex mu;
-  std::condition_variable wake;
-  // Guarded by mu:
-  std::deque<std::unique_ptr<Sequence>> incoming;
-  std::vector<std::uint64_t> cancels;
-  bool stopping = false;
-  std::uint64_t next_id = 1;
-  int n_waiting_total = 0;  // incoming + waiting, for the queue bound
-  EngineStats stats;
-
-  // Engine thread only:
-  std::deque<std::unique_ptr<Sequence>> waiting;
-  std::vector<std::unique_ptr<Sequence>> running;
-  std::vector<float> logits;
-  std::int64_t step_number = 0;
-
-  // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
-  struct Planned {
-    Sequence* seq;
-    int n_new;
-  };
-
-  void loop();
-  void step();
-  void take_new_work();
-  void admit_waiting();
-  std::vector<Planned> plan_step(int& prefill_tokens);
-  void reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens);
-  void run_batch(const std::vector<Planned>& plan, int prefill_tokens);
-  FinishReason stop_reason(const Sequence& s, TokenId token) const;
-  bool admit(Sequence& seq);
-  bool ensure_blocks(Sequence& seq, int n_new);
-  void preempt(std::unique_ptr<Sequence> seq);
-  void register_full_blocks(Sequence& seq);
-  int load_from_store(Sequence& seq, int hits);
-  void store_full_chunks(Sequence& seq);
-  cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
-  void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
-  void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
-  void publish_stats(double prefill_s, double decode_s);
-};
-
 namespace {
-
-cache::ChunkKey block_key(const Model& model, const std::string& kv_format, const Sequence& seq, int block_index, int block_size) {
-  std::span<const TokenId> toks(seq.tokens.data() + static_cast<std::size_t>(block_index) * block_size,
-                                static_cast<std::size_t>(block_size));
-  if (block_index == 0) {
-    return cache::first_chunk_key(model.fingerprint(), kv_format, seq.request.cache_salt, toks);
-  }
-  return cache::next_chunk_key(seq.block_keys[static_cast<std::size_t>(block_index - 1)], toks);
-}
-
-// Extends seq.block_keys to cover the first n_blocks full blocks of its tokens.
-void extend_block_keys(const Model& model, const std::string& kv_format, Sequence& seq, int n_blocks, int block_size) {
-  while (static_cast<int>(seq.block_keys.size()) < n_blocks) {
-    seq.block_keys.push_back(block_key(model, kv_format, seq, static_cast<int>(seq.block_keys.size()), block_size));
-  }
-}
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
+// Loads run on these threads; each load() also keeps several gets in flight on the store's own
+// I/O threads, so two are enough for two requests loading at once without queueing.
+constexpr int kPrefetchThreads = 2;
 }  // namespace
+
+Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
+    : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
+      kv_format("f16-blk" + std::to_string(o.block_size) + "-v1") {
+  if (o.kv_store && o.prefix_cache) {
+    prefetcher = std::make_unique<Prefetcher>(*o.kv_store, kPrefetchThreads, [this] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        load_finished = true;
+      }
+      wake.notify_one();
+    });
+  }
+}
+
+void Engine::Impl::extend_block_keys(Sequence& seq, int n_blocks) const {
+  const int bs = pool.block_size();
+  while (static_cast<int>(seq.block_keys.size()) < n_blocks) {
+    const std::size_t i = seq.block_keys.size();
+    std::span<const TokenId> toks(seq.tokens.data() + i * static_cast<std::size_t>(bs), static_cast<std::size_t>(bs));
+    seq.block_keys.push_back(i == 0 ? cache::first_chunk_key(model.fingerprint(), kv_format, seq.request.cache_salt, toks)
+                                    : cache::next_chunk_key(seq.block_keys[i - 1], toks));
+  }
+}
+
+int Engine::Impl::count_pool_hits(Sequence& seq) {
+  if (!options.prefix_cache) return 0;
+  // At most all blocks but the one holding the last token, which must be computed for its logits.
+  const int max_reuse = (static_cast<int>(seq.tokens.size()) - 1) / pool.block_size();
+  extend_block_keys(seq, max_reuse);
+  int hits = 0;
+  while (hits < max_reuse && pool.contains(seq.block_keys[static_cast<std::size_t>(hits)])) ++hits;
+  return hits;
+}
 
 Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineOptions& options) {
   EngineOptions o = options;
@@ -192,7 +147,16 @@ void Engine::Impl::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      wake.wait(lock, [&] { return stopping || !incoming.empty() || !cancels.empty() || !waiting.empty() || !running.empty(); });
+      auto ready = [&] {
+        return stopping || load_finished || !incoming.empty() || !cancels.empty() || !waiting.empty() || !running.empty();
+      };
+      if (loading.empty()) {
+        wake.wait(lock, ready);
+      } else {  // wake at the earliest load deadline at the latest
+        auto deadline = loading.front()->load_deadline;
+        for (const auto& s : loading) deadline = std::min(deadline, s->load_deadline);
+        wake.wait_until(lock, deadline, ready);
+      }
       if (stopping) break;
     }
     step();
@@ -201,25 +165,35 @@ void Engine::Impl::loop() {
   take_new_work();
   for (auto& s : running) finish(*s, FinishReason::kCancelled, "the engine is shutting down");
   for (auto& s : waiting) finish(*s, FinishReason::kCancelled, "the engine is shutting down");
+  for (auto& s : loading) {
+    s->prefetch->abandoned.store(true, std::memory_order_relaxed);
+    finish(*s, FinishReason::kCancelled, "the engine is shutting down");
+  }
   running.clear();
   waiting.clear();
+  loading.clear();
 }
 
 void Engine::Impl::take_new_work() {
   std::vector<std::uint64_t> to_cancel;
+  std::deque<std::unique_ptr<Sequence>> arrived;
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& s : incoming) waiting.push_back(std::move(s));
-    incoming.clear();
+    arrived.swap(incoming);
     to_cancel.swap(cancels);
   }
+  // Arrivals start their store prefetch now (the store and the pool are looked up once, here).
+  for (auto& s : arrived) enqueue_for_admission(std::move(s), false);
   for (std::uint64_t id : to_cancel) {
-    for (auto& s : running) if (s->id == id) s->cancelled = true;
+    for (auto* list : {&running, &loading}) {
+      for (auto& s : *list) if (s->id == id) s->cancelled = true;
+    }
     for (auto& s : waiting) if (s->id == id) s->cancelled = true;
   }
   auto retire_cancelled = [&](auto& list) {
     for (auto& s : list) {
       if (s && s->cancelled) {
+        if (s->prefetch) s->prefetch->abandoned.store(true, std::memory_order_relaxed);
         finish(*s, FinishReason::kCancelled);
         s.reset();
       }
@@ -227,7 +201,9 @@ void Engine::Impl::take_new_work() {
     list.erase(std::remove(list.begin(), list.end(), nullptr), list.end());
   };
   retire_cancelled(running);
+  retire_cancelled(loading);
   retire_cancelled(waiting);
+  poll_loads();
 }
 
 bool Engine::Impl::admit(Sequence& seq) {
@@ -235,12 +211,7 @@ bool Engine::Impl::admit(Sequence& seq) {
   const int n_tokens = static_cast<int>(seq.tokens.size());
   // Reuse the longest cached run of leading full blocks, but leave at least one token to compute:
   // the last prompt token's forward pass gives the logits of the first generated token.
-  int hits = 0;
-  if (options.prefix_cache) {
-    const int max_reuse = (n_tokens - 1) / bs;
-    extend_block_keys(model, kv_format, seq, max_reuse, bs);
-    while (hits < max_reuse && pool.contains(seq.block_keys[static_cast<std::size_t>(hits)])) ++hits;
-  }
+  int hits = count_pool_hits(seq);
   const int pool_hits = hits;
   // Admit only if the rest of the prompt (plus the first generated token) fits beside what the
   // running sequences need for their next token.
@@ -251,8 +222,8 @@ bool Engine::Impl::admit(Sequence& seq) {
     pool.release_table(seq.block_table);
     return false;
   }
-  // Then the tiered store, for the full chunks beyond what the pool had.
-  if (options.kv_store && options.prefix_cache) hits = load_from_store(seq, hits);
+  // Then what the store prefetch brought, for the full chunks beyond what the pool had.
+  hits = install_prefetched(seq, hits);
   if (options.kv_store) {
     seq.num_stored_chunks = std::max(seq.num_stored_chunks, hits * bs / options.chunk_tokens);
   }
@@ -283,7 +254,7 @@ void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   pool.release_table(seq->block_table);
   seq->num_computed_tokens = 0;
   seq->num_registered_blocks = 0;
-  waiting.push_front(std::move(seq));
+  enqueue_for_admission(std::move(seq), true);
   std::lock_guard<std::mutex> lock(mu);
   ++stats.preemptions;
 }
@@ -292,97 +263,10 @@ void Engine::Impl::register_full_blocks(Sequence& seq) {
   if (!options.prefix_cache) return;
   const int bs = pool.block_size();
   const int full = seq.num_computed_tokens / bs;
-  extend_block_keys(model, kv_format, seq, full, bs);
+  extend_block_keys(seq, full);
   for (; seq.num_registered_blocks < full; ++seq.num_registered_blocks) {
     const auto i = static_cast<std::size_t>(seq.num_registered_blocks);
     pool.register_block(seq.block_table[i], seq.block_keys[i]);
-  }
-}
-
-cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const {
-  const ModelConfig& c = model.config();
-  cache::ChunkMeta m;
-  m.key = seq.chunk_keys[static_cast<std::size_t>(chunk)];
-  m.model_fingerprint = model.fingerprint();
-  m.kv_format = kv_format;
-  m.token_count = static_cast<std::uint32_t>(options.chunk_tokens);
-  m.first_position = static_cast<std::uint32_t>(chunk * options.chunk_tokens);
-  m.n_layers = static_cast<std::uint32_t>(c.n_layers);
-  m.n_kv_heads = static_cast<std::uint32_t>(c.n_kv_heads);
-  m.head_dim = static_cast<std::uint32_t>(c.head_dim);
-  m.element_type = static_cast<std::uint32_t>(gguf::TensorType::kF16);
-  return m;
-}
-
-namespace {
-void extend_chunk_keys(const Model& model, const std::string& kv_format, Sequence& seq, int n_chunks, int chunk_tokens) {
-  if (static_cast<int>(seq.chunk_keys.size()) >= n_chunks) return;
-  seq.chunk_keys = cache::chunk_keys(model.fingerprint(), kv_format, seq.request.cache_salt,
-                                     std::span<const TokenId>(seq.tokens.data(), static_cast<std::size_t>(n_chunks) * chunk_tokens),
-                                     static_cast<std::size_t>(chunk_tokens));
-}
-}  // namespace
-
-// Loads the longest run of full chunks after the first `hits` blocks from the tiered store into
-// fresh pool blocks, registering each block under its prefix key. Returns the new hit count in
-// blocks. The load runs on the engine thread (a step waits for it); it is the latency a prefill
-// of the same tokens would have cost many times over.
-int Engine::Impl::load_from_store(Sequence& seq, int hits) {
-  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
-  const int n_tokens = static_cast<int>(seq.tokens.size());
-  const int max_chunks = (n_tokens - 1) / options.chunk_tokens;  // leave one token to compute
-  const int first = hits / bpc;
-  if (first >= max_chunks) return hits;
-  extend_chunk_keys(model, kv_format, seq, max_chunks, options.chunk_tokens);
-  std::span<const cache::ChunkKey> wanted(seq.chunk_keys.data() + first, static_cast<std::size_t>(max_chunks - first));
-  const std::size_t listed = options.kv_store->lookup(wanted);
-  if (listed == 0) return hits;
-  // Room for the chunks beyond the pool's hits, keeping one block per running sequence spare.
-  const std::int64_t spare = pool.n_available() - static_cast<std::int64_t>(running.size()) - 1;
-  const std::int64_t fit = (spare + (hits - first * bpc)) / bpc;
-  const std::size_t n_chunks = std::min<std::size_t>(listed, static_cast<std::size_t>(std::max<std::int64_t>(fit, 0)));
-  std::vector<cache::ChunkMeta> metas;
-  for (std::size_t i = 0; i < n_chunks; ++i) metas.push_back(chunk_meta(seq, first + static_cast<int>(i)));
-  auto loaded = options.kv_store->load(metas);
-  const std::size_t block_bytes = pool.view().block_bytes();
-  extend_block_keys(model, kv_format, seq, (first + static_cast<int>(loaded.size())) * bpc, bs);
-  for (std::size_t i = 0; i < loaded.size(); ++i) {
-    const auto& payload = loaded[i].view.payload;
-    if (payload.size() != block_bytes * static_cast<std::size_t>(bpc)) break;  // not this pool's layout: a miss
-    for (int j = 0; j < bpc; ++j) {
-      const int g = (first + static_cast<int>(i)) * bpc + j;
-      if (g < hits) continue;  // the pool already had this block
-      auto b = pool.allocate();
-      if (!b) return hits;
-      std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
-      seq.block_table.push_back(*b);
-      pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
-      hits = g + 1;
-    }
-  }
-  return hits;
-}
-
-// Hands every newly computed full chunk to the store's write-behind queue (never blocks).
-void Engine::Impl::store_full_chunks(Sequence& seq) {
-  if (!options.kv_store) return;
-  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
-  const int full = seq.num_computed_tokens / options.chunk_tokens;
-  if (seq.num_stored_chunks >= full) return;
-  extend_chunk_keys(model, kv_format, seq, full, options.chunk_tokens);
-  const std::size_t block_bytes = pool.view().block_bytes();
-  std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(bpc));
-  for (; seq.num_stored_chunks < full; ++seq.num_stored_chunks) {
-    const int c = seq.num_stored_chunks;
-    for (int j = 0; j < bpc; ++j) {
-      auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(c * bpc + j)]);
-      std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
-    }
-    const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(c));
-    if (options.kv_store->store(chunk_meta(seq, c), payload, predecessors).is_ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.chunks_stored;
-    }
   }
 }
 
@@ -444,7 +328,7 @@ void Engine::Impl::admit_waiting() {
     waiting.pop_front();
   }
   std::lock_guard<std::mutex> lock(mu);
-  n_waiting_total = static_cast<int>(waiting.size() + incoming.size());
+  n_waiting_total = static_cast<int>(loading.size() + waiting.size() + incoming.size());
 }
 
 // The step's work: decoding sequences first (one token each keeps every stream moving), then
@@ -581,6 +465,7 @@ void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
   stats.running = static_cast<int>(running.size());
   stats.waiting = n_waiting_total;
   stats.steps = step_number;
+  stats.loading = static_cast<int>(loading.size());
   stats.kv_blocks_used = pool.n_used();
   stats.kv_blocks_cached = pool.n_cached();
 }

@@ -9,6 +9,7 @@
 // Thread safety: submit(), cancel() and stats() are safe from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -72,6 +73,10 @@ struct EngineOptions {
   // (after the pool's own prefix cache) and written there once computed.
   cache::TieredStore* kv_store = nullptr;
   int chunk_tokens = 256;           // a multiple of block_size
+  // A request whose prompt has chunks in the store waits (off the batch) while they load; past
+  // this it stops waiting and computes them instead. Default: well above a 4,000-token load from
+  // any local tier or Redis, well below the prefill it saves.
+  std::chrono::milliseconds store_load_timeout{2000};
   // For test harnesses: called on the engine thread at the start of every step with the step's
   // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
   // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
@@ -95,6 +100,8 @@ struct EngineStats {
   std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
   std::int64_t preemptions = 0;               // running sequences sent back to wait (pool ran dry)
   std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
+  int loading = 0;                            // requests waiting for their KV to load from the store
+  std::int64_t store_loads_timed_out = 0;     // loads given up at store_load_timeout (recomputed)
 };
 
 class Engine {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
@@ -143,6 +144,105 @@ TEST_F(EngineStoreTest, SaltsNeverShareChunks) {
   req.cache_salt = "b";
   auto e = make_engine(&store);
   EXPECT_EQ(generate(*e, req)->cached_tokens, 0);
+}
+
+// A memory tier whose gets wait while the gate is closed: a store that is slow to load.
+class SlowTier final : public cache::Tier {
+ public:
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::atomic<int> gets_waiting{0};
+  std::string name() const override { return "slow"; }
+  std::size_t contains(std::span<const cache::ChunkKey> keys) override { return inner_.contains(keys); }
+  Expected<cache::Bytes> get(const cache::ChunkKey& key) override {
+    ++gets_waiting;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+    --gets_waiting;
+    return inner_.get(key);
+  }
+  Status put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) override { return inner_.put(key, bytes); }
+  Status erase(const cache::ChunkKey& key) override { return inner_.erase(key); }
+  cache::TierStats stats() const override { return inner_.stats(); }
+  Expected<std::vector<cache::ChunkKey>> list_keys() override { return inner_.list_keys(); }
+  Status clear() override { return inner_.clear(); }
+
+ private:
+  cache::MemoryTier inner_{64 << 20};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+// Issue 10: a request whose KV loads from the store waits beside the batch, not in it: the running
+// streams keep decoding while its load is stuck, and it joins with the loaded KV once it lands.
+TEST_F(EngineStoreTest, LoadingRequestDoesNotStallTheRunningBatch) {
+  std::vector<std::unique_ptr<cache::Tier>> tiers;
+  auto slow_tier = std::make_unique<SlowTier>();
+  SlowTier* slow = slow_tier.get();
+  tiers.push_back(std::move(slow_tier));
+  cache::TieredStore store(std::move(tiers), {.load_threads = 0});
+  auto cached = request(200, 5), stream = request(20, 6);
+  stream.max_tokens = 400;
+  const auto expected = uncached(cached);
+  { auto a = make_engine(&store); generate(*a, cached); }
+  store.flush();
+
+  auto b = make_engine(&store);
+  std::atomic<int> stream_tokens{0};
+  std::thread streamer([&] { generate(*b, stream, [&](TokenId) { ++stream_tokens; }); });
+  while (stream_tokens < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  slow->close();
+  Expected<GenerationResult> loaded = invalid_argument("not run");
+  std::thread loader([&] { loaded = generate(*b, cached); });
+  for (int i = 0; i < 5000 && slow->gets_waiting == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GT(slow->gets_waiting, 0) << "the load never started";
+  const int before = stream_tokens;
+  for (int i = 0; i < 5000 && stream_tokens < before + 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(stream_tokens, before + 20) << "the running stream stopped while a load was stuck";
+  EXPECT_EQ(b->stats().loading, 1);
+  slow->open();
+  loader.join();
+  streamer.join();
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->cached_tokens, 192);
+  EXPECT_EQ(loaded->tokens, expected);
+  EXPECT_EQ(b->stats().store_loads_timed_out, 0);
+}
+
+// A load past its deadline is given up: the request recomputes, with the same output.
+TEST_F(EngineStoreTest, LoadPastItsDeadlineRecomputesWithTheSameOutput) {
+  std::vector<std::unique_ptr<cache::Tier>> tiers;
+  auto slow_tier = std::make_unique<SlowTier>();
+  SlowTier* slow = slow_tier.get();
+  tiers.push_back(std::move(slow_tier));
+  cache::TieredStore store(std::move(tiers), {.load_threads = 0});
+  auto req = request(200, 7);
+  const auto expected = uncached(req);
+  { auto a = make_engine(&store); generate(*a, req); }
+  store.flush();
+  EngineOptions o;
+  o.n_ctx = 1024;
+  o.n_threads = 2;
+  o.kv_store = &store;
+  o.chunk_tokens = 64;
+  o.store_load_timeout = std::chrono::milliseconds(50);
+  auto b = Engine::create(*model_, o);
+  ASSERT_TRUE(b.has_value());
+  slow->close();
+  auto r = generate(**b, req);
+  slow->open();  // lets the abandoned load finish, so the engine can shut down
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->cached_tokens, 0);
+  EXPECT_EQ(r->tokens, expected);
+  EXPECT_EQ((*b)->stats().store_loads_timed_out, 1);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cache/chunk_key.h"
 #include "engine/engine.h"
+#include "engine/prefetcher.h"
 #include "engine/sampler.h"
 
 namespace kvstash {
@@ -41,6 +43,10 @@ struct Sequence {
   std::vector<cache::ChunkKey> chunk_keys;  // the tiered store's keys, chunk_tokens per key
   int num_stored_chunks = 0;                // leading chunks known to be in the store (or sent)
   bool admitted_before = false;  // set at first admission; a preempted sequence keeps its counts
+  // The store load started for it while it waits (engine_store.cc); null when none.
+  std::shared_ptr<PrefetchJob> prefetch;
+  int prefetch_first_chunk = 0;      // the chunk index the prefetched run starts at
+  Clock::time_point load_deadline;   // past it, the sequence stops waiting and recomputes
 
   double ttft_s = -1.0;        // < 0 until the first token is out
   bool cancelled = false;

@@ -1,0 +1,98 @@
+// The engine's private state and the scheduler's phases, shared by engine.cc (queue, thread,
+// admission, steps) and engine_store.cc (loads from and stores into the tiered KV store).
+//
+// Ownership: the engine thread alone touches everything under "engine thread only"; everything
+// under "guarded by mu" may be touched from any thread with mu held. Lock order: mu only; the
+// engine thread never holds mu while calling callbacks, the model or the store.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cache/tiered_store.h"
+#include "common/thread_pool.h"
+#include "engine/block_pool.h"
+#include "engine/engine.h"
+#include "engine/prefetcher.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace kvstash {
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+struct Engine::Impl {
+  Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks);
+
+  const Model& model;
+  EngineOptions options;
+  BlockPool pool;
+  ThreadPool threads;
+  const std::string kv_format;
+  std::thread thread;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  // Guarded by mu:
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  std::vector<std::uint64_t> cancels;
+  bool stopping = false;
+  bool load_finished = false;  // a prefetch job completed since the engine last looked
+  std::uint64_t next_id = 1;
+  int n_waiting_total = 0;  // incoming + loading + waiting, for the queue bound
+  EngineStats stats;
+
+  // Engine thread only:
+  std::vector<std::unique_ptr<Sequence>> loading;  // waiting for their store prefetch
+  std::deque<std::unique_ptr<Sequence>> waiting;   // ready for admission, oldest first
+  std::vector<std::unique_ptr<Sequence>> running;
+  std::vector<float> logits;
+  std::int64_t step_number = 0;
+
+  // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
+  struct Planned {
+    Sequence* seq;
+    int n_new;
+  };
+
+  // engine.cc
+  void loop();
+  void step();
+  void take_new_work();
+  void admit_waiting();
+  std::vector<Planned> plan_step(int& prefill_tokens);
+  void reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens);
+  void run_batch(const std::vector<Planned>& plan, int prefill_tokens);
+  FinishReason stop_reason(const Sequence& s, TokenId token) const;
+  bool admit(Sequence& seq);
+  bool ensure_blocks(Sequence& seq, int n_new);
+  void preempt(std::unique_ptr<Sequence> seq);
+  void register_full_blocks(Sequence& seq);
+  // Extends seq.block_keys to cover its first n_blocks full blocks.
+  void extend_block_keys(Sequence& seq, int n_blocks) const;
+  int count_pool_hits(Sequence& seq);  // leading full blocks the pool holds (no references taken)
+  void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
+  void publish_stats(double prefill_s, double decode_s);
+
+  // engine_store.cc
+  // A sequence about to wait for admission: starts its store prefetch (then it waits in `loading`)
+  // or queues it in `waiting` (at the front for a preempted sequence).
+  void enqueue_for_admission(std::unique_ptr<Sequence> seq, bool front);
+  // Moves sequences whose prefetch finished (or passed its deadline) from loading to waiting.
+  void poll_loads();
+  // Copies a finished prefetch's chunks into fresh pool blocks after the first `hits` blocks,
+  // registering each; returns the new hit count in blocks.
+  int install_prefetched(Sequence& seq, int hits);
+  void store_full_chunks(Sequence& seq);
+  void extend_chunk_keys(Sequence& seq, int n_chunks) const;
+  cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
+
+  // Last: destroyed first, so its threads (which lock mu to wake the loop) stop before mu goes.
+  std::unique_ptr<Prefetcher> prefetcher;  // null without a store or without the prefix cache
+};
+
+}  // namespace kvstash

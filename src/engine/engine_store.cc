@@ -1,0 +1,137 @@
+// The engine's side of the tiered KV store: prefetch on arrival (off the engine thread), copying
+// prefetched chunks into pool blocks at admission, and handing newly computed chunks to the store.
+//
+// A request whose prompt has full chunks beyond what the pool holds waits in `loading` while a
+// Prefetcher thread loads them; the running batch keeps stepping. It moves on to `waiting` when its
+// load is done, or at its deadline (EngineOptions::store_load_timeout), when it recomputes instead:
+// a slow or failed load costs time, never an error and never a wrong token.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine_impl.h"
+
+namespace kvstash {
+
+cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const {
+  const ModelConfig& c = model.config();
+  cache::ChunkMeta m;
+  m.key = seq.chunk_keys[static_cast<std::size_t>(chunk)];
+  m.model_fingerprint = model.fingerprint();
+  m.kv_format = kv_format;
+  m.token_count = static_cast<std::uint32_t>(options.chunk_tokens);
+  m.first_position = static_cast<std::uint32_t>(chunk * options.chunk_tokens);
+  m.n_layers = static_cast<std::uint32_t>(c.n_layers);
+  m.n_kv_heads = static_cast<std::uint32_t>(c.n_kv_heads);
+  m.head_dim = static_cast<std::uint32_t>(c.head_dim);
+  m.element_type = static_cast<std::uint32_t>(gguf::TensorType::kF16);
+  return m;
+}
+
+void Engine::Impl::extend_chunk_keys(Sequence& seq, int n_chunks) const {
+  if (static_cast<int>(seq.chunk_keys.size()) >= n_chunks) return;
+  seq.chunk_keys = cache::chunk_keys(model.fingerprint(), kv_format, seq.request.cache_salt,
+                                     std::span<const TokenId>(seq.tokens.data(), static_cast<std::size_t>(n_chunks) * options.chunk_tokens),
+                                     static_cast<std::size_t>(options.chunk_tokens));
+}
+
+void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool front) {
+  if (prefetcher) {
+    // The full chunks beyond the pool's hits, leaving the last token to compute (its forward
+    // pass gives the first generated token's logits).
+    const int bpc = options.chunk_tokens / pool.block_size();
+    const int max_chunks = (static_cast<int>(seq->tokens.size()) - 1) / options.chunk_tokens;
+    const int first = count_pool_hits(*seq) / bpc;
+    if (first < max_chunks) {
+      extend_chunk_keys(*seq, max_chunks);
+      std::vector<cache::ChunkMeta> metas;
+      for (int c = first; c < max_chunks; ++c) metas.push_back(chunk_meta(*seq, c));
+      seq->prefetch = prefetcher->submit(std::move(metas));
+      seq->prefetch_first_chunk = first;
+      seq->load_deadline = Clock::now() + options.store_load_timeout;
+      loading.push_back(std::move(seq));
+      return;
+    }
+  }
+  if (front) {
+    waiting.push_front(std::move(seq));
+  } else {
+    waiting.push_back(std::move(seq));
+  }
+}
+
+void Engine::Impl::poll_loads() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    load_finished = false;
+  }
+  const auto now = Clock::now();
+  std::int64_t timed_out = 0;
+  for (auto& s : loading) {
+    const bool done = s->prefetch->done.load(std::memory_order_acquire);
+    if (!done && now < s->load_deadline) continue;
+    if (!done) {  // too slow: recompute instead; the job's result is dropped when it lands
+      s->prefetch->abandoned.store(true, std::memory_order_relaxed);
+      s->prefetch.reset();
+      ++timed_out;
+    }
+    waiting.push_back(std::move(s));
+  }
+  loading.erase(std::remove(loading.begin(), loading.end(), nullptr), loading.end());
+  if (timed_out > 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.store_loads_timed_out += timed_out;
+  }
+}
+
+int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
+  std::shared_ptr<PrefetchJob> job = std::move(seq.prefetch);
+  if (!job || !job->done.load(std::memory_order_acquire)) return hits;
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  const int first = seq.prefetch_first_chunk;
+  // The pool may have lost blocks since the load started: a gap before the loaded run makes it
+  // unusable (K is only valid at the positions it was made for, after its whole prefix).
+  if (hits < first * bpc) return hits;
+  const std::size_t block_bytes = pool.view().block_bytes();
+  extend_block_keys(seq, (first + static_cast<int>(job->chunks.size())) * bpc);
+  for (std::size_t i = 0; i < job->chunks.size(); ++i) {
+    const auto& payload = job->chunks[i].view.payload;
+    if (payload.size() != block_bytes * static_cast<std::size_t>(bpc)) break;  // not this pool's layout: a miss
+    for (int j = 0; j < bpc; ++j) {
+      const int g = (first + static_cast<int>(i)) * bpc + j;
+      if (g < hits) continue;  // the pool already had this block
+      auto b = pool.allocate();
+      if (!b) return hits;
+      std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
+      seq.block_table.push_back(*b);
+      pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
+      hits = g + 1;
+    }
+  }
+  return hits;
+}
+
+// Hands every newly computed full chunk to the store's write-behind queue (never blocks), with its
+// predecessors so that every tier keeps a prefix's head longer than its tail.
+void Engine::Impl::store_full_chunks(Sequence& seq) {
+  if (!options.kv_store) return;
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  const int full = seq.num_computed_tokens / options.chunk_tokens;
+  if (seq.num_stored_chunks >= full) return;
+  extend_chunk_keys(seq, full);
+  const std::size_t block_bytes = pool.view().block_bytes();
+  std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(bpc));
+  for (; seq.num_stored_chunks < full; ++seq.num_stored_chunks) {
+    const int c = seq.num_stored_chunks;
+    for (int j = 0; j < bpc; ++j) {
+      auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(c * bpc + j)]);
+      std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
+    }
+    const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(c));
+    if (options.kv_store->store(chunk_meta(seq, c), payload, predecessors).is_ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.chunks_stored;
+    }
+  }
+}
+
+}  // namespace kvstash

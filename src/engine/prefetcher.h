@@ -1,0 +1,55 @@
+// Prefetcher: runs the tiered store's loads off the engine thread.
+//
+// A request that arrives with a prefix the pool does not hold gets a PrefetchJob: a background
+// thread calls TieredStore::load() for the chunks it will need and leaves the verified chunks in
+// host memory. The engine polls the job between steps (done), copies the chunks into pool blocks
+// at admission, or gives up on it at its deadline and recomputes (abandon). A job the engine gave
+// up on still finishes (its bytes are dropped); one not yet started is skipped.
+//
+// Thread safety: submit() and the job's flags are safe from any thread; a job's `chunks` may be
+// read only after `done` is seen true. Destruction drops queued jobs and joins the threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/tiered_store.h"
+
+namespace kvstash {
+
+struct PrefetchJob {
+  std::vector<cache::ChunkMeta> metas;     // the chunks wanted, a prefix's consecutive run
+  std::vector<cache::LoadedChunk> chunks;  // the leading ones found and verified; set before done
+  std::atomic<bool> done{false};
+  std::atomic<bool> abandoned{false};      // set by the engine: nobody will read the result
+};
+
+class Prefetcher {
+ public:
+  // `on_done` runs on a prefetch thread after each job completes (the engine wakes its loop).
+  Prefetcher(cache::TieredStore& store, int n_threads, std::function<void()> on_done);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas);
+
+ private:
+  void run();
+
+  cache::TieredStore& store_;
+  const std::function<void()> on_done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<PrefetchJob>> jobs_;  // guarded by mu_
+  bool stop_ = false;                              // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace kvstash
