@@ -426,6 +426,8 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     s.tokens.push_back(r.token);
     const FinishReason reason = stop_reason(s, r.token);
+    // The prompt's KV is complete (first token), or the sequence's (last): store its tail.
+    if (s.n_generated() == 1 || reason != FinishReason::kNone) store_tail(s);
     emit(s, r, reason);
     if (reason != FinishReason::kNone) {
       pool.release_table(s.block_table);

@@ -88,8 +88,13 @@ struct Engine::Impl {
   // registering each; returns the new hit count in blocks.
   int install_prefetched(Sequence& seq, int hits);
   void store_full_chunks(Sequence& seq);
+  // Stores the computed full blocks past the last full chunk as one partial chunk keyed by its last
+  // block's prefix key, so at most one block of a stored prefix is ever recomputed.
+  void store_tail(Sequence& seq);
   void extend_chunk_keys(Sequence& seq, int n_chunks) const;
   cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
+  // The partial chunk of n_blocks blocks starting at full chunk `chunk` (a stored tail).
+  cache::ChunkMeta tail_meta(const Sequence& seq, int chunk, int n_blocks) const;
 
   // Last: destroyed first, so its threads (which lock mu to wake the loop) stop before mu goes.
   std::unique_ptr<Prefetcher> prefetcher;  // null without a store or without the prefix cache

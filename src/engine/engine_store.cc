@@ -15,7 +15,7 @@ namespace kvstash {
 cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const {
   const ModelConfig& c = model.config();
   cache::ChunkMeta m;
-  m.key = seq.chunk_keys[static_cast<std::size_t>(chunk)];
+  if (chunk < static_cast<int>(seq.chunk_keys.size())) m.key = seq.chunk_keys[static_cast<std::size_t>(chunk)];
   m.model_fingerprint = model.fingerprint();
   m.kv_format = kv_format;
   m.token_count = static_cast<std::uint32_t>(options.chunk_tokens);
@@ -24,6 +24,15 @@ cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const 
   m.n_kv_heads = static_cast<std::uint32_t>(c.n_kv_heads);
   m.head_dim = static_cast<std::uint32_t>(c.head_dim);
   m.element_type = static_cast<std::uint32_t>(gguf::TensorType::kF16);
+  return m;
+}
+
+cache::ChunkMeta Engine::Impl::tail_meta(const Sequence& seq, int chunk, int n_blocks) const {
+  cache::ChunkMeta m = chunk_meta(seq, chunk);  // the shape fields; key and extent below
+  const int bpc = options.chunk_tokens / pool.block_size();
+  m.key = seq.block_keys[static_cast<std::size_t>(chunk * bpc + n_blocks - 1)];
+  m.token_count = static_cast<std::uint32_t>(n_blocks * pool.block_size());
+  m.first_position = static_cast<std::uint32_t>(chunk * options.chunk_tokens);
   return m;
 }
 
@@ -39,13 +48,20 @@ void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool fro
     // The full chunks beyond the pool's hits, leaving the last token to compute (its forward
     // pass gives the first generated token's logits).
     const int bpc = options.chunk_tokens / pool.block_size();
-    const int max_chunks = (static_cast<int>(seq->tokens.size()) - 1) / options.chunk_tokens;
-    const int first = count_pool_hits(*seq) / bpc;
-    if (first < max_chunks) {
+    const int max_blocks = (static_cast<int>(seq->tokens.size()) - 1) / pool.block_size();
+    const int max_chunks = max_blocks / bpc;
+    const int pool_hits = count_pool_hits(*seq);
+    const int first = pool_hits / bpc;
+    // A tail after the last full chunk, longest first, if it would add blocks beyond the pool's.
+    std::vector<cache::ChunkMeta> tails;
+    for (int k = max_blocks - max_chunks * bpc; k > 0 && max_chunks * bpc + k > pool_hits; --k) {
+      tails.push_back(tail_meta(*seq, max_chunks, k));
+    }
+    if (first < max_chunks || !tails.empty()) {
       extend_chunk_keys(*seq, max_chunks);
       std::vector<cache::ChunkMeta> metas;
       for (int c = first; c < max_chunks; ++c) metas.push_back(chunk_meta(*seq, c));
-      seq->prefetch = prefetcher->submit(std::move(metas));
+      seq->prefetch = prefetcher->submit(std::move(metas), std::move(tails));
       seq->prefetch_first_chunk = first;
       seq->load_deadline = Clock::now() + options.store_load_timeout;
       loading.push_back(std::move(seq));
@@ -91,23 +107,54 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   // The pool may have lost blocks since the load started: a gap before the loaded run makes it
   // unusable (K is only valid at the positions it was made for, after its whole prefix).
   if (hits < first * bpc) return hits;
+  // Copies n_blocks blocks of payload, the first at block index `at`, after the first `hits`;
+  // false when the payload is not this pool's layout or the pool is out of blocks.
   const std::size_t block_bytes = pool.view().block_bytes();
-  extend_block_keys(seq, (first + static_cast<int>(job->chunks.size())) * bpc);
-  for (std::size_t i = 0; i < job->chunks.size(); ++i) {
-    const auto& payload = job->chunks[i].view.payload;
-    if (payload.size() != block_bytes * static_cast<std::size_t>(bpc)) break;  // not this pool's layout: a miss
-    for (int j = 0; j < bpc; ++j) {
-      const int g = (first + static_cast<int>(i)) * bpc + j;
+  auto install = [&](std::span<const std::uint8_t> payload, int at, int n_blocks) {
+    if (payload.size() != block_bytes * static_cast<std::size_t>(n_blocks)) return false;  // a miss
+    for (int j = 0; j < n_blocks; ++j) {
+      const int g = at + j;
       if (g < hits) continue;  // the pool already had this block
       auto b = pool.allocate();
-      if (!b) return hits;
+      if (!b) return false;
       std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
       seq.block_table.push_back(*b);
       pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
       hits = g + 1;
     }
+    return true;
+  };
+  for (std::size_t i = 0; i < job->chunks.size(); ++i) {
+    if (!install(job->chunks[i].view.payload, (first + static_cast<int>(i)) * bpc, bpc)) return hits;
+  }
+  if (job->tail && hits == (first + static_cast<int>(job->chunks.size())) * bpc) {
+    const int n_blocks = static_cast<int>(job->tail->view.header.meta.token_count) / bs;
+    install(job->tail->view.payload, hits, n_blocks);
   }
   return hits;
+}
+
+void Engine::Impl::store_tail(Sequence& seq) {
+  if (!options.kv_store || !options.prefix_cache) return;
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  store_full_chunks(seq);
+  const int full_blocks = seq.num_computed_tokens / bs;
+  const int chunk = full_blocks / bpc, n_blocks = full_blocks - chunk * bpc;
+  if (n_blocks == 0 || full_blocks <= seq.stored_tail_end) return;
+  extend_block_keys(seq, full_blocks);
+  extend_chunk_keys(seq, chunk);
+  const std::size_t block_bytes = pool.view().block_bytes();
+  std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(n_blocks));
+  for (int j = 0; j < n_blocks; ++j) {
+    auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(chunk * bpc + j)]);
+    std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
+  }
+  const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(chunk));
+  if (options.kv_store->store(tail_meta(seq, chunk, n_blocks), payload, predecessors).is_ok()) {
+    seq.stored_tail_end = full_blocks;
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.chunks_stored;
+  }
 }
 
 // Hands every newly computed full chunk to the store's write-behind queue (never blocks), with its

@@ -100,6 +100,36 @@ TEST_F(EngineStoreTest, RestartedEngineServesFromDisk) {
   auto store = disk_store();  // a new process: index rebuilt from the directory
   auto b = make_engine(store.get());
   auto r = generate(*b, req);
+  // 150 tokens: 2 full chunks of 64 and a stored tail of 1 block; only the last 6 tokens (the block
+  // holding the last token) are computed.
+  EXPECT_EQ(r->cached_tokens, 144);
+  EXPECT_EQ(r->tokens, expected);
+}
+
+// Issue 10: a prompt's partial last chunk is stored too (at block granularity), and so is the KV of
+// the generated tokens: the next turn of a conversation recomputes at most one block.
+TEST_F(EngineStoreTest, PromptTailAndGeneratedTokensAreStoredAndReused) {
+  std::vector<std::unique_ptr<cache::Tier>> tiers;
+  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
+  cache::TieredStore store(std::move(tiers));
+  auto first = request(100, 8);  // 1 chunk of 64 + 36 tokens
+  first.max_tokens = 40;
+  std::vector<TokenId> answer;
+  {
+    auto a = make_engine(&store);
+    answer = generate(*a, first)->tokens;
+  }
+  store.flush();
+  auto next = first;  // the next turn: the prompt, the answer, a new question
+  next.prompt.insert(next.prompt.end(), answer.begin(), answer.end());
+  for (TokenId t : request(7, 9).prompt) next.prompt.push_back(t);
+  next.max_tokens = 8;
+  const auto expected = uncached(next);
+  auto b = make_engine(&store);  // an empty pool: only the store can serve
+  auto r = generate(*b, next);
+  ASSERT_TRUE(r.has_value());
+  // 100 + 40 tokens were computed before (the last answer token was not): 139 tokens = 8 full
+  // blocks, all found: 64 from the chunk, 64 from the tail.
   EXPECT_EQ(r->cached_tokens, 128);
   EXPECT_EQ(r->tokens, expected);
 }
@@ -188,9 +218,10 @@ TEST_F(EngineStoreTest, LoadingRequestDoesNotStallTheRunningBatch) {
   auto slow_tier = std::make_unique<SlowTier>();
   SlowTier* slow = slow_tier.get();
   tiers.push_back(std::move(slow_tier));
-  cache::TieredStore store(std::move(tiers), {.load_threads = 0});
+  // A stuck get must not count as a slow tier here: the test holds it on purpose.
+  cache::TieredStore store(std::move(tiers), {.tier_timeout = std::chrono::seconds(600), .load_threads = 0});
   auto cached = request(200, 5), stream = request(20, 6);
-  stream.max_tokens = 400;
+  stream.max_tokens = 150;
   const auto expected = uncached(cached);
   { auto a = make_engine(&store); generate(*a, cached); }
   store.flush();

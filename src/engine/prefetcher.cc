@@ -16,15 +16,29 @@ Prefetcher::~Prefetcher() {
   for (auto& t : threads_) t.join();
 }
 
-std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> metas) {
+std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> metas,
+                                                std::vector<cache::ChunkMeta> tail_candidates) {
   auto job = std::make_shared<PrefetchJob>();
   job->metas = std::move(metas);
+  job->tail_candidates = std::move(tail_candidates);
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(job);
   }
   cv_.notify_one();
   return job;
+}
+
+void Prefetcher::load(PrefetchJob& job) {
+  if (!job.metas.empty()) job.chunks = store_.load(job.metas);
+  if (job.chunks.size() != job.metas.size()) return;  // the run broke off: no tail can follow it
+  for (const cache::ChunkMeta& candidate : job.tail_candidates) {
+    if (job.abandoned.load(std::memory_order_relaxed)) return;
+    if (store_.lookup(std::span<const cache::ChunkKey>(&candidate.key, 1)) == 0) continue;
+    auto loaded = store_.load(std::span<const cache::ChunkMeta>(&candidate, 1));
+    if (!loaded.empty()) job.tail = std::move(loaded.front());
+    return;
+  }
 }
 
 void Prefetcher::run() {
@@ -35,7 +49,7 @@ void Prefetcher::run() {
     std::shared_ptr<PrefetchJob> job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
-    if (!job->abandoned.load(std::memory_order_relaxed)) job->chunks = store_.load(job->metas);
+    if (!job->abandoned.load(std::memory_order_relaxed)) load(*job);
     job->done.store(true, std::memory_order_release);
     if (on_done_) on_done_();
     job.reset();

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -24,8 +25,12 @@
 namespace kvstash {
 
 struct PrefetchJob {
-  std::vector<cache::ChunkMeta> metas;     // the chunks wanted, a prefix's consecutive run
+  std::vector<cache::ChunkMeta> metas;     // the full chunks wanted, a prefix's consecutive run
+  // Partial chunks that may follow the run (a prompt's stored tail), longest first: tried one by
+  // one when the whole run loaded; the first one found is loaded into `tail`.
+  std::vector<cache::ChunkMeta> tail_candidates;
   std::vector<cache::LoadedChunk> chunks;  // the leading ones found and verified; set before done
+  std::optional<cache::LoadedChunk> tail;  // set before done
   std::atomic<bool> done{false};
   std::atomic<bool> abandoned{false};      // set by the engine: nobody will read the result
 };
@@ -38,10 +43,11 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas);
+  std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas, std::vector<cache::ChunkMeta> tail_candidates);
 
  private:
   void run();
+  void load(PrefetchJob& job);
 
   cache::TieredStore& store_;
   const std::function<void()> on_done_;

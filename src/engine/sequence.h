@@ -42,6 +42,7 @@ struct Sequence {
   int num_registered_blocks = 0;
   std::vector<cache::ChunkKey> chunk_keys;  // the tiered store's keys, chunk_tokens per key
   int num_stored_chunks = 0;                // leading chunks known to be in the store (or sent)
+  int stored_tail_end = 0;                  // blocks [0, stored_tail_end) stored, the last ones as a tail
   bool admitted_before = false;  // set at first admission; a preempted sequence keeps its counts
   // The store load started for it while it waits (engine_store.cc); null when none.
   std::shared_ptr<PrefetchJob> prefetch;
