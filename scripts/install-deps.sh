@@ -7,6 +7,7 @@ PACKAGES=(
   libssl-dev                 # SHA-256 (cache keys, model fingerprints)
   libicu-dev                 # Unicode classes for the tokenizer's pre-tokenizers
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libboost-dev               # Boost.Beast / Asio (header-only): the server's HTTP layer
   libhiredis-dev libxxhash-dev libzstd-dev
   libgtest-dev
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests

@@ -148,7 +148,8 @@ int serve_main(int argc, char** argv) {
   app.add_option("--ctx", engine_options.n_ctx, "Context length: prompt + generated tokens")->capture_default_str();
   app.add_option("--parallel", engine_options.max_running, "Sequences decoded together at most")
       ->capture_default_str();
-  app.add_option("--queue", engine_options.max_queued, "Requests waiting beyond the batch; more get 429")
+  int queue = engine_options.max_queued;
+  app.add_option("--queue", queue, "Requests waiting beyond the running batch (0 = none: a full batch answers 429)")
       ->capture_default_str();
   app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
@@ -178,6 +179,15 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "serve: --ctx must be >= 16, --parallel >= 1, --max-body-mib >= 1\n");
     return 1;
   }
+  if (queue < 0) {
+    std::fprintf(stderr, "serve: --queue must be >= 0\n");
+    return 1;
+  }
+  // The server admits --parallel + --queue requests at once (ServerOptions::max_active_requests);
+  // the engine's own queue bound (which counts requests not yet in the batch) is set so that it
+  // never refuses one the server admitted.
+  server_options.max_active_requests = engine_options.max_running + queue;
+  engine_options.max_queued = engine_options.max_running + queue;
   if (engine_options.kv_pool_tokens < 0) {
     std::fprintf(stderr, "serve: --kv-pool-tokens must be >= 0\n");
     return 1;
@@ -189,7 +199,7 @@ int serve_main(int argc, char** argv) {
   }
   server_options.max_body_bytes = static_cast<std::size_t>(max_body_mib) << 20;
   // Each open request holds an HTTP worker while it waits; leave room for health checks too.
-  server_options.http_threads = engine_options.max_running + engine_options.max_queued + 8;
+  server_options.http_threads = server_options.max_active_requests + 8;
 
   if (model_path.empty()) {
     Expected<std::string> demo = ensure_demo_model();

@@ -92,4 +92,11 @@ void Generation::abandon() {
   outcome_.finish_reason = "cancelled";
 }
 
+void Generation::abort() {
+  if (done()) return;
+  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+  Delta ignored;
+  finish("abort", ignored);
+}
+
 }  // namespace kvstash::server

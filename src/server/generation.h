@@ -37,7 +37,9 @@ struct Delta {
 };
 
 struct Outcome {
-  std::string finish_reason;  // "stop", "length", "cancelled" or "error"; "" while running
+  // "stop", "length", "cancelled" (the client went away), "abort" (the server ended it: shutdown,
+  // time limit) or "error"; "" while running
+  std::string finish_reason;
   std::string error;          // when finish_reason == "error"
   int prompt_tokens = 0;
   int cached_tokens = 0;
@@ -55,8 +57,11 @@ class Generation {
   // Waits up to `wait` for events and returns what they add to the output.
   Delta poll(std::chrono::milliseconds wait);
   bool done() const { return !outcome_.finish_reason.empty(); }
-  // The client went away: cancels the engine's side; done() becomes true.
+  // The client went away: cancels the engine's side; done() becomes true ("cancelled").
   void abandon();
+  // The server ends the request (shutting down, time limit): cancels the engine's side; done()
+  // becomes true with finish_reason "abort", so that a cut answer is never reported as "stop".
+  void abort();
   const Outcome& outcome() const { return outcome_; }
 
  private:

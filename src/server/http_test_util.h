@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <httplib.h>
@@ -47,6 +48,8 @@ class RawRequest {
  public:
   RawRequest(int port, const std::string& path, const std::string& body) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval timeout{30, 0};  // bounds every read: a server that never answers fails the test
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));

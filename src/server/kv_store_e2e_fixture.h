@@ -108,7 +108,10 @@ class KvStoreE2ETest : public ::testing::Test {
     EXPECT_EQ(cached_of(r), 0);
     return tokens_of(r);
   }
+  // A test that needs Redis fails without it (never skips): CI installs it.
   static bool redis_ok() { return cache::testing::redis_installed(); }
+  static constexpr const char* kRedisMissing =
+      "redis-server / redis-cli are not installed: this test needs them (scripts/install-deps.sh)";
 
   // Server A prefills prompt(seed); server B (another process, same redis, no disk, no memory
   // tier) gets the same prompt and loads all of it from redis.

@@ -71,14 +71,14 @@ TEST_F(KvStoreE2ETest, RestartOnTheSameDiskServesFromDiskTokenForToken) {
 }
 
 TEST_F(KvStoreE2ETest, SharedThroughOneRedisTokenForToken) {
-  if (!redis_ok()) GTEST_SKIP() << "redis-server not installed";
+  ASSERT_TRUE(redis_ok()) << kRedisMissing;
   RedisTestServer redis(cache::testing::free_port());
   ASSERT_TRUE(redis.ready());
   expect_shared_through_redis("redis://127.0.0.1:" + std::to_string(redis.port()), 4);
 }
 
 TEST_F(KvStoreE2ETest, SharedThroughAThreeNodeRedisCluster) {
-  if (!redis_ok() || !cache::testing::redis_cli_installed()) GTEST_SKIP() << "redis-server / redis-cli not installed";
+  ASSERT_TRUE(redis_ok() && cache::testing::redis_cli_installed()) << kRedisMissing;
   std::vector<std::unique_ptr<RedisTestServer>> nodes;
   std::string create = "redis-cli --cluster create", url = "redis://";
   for (int i = 0; i < 3; ++i) {
@@ -112,7 +112,7 @@ TEST_F(KvStoreE2ETest, SharedThroughAThreeNodeRedisCluster) {
 // answered (the client's 30 s timeout bounds it; a down node fails fast), each outage is logged
 // once, counted, and the tier reconnects.
 TEST_F(KvStoreE2ETest, RedisDownKilledAndRestartedNeverFailsARequest) {
-  if (!redis_ok()) GTEST_SKIP() << "redis-server not installed";
+  ASSERT_TRUE(redis_ok()) << kRedisMissing;
   const int port = cache::testing::free_port();
   const std::string node = "127.0.0.1:" + std::to_string(port);
   auto s = serve("redis-faults", {"--cache-ram", "0", "--cache-redis", "redis://" + node});

@@ -85,7 +85,7 @@ TEST_F(KvStoreE2ETest, DamagedDiskChunksAreMissesRemovedAndCounted) {
 }
 
 TEST_F(KvStoreE2ETest, RedisChunkFromAnotherModelIsRejectedAndCounted) {
-  if (!redis_ok()) GTEST_SKIP() << "redis-server not installed";
+  ASSERT_TRUE(redis_ok()) << kRedisMissing;
   RedisTestServer redis(cache::testing::free_port());
   ASSERT_TRUE(redis.ready());
   const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port()), disk = dir_.path() + "/disk";
@@ -151,14 +151,12 @@ TEST_F(KvStoreE2ETest, KillNineWhileWritingLoadsNoDamagedChunkAfterRestart) {
 
 // Two salts never see each other's chunks: not in the pool, memory, disk or redis.
 TEST_F(KvStoreE2ETest, CacheSaltsNeverShareChunksInAnyTier) {
-  std::unique_ptr<RedisTestServer> redis;
+  ASSERT_TRUE(redis_ok()) << kRedisMissing;
   std::vector<std::string> all = {"--cache-ram", "16MiB", "--cache-disk", dir_.path() + "/disk"};
-  if (redis_ok()) {
-    redis = std::make_unique<RedisTestServer>(cache::testing::free_port());
-    ASSERT_TRUE(redis->ready());
-    all.push_back("--cache-redis");
-    all.push_back("redis://127.0.0.1:" + std::to_string(redis->port()));
-  }
+  auto redis = std::make_unique<RedisTestServer>(cache::testing::free_port());
+  ASSERT_TRUE(redis->ready());
+  all.push_back("--cache-redis");
+  all.push_back("redis://127.0.0.1:" + std::to_string(redis->port()));
   const auto p = prompt(30);
   const auto want = reference(p);
   {

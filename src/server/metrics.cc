@@ -164,6 +164,9 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   sample(out, "kvstash_prompt_tokens_from_store_total", static_cast<double>(engine.prompt_tokens_from_store));
   header(out, "kvstash_kv_chunks_stored_total", "counter", "KV chunks the engine handed to the tiered store.");
   sample(out, "kvstash_kv_chunks_stored_total", static_cast<double>(engine.chunks_stored));
+  header(out, "kvstash_preemptions_total", "counter",
+         "Running sequences sent back to wait because the KV pool ran dry (recomputed later).");
+  sample(out, "kvstash_preemptions_total", static_cast<double>(engine.preemptions));
   if (store.enabled) render_kv_store(out, store);
   return out;
 }

@@ -1,7 +1,7 @@
 // The server's counters and the /metrics page in Prometheus text format (version 0.0.4):
 // requests by endpoint and HTTP status, prompt / cached / generated token counters, a TTFT
 // histogram, plus the engine's own gauges and counters read from EngineStats at scrape time
-// (running, waiting, KV blocks used/free/cached, prefill and decode seconds, prompt tokens reused
+// (running, waiting, KV blocks used/free/cached, prefill and decode seconds, preemptions, prompt tokens reused
 // from the pool and from the tiered store), and, when the engine has a tiered KV store, per tier
 // (label tier="memory|disk|redis") hits, misses, bytes read/written, load latency (a summary:
 // _sum/_count, plus the max), entries, bytes used, capacity, evictions, errors and rejected chunks,

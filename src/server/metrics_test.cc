@@ -24,6 +24,7 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.kv_blocks_used = 30;
   e.kv_blocks_cached = 12;
   e.prefill_seconds = 1.5;
+  e.preemptions = 4;
   std::string text = m.render(e);
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
@@ -42,6 +43,8 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks{state=\"free\"} 70"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks{state=\"cached\"} 12"));
   EXPECT_TRUE(has_line(text, "kvstash_prefill_seconds_total 1.5"));
+  EXPECT_TRUE(has_line(text, "kvstash_preemptions_total 4"));
+  EXPECT_NE(text.find("# TYPE kvstash_preemptions_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }
 

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <mutex>
+#include <random>
+
 namespace kvstash::server {
 namespace {
 
@@ -61,6 +64,15 @@ std::optional<ApiError> get_string(const json& obj, const char* name, std::strin
   if (!v->is_string()) return wrong_type(name, "a string", *v);
   out = v->get<std::string>();
   return std::nullopt;
+}
+
+// A seed for a request that names none, so that two such sampled requests differ (OpenAI's
+// behaviour). One generator seeded once from the OS; the mutex makes it safe from any thread.
+std::uint64_t fresh_seed() {
+  static std::mutex mutex;
+  static std::mt19937_64 generator{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mutex);
+  return generator();
 }
 
 bool known_role(const std::string& role) {
@@ -187,6 +199,7 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
                    get_int(body, "max_completion_tokens", max_completion_tokens)}) {
     if (err) return err;
   }
+  out.sampling.temperature = kDefaultTemperature;
   if (temperature) {
     if (*temperature < 0.0 || *temperature > 2.0) {
       return bad_request("'temperature' must be between 0 and 2", "temperature", "out_of_range");
@@ -203,7 +216,7 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
     if (*top_k < 0 || *top_k > INT32_MAX) return bad_request("'top_k' must be >= 0", "top_k", "out_of_range");
     out.sampling.top_k = static_cast<int>(*top_k);
   }
-  if (seed) out.sampling.seed = static_cast<std::uint64_t>(*seed);
+  out.sampling.seed = seed ? static_cast<std::uint64_t>(*seed) : fresh_seed();
   if (n && *n != 1) return bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_n");
   const char* max_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   std::optional<std::int64_t> max = max_completion_tokens ? max_completion_tokens : max_tokens;

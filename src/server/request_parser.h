@@ -9,6 +9,8 @@
 // logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt,
 // ignore_eos (an extension that vLLM and llama.cpp's server share; benchmarks use it so that
 // every output runs to max_tokens).
+// Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
+// (so two unseeded sampled requests differ; the same seed reproduces).
 // Other fields are ignored, as OpenAI-compatible servers commonly do.
 //
 // Thread safety: pure functions.
@@ -48,6 +50,8 @@ struct ParsedRequest {
 
 // Upper bound on alternatives per token, as OpenAI's chat API.
 inline constexpr int kMaxTopLogprobs = 20;
+// OpenAI's default temperature (the `kvstash run` CLI keeps its own, greedy, default).
+inline constexpr float kDefaultTemperature = 1.0f;
 // OpenAI allows up to 4 stop sequences.
 inline constexpr std::size_t kMaxStopStrings = 4;
 

@@ -135,7 +135,18 @@ TEST(RequestParser, NullMeansAbsent) {
   ASSERT_FALSE(parse_request(kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null,
                                         "stop": null, "temperature": null})", r));
   EXPECT_FALSE(r.max_tokens.has_value());
-  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);  // OpenAI's default
+}
+
+TEST(RequestParser, OpenAISamplingDefaults) {
+  ParsedRequest a, b, seeded;
+  const char* body = R"({"prompt": "x"})";
+  ASSERT_FALSE(parse_request(kText, body, a));
+  ASSERT_FALSE(parse_request(kText, body, b));
+  EXPECT_FLOAT_EQ(a.sampling.temperature, 1.0f);
+  EXPECT_NE(a.sampling.seed, b.sampling.seed);  // each unseeded request draws its own
+  ASSERT_FALSE(parse_request(kText, R"({"prompt": "x", "seed": 42})", seeded));
+  EXPECT_EQ(seeded.sampling.seed, 42u);
 }
 
 // The prompt builder with a real tokenizer: Qwen2's vocabulary (ChatML special tokens).

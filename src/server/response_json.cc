@@ -71,10 +71,12 @@ json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const To
           {"text_offset", offsets}};
 }
 
+// OpenAI's finish reasons, plus "abort" (vLLM's name) for an answer the server cut short: a
+// cut answer must never read as a complete one ("stop").
 json finish_reason_json(const std::string& reason) {
   if (reason.empty()) return nullptr;
-  if (reason == "length") return "length";
-  return "stop";
+  if (reason == "length" || reason == "stop") return reason;
+  return "abort";  // "abort" (shutdown, time limit) and "cancelled"
 }
 
 json chat_completion_json(const ResponseMeta& meta, const std::string& text, const Outcome& outcome,

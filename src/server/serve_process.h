@@ -102,6 +102,10 @@ class ServeProcess {
     }
     return exit_code_;
   }
+  // Sends SIGTERM and returns at once (the test then watches what open requests get).
+  void terminate() {
+    if (pid_ > 0) ::kill(pid_, SIGTERM);
+  }
   void kill9() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);

@@ -39,6 +39,18 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error.to_json(), kJson);
 }
 
+// One admitted generation request, counted in Impl::active until it ends.
+class ActiveSlot {
+ public:
+  explicit ActiveSlot(std::atomic<int>& active) : active_(active) {}
+  ~ActiveSlot() { active_.fetch_sub(1); }
+  ActiveSlot(const ActiveSlot&) = delete;
+  ActiveSlot& operator=(const ActiveSlot&) = delete;
+
+ private:
+  std::atomic<int>& active_;
+};
+
 // What one generation request's log line reports.
 struct RequestRecord {
   std::string id;
@@ -57,7 +69,18 @@ struct Server::Impl {
   Metrics metrics;
   std::thread listener;
   std::atomic<bool> stopping{false};
+  std::atomic<int> active{0};  // admitted generation requests (see ServerOptions::max_active_requests)
   int port = 0;
+
+  // Takes a slot for one generation request, or nullptr when max_active_requests are active.
+  std::unique_ptr<ActiveSlot> admit() {
+    const int limit = options.max_active_requests;
+    if (active.fetch_add(1) >= limit && limit > 0) {
+      active.fetch_sub(1);
+      return nullptr;
+    }
+    return std::make_unique<ActiveSlot>(active);
+  }
 
   Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {}
 
@@ -83,8 +106,9 @@ struct Server::Impl {
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void respond_whole(std::unique_ptr<Generation> gen, const ParsedRequest& parsed, ResponseMeta meta,
                      RequestRecord record, const httplib::Request& req, httplib::Response& res);
-  void respond_stream(std::unique_ptr<Generation> gen, const ParsedRequest& parsed, ResponseMeta meta,
-                      RequestRecord record, httplib::Response& res);
+  void respond_stream(std::unique_ptr<Generation> gen, std::unique_ptr<ActiveSlot> slot,
+                      const ParsedRequest& parsed, ResponseMeta meta, RequestRecord record,
+                      httplib::Response& res);
 };
 
 void Server::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req,
@@ -103,12 +127,20 @@ void Server::Impl::handle_generation(Endpoint endpoint, const httplib::Request& 
   }
   Outcome submitted;
   submitted.prompt_tokens = static_cast<int>(request.prompt.size());
+  std::unique_ptr<ActiveSlot> slot = admit();
+  if (!slot) {
+    ApiError full{429,
+                  "the server is at capacity (" + std::to_string(options.max_active_requests) +
+                      " requests running or queued); retry later",
+                  "rate_limit_error", "", "queue_full"};
+    return fail(res, record, full, submitted);
+  }
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
   if (auto err = gen->start(std::move(request))) return fail(res, record, *err, submitted);
 
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
   if (parsed.stream) {
-    respond_stream(std::move(gen), parsed, std::move(meta), std::move(record), res);
+    respond_stream(std::move(gen), std::move(slot), parsed, std::move(meta), std::move(record), res);
   } else {
     respond_whole(std::move(gen), parsed, std::move(meta), std::move(record), req, res);
   }
@@ -126,7 +158,7 @@ void Server::Impl::respond_whole(std::unique_ptr<Generation> gen, const ParsedRe
   bool client_gone = false;
   while (!gen->done()) {
     if (stopping) {
-      gen->abandon();
+      gen->abort();  // answered below with finish_reason "abort": never a cut answer as "stop"
       break;
     }
     if (client && client->peer_closed()) {
@@ -168,6 +200,7 @@ namespace {
 // A stream's state, shared by the content provider and its releaser.
 struct StreamState {
   std::unique_ptr<Generation> gen;
+  std::unique_ptr<ActiveSlot> slot;
   ParsedRequest parsed;
   ResponseMeta meta;
   RequestRecord record;
@@ -177,10 +210,12 @@ struct StreamState {
 
 }  // namespace
 
-void Server::Impl::respond_stream(std::unique_ptr<Generation> gen, const ParsedRequest& parsed,
-                                  ResponseMeta meta, RequestRecord record, httplib::Response& res) {
+void Server::Impl::respond_stream(std::unique_ptr<Generation> gen, std::unique_ptr<ActiveSlot> slot,
+                                  const ParsedRequest& parsed, ResponseMeta meta, RequestRecord record,
+                                  httplib::Response& res) {
   auto state = std::make_shared<StreamState>();
   state->gen = std::move(gen);
+  state->slot = std::move(slot);
   state->parsed = parsed;
   state->meta = std::move(meta);
   state->record = std::move(record);
@@ -198,7 +233,7 @@ void Server::Impl::respond_stream(std::unique_ptr<Generation> gen, const ParsedR
       out += sse_event(chat_chunk_json(state->meta, /*first=*/true, "", "", nullptr));
       state->role_sent = true;
     } else {
-      if (stopping) g.abandon();
+      if (stopping) g.abort();
       Delta d = g.poll(kPollInterval);
       if (!d.text.empty() || !d.logprobs.empty()) {
         json lp = nullptr;
@@ -211,6 +246,10 @@ void Server::Impl::respond_stream(std::unique_ptr<Generation> gen, const ParsedR
       const Outcome& o = g.outcome();
       if (o.finish_reason == "error") {
         out += sse_event(json::parse(ApiError{500, "generation failed: " + o.error, "server_error", "", ""}.to_json()));
+      } else if (o.finish_reason == "abort") {
+        // The stream is cut: an error event says so (a client must not take it as complete).
+        out += sse_event(json::parse(
+            ApiError{503, "the server is shutting down; the answer is incomplete", "server_error", "", "shutdown"}.to_json()));
       } else {
         out += sse_event(chat ? chat_chunk_json(state->meta, false, "", o.finish_reason, nullptr)
                               : text_chunk_json(state->meta, "", o.finish_reason, nullptr));
@@ -241,6 +280,7 @@ void Server::Impl::respond_stream(std::unique_ptr<Generation> gen, const ParsedR
     // Drop the Generation now (cancels the engine's side if still running) rather than when
     // httplib destroys the response.
     state->gen.reset();
+    state->slot.reset();
   };
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", provider, releaser);
@@ -365,6 +405,11 @@ Status Server::start() {
 void Server::stop() {
   if (!impl_) return;
   impl_->stopping = true;
+  // Open generations see `stopping` at their next poll, end with "abort" (an error event when
+  // streaming) and free their slots; wait for that (bounded) before httplib cuts the sockets.
+  for (int i = 0; i < 100 && impl_->active.load() > 0; ++i) {
+    std::this_thread::sleep_for(kPollInterval);
+  }
   impl_->http.stop();
   if (impl_->listener.joinable()) impl_->listener.join();
 }

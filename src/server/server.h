@@ -31,6 +31,10 @@ struct ServerOptions {
   int port = 8080;                         // 0 = any free port (see port())
   std::size_t max_body_bytes = 8u << 20;   // larger request bodies get 413; default 8 MiB
   int http_threads = 64;                   // worker threads: each open request holds one
+  // Generation requests admitted at once (running in the engine's batch or waiting for it); one
+  // more gets 429. `kvstash serve` sets it to --parallel + --queue, so --queue 0 means "fill the
+  // batch, queue nothing". 0 = no bound here (the backend's own queue bound still applies).
+  int max_active_requests = 0;
   std::string model_id;                    // model name in the API; "" = the model's own
   std::string chat_template;               // "chatml" / "llama3" overrides the GGUF's; "" = detect
   bool log_requests = true;                // one stderr line per request

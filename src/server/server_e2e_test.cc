@@ -133,6 +133,7 @@ TEST_F(ServerE2ETest, BadInputsThenAGoodRequest) {
 
 TEST_F(ServerE2ETest, StreamingAndNonStreamingAgree) {
   json body = {{"messages", {{{"role", "user"}, {"content", "Tell me something"}}}}, {"max_tokens", 20}};
+  body["temperature"] = 0;  // greedy, so the two runs agree
   json whole = post_ok("/v1/chat/completions", body);
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
@@ -195,7 +196,7 @@ TEST_F(ServerE2ETest, CachedTokensExactlyWhenThePrefixWasSeenUnderTheSameSalt) {
 }
 
 TEST_F(ServerE2ETest, StopStringCutsTheGreedyOutput) {
-  json body = {{"prompt", long_prompt("stop")}, {"max_tokens", 30}};
+  json body = {{"prompt", long_prompt("stop")}, {"max_tokens", 30}, {"temperature", 0}};
   std::string full = text_of(post_ok("/v1/completions", body));
   ASSERT_GE(full.size(), 8u) << full;
   // A stop string taken from the middle of the output; the output ends just before its first

@@ -58,7 +58,7 @@ class ServerTest : public ::testing::Test {
   }
 
   // Starts an engine with `eo` (n_threads and n_ctx defaulted) and a server in front of it.
-  void start(EngineOptions eo = {}, std::size_t max_body = 8u << 20) {
+  void start(EngineOptions eo = {}, std::size_t max_body = 8u << 20, int max_active_requests = 0) {
     ASSERT_NE(model_, nullptr);
     eo.n_threads = 2;
     if (eo.n_ctx == EngineOptions{}.n_ctx) eo.n_ctx = 2048;
@@ -69,6 +69,7 @@ class ServerTest : public ::testing::Test {
     ServerOptions options;
     options.port = 0;
     options.max_body_bytes = max_body;
+    options.max_active_requests = max_active_requests;
     options.log_requests = false;
     auto server = Server::create(*backend_, options);
     ASSERT_TRUE(server) << server.status().to_string();
@@ -83,7 +84,19 @@ class ServerTest : public ::testing::Test {
     backend_.reset();
     engine_.reset();
   }
+  // These tests compare served text with a greedy reference, so a JSON body without a
+  // temperature is sent with 0 (the API's default is 1: see SamplingDefaultsAreOpenAIs, which
+  // uses post_as_is).
+  static std::string greedy(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (!j.is_object() || j.contains("temperature")) return body;
+    j["temperature"] = 0;
+    return j.dump();
+  }
   httplib::Result post(const std::string& path, const std::string& body) {
+    return post_as_is(path, greedy(body));
+  }
+  httplib::Result post_as_is(const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), body, "application/json");
   }
   json post_ok(const std::string& path, const json& body) {
@@ -99,7 +112,7 @@ class ServerTest : public ::testing::Test {
   Reference reference(Endpoint endpoint, const json& body) {
     Reference ref;
     ParsedRequest parsed;
-    auto err = parse_request(endpoint, body.dump(), parsed);
+    auto err = parse_request(endpoint, greedy(body.dump()), parsed);
     EXPECT_FALSE(err) << body.dump();
     GenerationRequest request;
     err = build_generation_request(parsed, backend_->model_info(), ChatTemplateKind::kChatML, request);
@@ -186,6 +199,23 @@ TEST_F(ServerTest, ChatCompletionShape) {
   EXPECT_EQ(r["usage"]["completion_tokens"], completion);
   EXPECT_EQ(r["usage"]["total_tokens"], prompt + completion);
   EXPECT_TRUE(r["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+}
+
+TEST_F(ServerTest, SamplingDefaultsAreOpenAIs) {
+  start();
+  // No temperature (1 by default) and no seed: each request draws its own seed.
+  const json body = {{"prompt", "x"}, {"max_tokens", 24}, {"ignore_eos", true}};
+  auto text = [&](const json& b) {
+    auto r = post_as_is(kText, b.dump());
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  const std::string first = text(body), second = text(body);
+  EXPECT_NE(first, second) << "two unseeded sampled requests gave the same 24 tokens";
+  EXPECT_NE(first, reference(Endpoint::kCompletions, body).text) << "the default is not greedy";
+  json seeded = body;
+  seeded["seed"] = 1234;
+  EXPECT_EQ(text(seeded), text(seeded));  // the same seed reproduces
 }
 
 TEST_F(ServerTest, CompletionShapeAndLengthFinish) {
@@ -369,20 +399,28 @@ TEST_F(ServerTest, BadInputsGetOpenAIErrorsAndServingContinues) {
   EXPECT_EQ(r["choices"][0]["text"], reference(Endpoint::kCompletions, body).text);
 }
 
-TEST_F(ServerTest, QueueFullIs429) {
-  // The engine admits a request only while fewer than max_queued wait; with 0 every submit
-  // finds the queue full, deterministically.
+TEST_F(ServerTest, QueueZeroFillsTheBatchThenAnswers429) {
+  // `kvstash serve --parallel 1 --queue 0`: one request runs, nothing waits, the next gets 429.
   EngineOptions eo;
   eo.max_running = 1;
-  eo.max_queued = 0;
-  start(eo);
-  testing::expect_api_error(post(kText, R"({"prompt": "x"})"), 429, "queue");
-  testing::expect_api_error(post(kChat, chat_body("x", 4).dump()), 429, "queue");
-  auto s = post(kText, R"({"prompt": "x", "stream": true})");
-  testing::expect_api_error(s, 429, "queue");  // refused before any event is streamed
-  EXPECT_NE(metrics_text().find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 2"),
-            std::string::npos) << metrics_text();
-  EXPECT_EQ(engine_->stats().generated_tokens, 0);
+  eo.max_queued = 1;  // as serve sets it: never the tighter bound
+  start(eo, 8u << 20, /*max_active_requests=*/1);
+  {
+    testing::RawRequest running(
+        server_->port(), kText,
+        json{{"prompt", "x"}, {"stream", true}, {"max_tokens", 1900}, {"ignore_eos", true}}.dump());
+    ASSERT_TRUE(eventually([&] { return engine_->stats().generated_tokens > 0; }));
+    testing::expect_api_error(post(kText, R"({"prompt": "x"})"), 429, "capacity");
+    testing::expect_api_error(post(kChat, chat_body("x", 4).dump()), 429, "capacity");
+    auto s = post(kText, R"({"prompt": "x", "stream": true})");
+    testing::expect_api_error(s, 429, "capacity");  // refused before any event is streamed
+    EXPECT_NE(metrics_text().find("kvstash_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 2"),
+              std::string::npos) << metrics_text();
+  }  // hangs up: the running request is cancelled and its slot freed
+  EXPECT_TRUE(eventually([&] {
+    auto r = post(kText, R"({"prompt": "x", "max_tokens": 2})");
+    return r && r->status == 200;
+  }));
 }
 
 TEST_F(ServerTest, DisconnectedStreamIsCancelled) {

@@ -1,0 +1,86 @@
+// `kvstash serve` as a real process, for what only the command shows: its flags (--queue) and
+// its signal handling (SIGTERM ends open requests honestly).
+#include <gtest/gtest.h>
+
+#include "cache/test_util.h"
+#include "modelgen/test_models.h"
+#include "server/http_test_util.h"
+#include "server/serve_process.h"
+
+namespace kvstash::server::testing {
+namespace {
+
+class ServeE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+    ASSERT_FALSE(model_.empty());
+  }
+  std::unique_ptr<ServeProcess> serve(const std::string& name, std::vector<std::string> args) {
+    auto p = std::make_unique<ServeProcess>(model_, args, dir_.path() + "/" + name + ".log");
+    EXPECT_TRUE(p->ready()) << "kvstash serve did not start: " << p->log();
+    return p;
+  }
+  // A long greedy completion that runs until the test ends it.
+  static std::string long_request(bool stream) {
+    return json{{"prompt", "x"}, {"max_tokens", 7000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", stream}}
+        .dump();
+  }
+
+  std::string model_;
+  cache::testing::ScratchDir dir_;
+};
+
+// Bounded poll (~10 s), never a timing assertion.
+template <typename Pred>
+bool eventually(Pred done) {
+  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
+  auto s = serve("sigterm", {"--ctx", "8192", "--kv-pool-tokens", "20000", "--no-kv-store", "--parallel", "4"});
+  ASSERT_TRUE(s->ready());
+  RawRequest whole(s->port(), "/v1/completions", long_request(false));
+  RawRequest stream(s->port(), "/v1/completions", long_request(true));
+  ASSERT_NE(stream.read_at_least(1).find("HTTP/1.1 200"), std::string::npos);
+  ASSERT_TRUE(eventually([&] { return s->metric("kvstash_requests_running") >= 2; })) << s->metrics();
+  s->terminate();
+  // Both answers end (the server closes once they are written); read them whole.
+  const std::string whole_response = whole.read_at_least(std::string::npos);
+  const std::string stream_response = stream.read_at_least(std::string::npos);
+  EXPECT_EQ(s->wait_exit(), 0) << s->log();
+
+  const auto body_at = whole_response.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos) << whole_response;
+  EXPECT_EQ(whole_response.rfind("HTTP/1.1 200", 0), 0u) << whole_response;
+  json body = json::parse(whole_response.substr(body_at + 4), nullptr, false);
+  ASSERT_TRUE(body.is_object()) << whole_response;
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "abort") << body.dump();
+  EXPECT_LT(body["usage"]["completion_tokens"].get<int>(), 7000);
+
+  // The stream ends with an error event, never a finish_reason of "stop" or "length".
+  EXPECT_NE(stream_response.find("\"code\":\"shutdown\""), std::string::npos) << stream_response.substr(stream_response.size() - std::min<std::size_t>(stream_response.size(), 2000));
+  EXPECT_EQ(stream_response.find("\"finish_reason\":\"stop\""), std::string::npos);
+  EXPECT_EQ(stream_response.find("\"finish_reason\":\"length\""), std::string::npos);
+}
+
+TEST_F(ServeE2ETest, QueueZeroFillsTheBatchAndRefusesTheNext) {
+  auto s = serve("queue0", {"--ctx", "8192", "--no-kv-store", "--parallel", "2", "--queue", "0"});
+  ASSERT_TRUE(s->ready());
+  {
+    RawRequest first(s->port(), "/v1/completions", long_request(true));
+    RawRequest second(s->port(), "/v1/completions", long_request(true));
+    ASSERT_NE(first.read_at_least(1).find("HTTP/1.1 200"), std::string::npos) << first.read_at_least(1);
+    ASSERT_NE(second.read_at_least(1).find("HTTP/1.1 200"), std::string::npos) << second.read_at_least(1);
+    auto r = s->client()->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+    expect_api_error(r, 429, "capacity");
+  }  // both hang up: their slots free
+  EXPECT_TRUE(eventually([&] {
+    auto r = s->client()->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+    return r && r->status == 200;
+  }));
+}
+
+}  // namespace
+}  // namespace kvstash::server::testing
