@@ -39,6 +39,10 @@ int gen_model_main(int argc, char** argv) {
                  "default: a small built-in byte-level BPE vocabulary");
   app.add_option("--seed", options.seed, "Random seed; with a tensor's name it fixes every value")->capture_default_str();
   app.add_option("--out", options.out_path, "The .gguf file to write");
+  app.add_option("--qk-concentration", options.qk_concentration,
+                 "Standard deviation of the Q/K biases (qwen2 shapes; default 0.1): larger values cluster each head's "
+                 "pre-RoPE queries and keys around a non-zero centre, as in trained models")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--describe", describe_only, "Print the tensors and sizes; write nothing");
   try {
     app.parse(argc, argv);

@@ -74,6 +74,14 @@ void BlockPool::register_block(std::int32_t block, const cache::ChunkKey& key) {
   by_key_.emplace(key, block);
 }
 
+void BlockPool::unregister(std::int32_t block) {
+  BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+  assert(m.refs > 0);
+  if (!m.key) return;
+  by_key_.erase(*m.key);
+  m.key.reset();
+}
+
 std::span<std::uint8_t> BlockPool::block_bytes(std::int32_t block) {
   auto* p = reinterpret_cast<std::uint8_t*>(view_.base + view_.block_elems() * static_cast<std::size_t>(block));
   return {p, view_.block_bytes()};

@@ -58,6 +58,11 @@ class BlockPool {
   // The block's bytes (all layers' K and V of its tokens): for export and import of KV.
   std::span<std::uint8_t> block_bytes(std::int32_t block);
   int ref_count(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].refs; }
+  // Forgets a referenced block's prefix key (the prefix cache loses that entry), so that its
+  // holder may write it. Precondition: ref_count(block) >= 1.
+  void unregister(std::int32_t block);
+  // Whether the block is registered under a prefix key (its KV must then stay that prefix's).
+  bool is_registered(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].key.has_value(); }
 
  private:
   struct BlockMeta {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <numeric>
 #include <cstring>
 
 #include "engine/engine_impl.h"
@@ -67,6 +68,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
     return invalid_argument("chunk_tokens (" + std::to_string(o.chunk_tokens) + ") must be a positive multiple of block_size (" +
                             std::to_string(o.block_size) + ")");
   }
+  if (Status st = validate_budget(o.kv_budget, o.block_size); !st) return st;
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
   o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
@@ -120,6 +122,12 @@ Expected<std::uint64_t> Engine::submit(GenerationRequest request, TokenCallback 
                             std::to_string(request.max_tokens) + ") exceeds the context length " + std::to_string(n_ctx));
   }
   request.top_logprobs = std::clamp(request.top_logprobs, 0, 20);
+  if (request.kv_budget < -1) return invalid_argument("kv_budget must be -1 (the server's), 0 (none) or a token count");
+  if (request.kv_budget > 0) {
+    KvBudgetOptions o = impl_->options.kv_budget;
+    o.budget = request.kv_budget;
+    if (Status st = validate_budget(o, impl_->options.block_size); !st) return st;
+  }
   std::uint64_t id;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -127,7 +135,10 @@ Expected<std::uint64_t> Engine::submit(GenerationRequest request, TokenCallback 
       return resource_exhausted("the request queue is full (" + std::to_string(impl_->options.max_queued) + " waiting)");
     }
     id = impl_->next_id++;
-    impl_->incoming.push_back(std::make_unique<Sequence>(id, std::move(request), std::move(on_token)));
+    auto seq = std::make_unique<Sequence>(id, std::move(request), std::move(on_token));
+    seq->kv_budget = seq->request.kv_budget < 0 ? impl_->options.kv_budget.budget : seq->request.kv_budget;
+    seq->kv.rng.seed(impl_->options.kv_budget.seed ^ id);
+    impl_->incoming.push_back(std::move(seq));
     ++impl_->n_waiting_total;
     impl_->stats.waiting = impl_->n_waiting_total;
   }
@@ -228,6 +239,11 @@ bool Engine::Impl::admit(Sequence& seq) {
     seq.num_stored_chunks = std::max(seq.num_stored_chunks, hits * bs / options.chunk_tokens);
   }
   seq.num_computed_tokens = hits * bs;
+  seq.num_slots = hits * bs;
+  if (seq.kv_budget > 0) {
+    seq.kv.slot_positions.resize(static_cast<std::size_t>(hits * bs));
+    std::iota(seq.kv.slot_positions.begin(), seq.kv.slot_positions.end(), 0);
+  }
   seq.num_registered_blocks = hits;
   if (!seq.admitted_before) {
     seq.num_cached_tokens = std::min(hits * bs, seq.n_prompt);
@@ -240,7 +256,7 @@ bool Engine::Impl::admit(Sequence& seq) {
 }
 
 bool Engine::Impl::ensure_blocks(Sequence& seq, int n_new) {
-  const int need = ceil_div(seq.num_computed_tokens + n_new, pool.block_size());
+  const int need = ceil_div(seq.num_slots + n_new, pool.block_size());
   while (static_cast<int>(seq.block_table.size()) < need) {
     auto b = pool.allocate();
     if (!b) return false;
@@ -252,7 +268,15 @@ bool Engine::Impl::ensure_blocks(Sequence& seq, int n_new) {
 void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   // Its full blocks stay in the prefix cache, so re-admission usually finds most of its KV.
   pool.release_table(seq->block_table);
+  // A compacted sequence recomputes its whole KV (its compacted state cannot be rebuilt) and
+  // compacts again once it reaches its budget.
+  if (seq->kv.compacted) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.compacted_preemptions;
+  }
   seq->num_computed_tokens = 0;
+  seq->num_slots = 0;
+  seq->kv = KvCompactionState{};
   seq->num_registered_blocks = 0;
   enqueue_for_admission(std::move(seq), true);
   std::lock_guard<std::mutex> lock(mu);
@@ -260,7 +284,7 @@ void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
 }
 
 void Engine::Impl::register_full_blocks(Sequence& seq) {
-  if (!options.prefix_cache) return;
+  if (!options.prefix_cache || seq.kv.compacted) return;  // compacted KV is not its prefix's
   const int bs = pool.block_size();
   const int full = seq.num_computed_tokens / bs;
   extend_block_keys(seq, full);
@@ -365,7 +389,17 @@ void Engine::Impl::reserve_blocks(std::vector<Planned>& plan, int& prefill_token
       ++i;
       continue;
     }
-    Sequence* victim = running.back().get();
+    // The newest sequence whose KV is not compacted (a compacted one cannot get its compacted KV
+    // back: it recomputes the full KV and compacts again, so its output may change); the newest
+    // of all when every one is compacted.
+    std::size_t victim_index = running.size() - 1;
+    for (std::size_t r = running.size(); r-- > 0;) {
+      if (!running[r]->kv.compacted) {
+        victim_index = r;
+        break;
+      }
+    }
+    Sequence* victim = running[victim_index].get();
     const auto at = std::find_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; });
     if (at != plan.end()) {
       if (victim->pending() > 1) prefill_tokens -= at->n_new;  // planned as a prefill chunk
@@ -373,11 +407,11 @@ void Engine::Impl::reserve_blocks(std::vector<Planned>& plan, int& prefill_token
       if (static_cast<std::size_t>(at - plan.begin()) < i) --i;
       plan.erase(at);
     }
-    preempt(std::move(running.back()));
-    running.pop_back();
+    preempt(std::move(running[victim_index]));
+    running.erase(running.begin() + static_cast<std::ptrdiff_t>(victim_index));
   }
   for (const Planned& p : plan) {
-    assert(static_cast<int>(p.seq->block_table.size()) * pool.block_size() >= p.seq->num_computed_tokens + p.n_new);
+    assert(static_cast<int>(p.seq->block_table.size()) * pool.block_size() >= p.seq->num_slots + p.n_new);
     (void)p;
   }
 }
@@ -394,7 +428,9 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     bs.block_table = s.block_table.data();
     bs.n_blocks = static_cast<int>(s.block_table.size());
     bs.pos_start = s.num_computed_tokens;
+    bs.slot_start = s.num_slots;
     bs.n_new = p.n_new;
+
     bs.want_logits = p.n_new == s.pending();
     batch.sequences.push_back(bs);
   }
@@ -418,7 +454,11 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
   for (std::size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     const bool sample_now = batch.sequences[i].want_logits;
+    if (s.kv_budget > 0) {
+      for (int j = 0; j < plan[i].n_new; ++j) s.kv.slot_positions.push_back(s.num_computed_tokens + j);
+    }
     s.num_computed_tokens += plan[i].n_new;
+    s.num_slots += plan[i].n_new;
     register_full_blocks(s);
     store_full_chunks(s);
     if (!sample_now) continue;
@@ -429,6 +469,7 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     // The prompt's KV is complete (first token), or the sequence's (last): store its tail.
     if (s.n_generated() == 1 || reason != FinishReason::kNone) store_tail(s);
     emit(s, r, reason);
+    if (reason == FinishReason::kNone && s.kv_budget > 0 && s.num_slots >= s.kv_budget) compact(s);
     if (reason != FinishReason::kNone) {
       pool.release_table(s.block_table);
       s.finished = true;
@@ -446,6 +487,32 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
   }
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
   publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
+}
+
+// Drops the sequence's KV to kv_budget - compact_every slots (engine/kv_compactor.h).
+void Engine::Impl::compact(Sequence& s) {
+  const auto t0 = Clock::now();
+  if (!query_stats) {
+    // 256 tokens: the centres settle within a few dozen tokens; one small prefill, once.
+    auto calibrated = calibrate_queries(model, 256);
+    if (!calibrated) return;  // cannot happen for a loaded model; the sequence keeps its KV
+    query_stats = std::make_shared<const QueryStats>(std::move(*calibrated));
+  }
+  s.kv.queries = query_stats;
+  const int keep = s.kv_budget - options.kv_budget.compact_every;
+  const auto kept = choose_survivors(options.kv_budget, model, pool.view(), s.block_table, s.kv, keep);
+  const CompactionResult r = compact_slots(pool, s.block_table, s.kv, kept);
+  if (!r.done) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.compactions_postponed;
+    return;
+  }
+  s.num_slots = static_cast<int>(s.kv.slot_positions.size());
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.compactions;
+  stats.kv_tokens_evicted += r.evicted;
+  stats.kv_blocks_freed += r.blocks_freed;
+  stats.compaction_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 FinishReason Engine::Impl::stop_reason(const Sequence& s, TokenId token) const {

@@ -41,6 +41,9 @@ struct GenerationRequest {
   std::vector<TokenId> stop_tokens;       // extra token ids that end generation
   std::string cache_salt;          // tenant namespace: no KV sharing between salts
   int top_logprobs = 0;            // alternatives to report per token (0..20)
+  // KV budget in tokens for this request (engine/kv_compactor.h): -1 = the engine's
+  // (EngineOptions::kv_budget.budget), 0 = none (full attention), else at least the protected sets.
+  int kv_budget = -1;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -57,6 +60,21 @@ struct TokenEvent {
 };
 
 using TokenCallback = std::function<void(const TokenEvent&)>;
+
+enum class EvictionPolicy {
+  kTriAttention,  // the scoring above
+  kWindow,        // sinks + the most recent tokens (StreamingLLM)
+  kRandom,        // sinks + recent window + a uniform random choice of the rest (a baseline)
+};
+
+struct KvBudgetOptions {
+  int budget = 0;           // KV slots a sequence may hold; 0 = no budget (full attention)
+  int compact_every = 128;  // tokens evicted per compaction (compaction runs at `budget` slots)
+  int sinks = 4;            // first tokens always kept (attention sinks)
+  int recent = 128;         // last tokens always kept
+  EvictionPolicy policy = EvictionPolicy::kTriAttention;
+  std::uint64_t seed = 0;   // kRandom only
+};
 
 struct EngineOptions {
   int n_ctx = 4096;                 // longest sequence (prompt + generated), tokens
@@ -77,6 +95,8 @@ struct EngineOptions {
   // this it stops waiting and computes them instead. Default: well above a 4,000-token load from
   // any local tier or Redis, well below the prefill it saves.
   std::chrono::milliseconds store_load_timeout{2000};
+  // Long generations in a fixed KV budget (off by default); requests may override the budget.
+  KvBudgetOptions kv_budget;
   // For test harnesses: called on the engine thread at the start of every step with the step's
   // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
   // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
@@ -102,6 +122,12 @@ struct EngineStats {
   std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
   int loading = 0;                            // requests waiting for their KV to load from the store
   std::int64_t store_loads_timed_out = 0;     // loads given up at store_load_timeout (recomputed)
+  std::int64_t compactions = 0;               // KV compactions run (sequences with a budget)
+  std::int64_t kv_tokens_evicted = 0;         // KV slots they dropped
+  std::int64_t kv_blocks_freed = 0;           // pool blocks they returned
+  double compaction_seconds = 0;              // time spent scoring and moving KV
+  std::int64_t compacted_preemptions = 0;     // preempted after a compaction (recomputed in full)
+  std::int64_t compactions_postponed = 0;     // no block for a copy-on-write: retried next token
 };
 
 class Engine {

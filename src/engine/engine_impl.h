@@ -51,6 +51,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;
   std::vector<float> logits;
   std::int64_t step_number = 0;
+  std::shared_ptr<const QueryStats> query_stats;  // calibrated at the first compaction
 
   // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
   struct Planned {
@@ -67,6 +68,7 @@ struct Engine::Impl {
   void reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens);
   void run_batch(const std::vector<Planned>& plan, int prefill_tokens);
   FinishReason stop_reason(const Sequence& s, TokenId token) const;
+  void compact(Sequence& s);
   bool admit(Sequence& seq);
   bool ensure_blocks(Sequence& seq, int n_new);
   void preempt(std::unique_ptr<Sequence> seq);

@@ -135,7 +135,7 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
 }
 
 void Engine::Impl::store_tail(Sequence& seq) {
-  if (!options.kv_store || !options.prefix_cache) return;
+  if (!options.kv_store || !options.prefix_cache || seq.kv.compacted) return;
   const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
   store_full_chunks(seq);
   const int full_blocks = seq.num_computed_tokens / bs;
@@ -160,7 +160,7 @@ void Engine::Impl::store_tail(Sequence& seq) {
 // Hands every newly computed full chunk to the store's write-behind queue (never blocks), with its
 // predecessors so that every tier keeps a prefix's head longer than its tail.
 void Engine::Impl::store_full_chunks(Sequence& seq) {
-  if (!options.kv_store) return;
+  if (!options.kv_store || seq.kv.compacted) return;  // compacted KV is not its prefix's
   const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
   const int full = seq.num_computed_tokens / options.chunk_tokens;
   if (seq.num_stored_chunks >= full) return;

@@ -9,6 +9,7 @@
 
 #include "cache/chunk_key.h"
 #include "engine/engine.h"
+#include "engine/kv_compactor.h"
 #include "engine/prefetcher.h"
 #include "engine/sampler.h"
 
@@ -34,7 +35,10 @@ struct Sequence {
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
 
   std::vector<std::int32_t> block_table;
-  int num_computed_tokens = 0;  // leading tokens whose KV is in the pool
+  int num_computed_tokens = 0;  // leading tokens whose KV has been computed (the next position)
+  int num_slots = 0;            // KV slots they occupy: num_computed_tokens until a compaction
+  int kv_budget = 0;            // KV slots this sequence may hold; 0 = no budget
+  KvCompactionState kv;         // with a budget: slot positions, query statistics
   int num_cached_tokens = 0;    // prompt tokens whose KV was reused, not computed
   // Prefix keys of the leading full blocks (block_keys[i] names tokens [0, (i+1) * block_size)),
   // each registered in the pool once computed.

@@ -14,9 +14,10 @@
 namespace kvstash {
 namespace {
 
-// Per new token: where it sits and which sequence it belongs to.
+// Per new token: its position (RoPE), its KV slot, and which sequence it belongs to.
 struct TokenSlot {
   int pos;
+  int slot;
   int seq;
 };
 
@@ -51,6 +52,22 @@ void apply_rope(float* head, int head_dim, RopeStyle style, const float* cs, con
   }
 }
 
+// Adds one token's pre-RoPE query to the running statistics (BatchSequence::q_stats).
+void add_query_stats(const float* q, int n_heads, int head_dim, RopeStyle style, float* stats) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    const float* head = q + static_cast<std::size_t>(h) * head_dim;
+    float* out = stats + static_cast<std::size_t>(h) * half * 3;
+    for (int i = 0; i < half; ++i) {
+      const int a = style == RopeStyle::kInterleaved ? 2 * i : i;
+      const int b = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+      out[3 * i] += head[a];
+      out[3 * i + 1] += head[b];
+      out[3 * i + 2] += std::sqrt(head[a] * head[a] + head[b] * head[b]);
+    }
+  }
+}
+
 void add_bias(float* rows, int n_rows, const std::vector<float>& bias) {
   if (bias.empty()) return;
   const int n = static_cast<int>(bias.size());
@@ -62,14 +79,14 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, int n_vocab)
   std::size_t n_tokens = 0;
   for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
     const BatchSequence& seq = batch.sequences[s];
-    if (seq.n_new < 1 || seq.pos_start < 0) {
+    if (seq.n_new < 1 || seq.pos_start < 0 || seq.first_slot() < 0 || seq.first_slot() > seq.pos_start) {
       return internal_error("forward: sequence " + std::to_string(s) + " has n_new " + std::to_string(seq.n_new) +
                             " at position " + std::to_string(seq.pos_start));
     }
-    const std::int64_t end = std::int64_t{seq.pos_start} + seq.n_new;
+    const std::int64_t end = std::int64_t{seq.first_slot()} + seq.n_new;
     const std::int64_t needed = (end + kv.block_size - 1) / kv.block_size;
     if (seq.block_table == nullptr || needed > seq.n_blocks) {
-      return internal_error("forward: sequence " + std::to_string(s) + " writes positions up to " +
+      return internal_error("forward: sequence " + std::to_string(s) + " writes KV slots up to " +
                             std::to_string(end - 1) + ", which need " + std::to_string(needed) +
                             " KV blocks; its block table holds " + std::to_string(seq.n_blocks));
     }
@@ -106,7 +123,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   slots.reserve(static_cast<std::size_t>(T));
   for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
     const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(s)];
-    for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, s});
+    for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, seq.first_slot() + i, s});
   }
   RopeTable rope;
   rope.build(slots, rope_inv_freq_);
@@ -132,12 +149,14 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     for (int t = 0; t < T; ++t) {
       const float* cs = &rope.cos[sz(t, half)];
       const float* sn = &rope.sin[sz(t, half)];
+      const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
+      const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(slot.seq)];
+      if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, c.rope_style, seq.q_stats + sz(l, nh) * half * 3);
       for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
       for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
-      const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
-      const std::int32_t block = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table[slot.pos / kv.block_size];
-      kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.pos % kv.block_size), kv_dim);
-      kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.pos % kv.block_size), kv_dim);
+      const std::int32_t block = seq.block_table[slot.slot / kv.block_size];
+      kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
+      kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
     }
     // Causal attention. With GQA, `group` query heads read the same KV head: when there are
     // enough (token, KV head) pairs to keep the pool busy (prefill), one task takes all query
@@ -149,7 +168,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       const int t = task / tasks_per_token, h0 = task % tasks_per_token * heads_per_task, kvh = h0 / group;
       const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
       const std::int32_t* table = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table;
-      const int n_ctx = slot.pos + 1;
+      const int n_ctx = slot.slot + 1;  // the kept slots before it, and itself
       const std::size_t n_scores = sz(n_ctx, heads_per_task);
       thread_local std::vector<float> scores_buffer;
       if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);

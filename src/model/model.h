@@ -71,15 +71,23 @@ struct KvPoolView {
 };
 
 // One sequence's part of a batched forward pass: `n_new` tokens at positions
-// [pos_start, pos_start + n_new), attending to every earlier position of the same sequence,
-// whose KV is already in the pool blocks of `block_table`.
+// [pos_start, pos_start + n_new) (RoPE), whose K/V go to KV slots [slot_start, slot_start + n_new)
+// of the pool blocks of `block_table`, attending to every earlier slot of the same sequence.
+// Slots and positions are equal until KV compaction drops tokens (engine/kv_compactor.h): K is
+// stored after RoPE, so attention over the kept slots needs no per-slot position.
 struct BatchSequence {
-  const std::int32_t* block_table = nullptr;  // must cover positions [0, pos_start + n_new)
+  const std::int32_t* block_table = nullptr;  // must cover slots [0, slot_start + n_new)
   int n_blocks = 0;                            // entries in block_table
   int pos_start = 0;
   int n_new = 0;
   bool want_logits = true;  // false: no logits for this sequence (a prefill chunk mid-prompt)
   bool all_logits = false;  // with want_logits: a row for every new token, else for the last one
+  int slot_start = -1;      // -1: pos_start (no compaction)
+  // When set: per layer, query head and rotated pair, adds the new tokens' pre-RoPE query
+  // statistics (real part, imaginary part, magnitude: 3 floats) into
+  // q_stats[((layer * n_heads + head) * head_dim / 2 + pair) * 3 + {0, 1, 2}].
+  float* q_stats = nullptr;
+  int first_slot() const { return slot_start < 0 ? pos_start : slot_start; }
 };
 
 struct ForwardBatch {
@@ -103,6 +111,8 @@ class Model {
   // SHA-256 over architecture, hyper-parameters and tensor bytes; the same on every machine.
   const std::array<std::uint8_t, 32>& fingerprint() const { return fingerprint_; }
   std::string fingerprint_hex() const;
+  // Per rotated pair i: the RoPE angle per position, base^(-2i/head_dim) / freq_factor_i.
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
   // Bytes of weights read per decoded token (all matrices, incl. the output projection).
   std::size_t weight_bytes_per_token() const;
 

@@ -83,6 +83,10 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
 
   ModelPlan plan;
   plan.preset = *preset;
+  plan.preset.qk_concentration = options.qk_concentration;
+  if (options.qk_concentration > 0 && !preset->qkv_bias) {
+    return invalid_argument("--qk-concentration needs a preset with Q/K biases (qwen2 shapes), not '" + options.preset + "'");
+  }
   const std::string& arch = preset->arch;
   auto& md = plan.metadata;
   md.emplace_back("general.architecture", Value::string(arch));

@@ -29,6 +29,7 @@ struct GenerateOptions {
   gguf::TensorType type = gguf::TensorType::kF16;    // matrices' type: f32, f16, bf16 or q8_0
   std::string vocab_path;                            // a GGUF whose tokenizer.* keys to copy; empty: built-in
   std::uint64_t seed = kDefaultSeed;                 // with the tensor name, determines every value
+  float qk_concentration = 0.0f;                     // ModelPreset::qk_concentration; needs QKV biases
   std::string out_path;                              // the file to write
   std::function<void(const std::string&)> progress;  // called with "layer i/n" lines; may be empty
 };

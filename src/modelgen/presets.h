@@ -27,6 +27,10 @@ struct ModelPreset {
   bool tied_output = true;    // no output.weight; the token embedding doubles as the output matrix
   bool qkv_bias = false;      // qwen2 carries attn_{q,k,v}.bias
   bool llama3_rope_freqs = false;  // write rope_freqs.weight with Llama 3's rope scaling
+  // > 0 (qwen2 shapes): the Q and K biases get this standard deviation instead of 0.1, so every
+  // head's pre-RoPE queries and keys sit in a cluster around a non-zero centre, as in trained
+  // models (what KV eviction by TriAttention scoring relies on). Set from GenerateOptions.
+  float qk_concentration = 0.0f;
 };
 
 // Llama 3's rope scaling (config.json "rope_scaling" of Llama 3.2 1B).

@@ -53,7 +53,12 @@ TensorValues::TensorValues(const ModelPreset& preset, const TensorPlan& tensor, 
       scale_ = preset.tied_output ? 0.25f * kSqrt3 : kSqrt3;
       break;
     case Init::kNorm: scale_ = 0.1f; break;
-    case Init::kBias: scale_ = 0.1f * kSqrt3; break;
+    case Init::kBias:
+      scale_ = 0.1f * kSqrt3;
+      if (preset.qk_concentration > 0 && (tensor.name.ends_with("attn_q.bias") || tensor.name.ends_with("attn_k.bias"))) {
+        scale_ = preset.qk_concentration * kSqrt3;
+      }
+      break;
     case Init::kRopeFreqs: scale_ = 0.0f; break;
   }
 }
