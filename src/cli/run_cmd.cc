@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/kv_budget_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/utf8.h"
@@ -26,6 +27,8 @@ int run_main(int argc, char** argv) {
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_flag("--no-bos", no_bos, "do not start the prompt with BOS even if the model asks for it");
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
+  KvBudgetOptions kv_budget;
+  add_kv_budget_flags(app, kv_budget);
   CLI11_PARSE(app, argc, argv);
 
   auto model = Model::load(model_path);
@@ -50,13 +53,16 @@ int run_main(int argc, char** argv) {
   opts.kv_pool_tokens = n_ctx;
   opts.prefill_chunk = n_ctx;
   opts.step_token_budget = n_ctx;
+  opts.kv_budget = kv_budget;
   auto engine = Engine::create(**model, opts);
   if (!engine) {
     std::fprintf(stderr, "kvstash run: %s\n", engine.status().to_string().c_str());
     return 1;
   }
   std::string pending;
+  std::int64_t max_blocks = 0;  // the sequence's KV blocks at most (published once per step)
   auto result = generate(**engine, std::move(req), [&](TokenId t) {
+    if (kv_budget.budget > 0) max_blocks = std::max(max_blocks, (*engine)->stats().kv_blocks_used);
     // Tokens may end inside a UTF-8 character: print only what is complete.
     pending += tok.token_to_piece(t);
     const std::string ready = server::take_utf8(pending, /*final=*/false);
@@ -82,6 +88,17 @@ int run_main(int argc, char** argv) {
                "time to first token: %.1f ms\n",
                result->prompt_tokens, result->prompt_tokens / std::max(result->ttft_s, 1e-9),
                n_gen > 1 ? (n_gen - 1) / std::max(decode_s, 1e-9) : 0.0, n_gen, result->ttft_s * 1e3);
+  if (kv_budget.budget > 0) {
+    const EngineStats st = (*engine)->stats();
+    const double block = opts.block_size;
+    std::fprintf(stderr,
+                 "kv budget %d: %lld compactions, %lld tokens evicted, %lld blocks freed (%.2f of evicted/block size), "
+                 "%.1f ms compacting; KV held at most %lld blocks (budget %d blocks)\n",
+                 kv_budget.budget, static_cast<long long>(st.compactions), static_cast<long long>(st.kv_tokens_evicted),
+                 static_cast<long long>(st.kv_blocks_freed),
+                 st.kv_tokens_evicted > 0 ? static_cast<double>(st.kv_blocks_freed) / (static_cast<double>(st.kv_tokens_evicted) / block) : 0.0,
+                 st.compaction_seconds * 1e3, static_cast<long long>(max_blocks), kv_budget.budget / opts.block_size);
+  }
   return 0;
 }
 

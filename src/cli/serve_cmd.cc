@@ -13,6 +13,7 @@
 
 #include "cache/store_options.h"
 #include "cli/commands.h"
+#include "cli/kv_budget_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "modelgen/modelgen.h"
@@ -159,6 +160,11 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-body-mib", max_body_mib, "Largest request body, MiB")->capture_default_str();
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
+  add_kv_budget_flags(app, engine_options.kv_budget);
+  app.add_option("--kv-load-timeout-ms", [&](CLI::results_t r) {
+        engine_options.store_load_timeout = std::chrono::milliseconds(std::stoll(r[0]));
+        return true;
+      }, "a request whose KV is loading from the store waits this long at most, then recomputes (default 2000)");
   app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,
                  "Engine KV pool capacity, tokens (0 = parallel * ctx / 2)")
       ->capture_default_str();

@@ -167,6 +167,19 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_preemptions_total", "counter",
          "Running sequences sent back to wait because the KV pool ran dry (recomputed later).");
   sample(out, "kvstash_preemptions_total", static_cast<double>(engine.preemptions));
+  header(out, "kvstash_requests_loading", "gauge", "Requests waiting beside the batch while their KV loads from the store.");
+  sample(out, "kvstash_requests_loading", static_cast<double>(engine.loading));
+  header(out, "kvstash_kv_loads_timed_out_total", "counter",
+         "Store loads given up at --kv-load-timeout-ms (the request recomputed its prefix).");
+  sample(out, "kvstash_kv_loads_timed_out_total", static_cast<double>(engine.store_loads_timed_out));
+  header(out, "kvstash_kv_compactions_total", "counter", "KV compactions of sequences over their --kv-budget.");
+  sample(out, "kvstash_kv_compactions_total", static_cast<double>(engine.compactions));
+  header(out, "kvstash_kv_tokens_evicted_total", "counter", "KV slots dropped by compactions.");
+  sample(out, "kvstash_kv_tokens_evicted_total", static_cast<double>(engine.kv_tokens_evicted));
+  header(out, "kvstash_kv_blocks_freed_total", "counter", "KV pool blocks returned by compactions.");
+  sample(out, "kvstash_kv_blocks_freed_total", static_cast<double>(engine.kv_blocks_freed));
+  header(out, "kvstash_kv_compaction_seconds_total", "counter", "Time spent scoring and moving KV in compactions.");
+  sample(out, "kvstash_kv_compaction_seconds_total", engine.compaction_seconds);
   if (store.enabled) render_kv_store(out, store);
   return out;
 }

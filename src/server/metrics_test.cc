@@ -25,6 +25,10 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.kv_blocks_cached = 12;
   e.prefill_seconds = 1.5;
   e.preemptions = 4;
+  e.compactions = 3;
+  e.kv_tokens_evicted = 384;
+  e.kv_blocks_freed = 24;
+  e.loading = 2;
   std::string text = m.render(e);
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
@@ -44,6 +48,10 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks{state=\"cached\"} 12"));
   EXPECT_TRUE(has_line(text, "kvstash_prefill_seconds_total 1.5"));
   EXPECT_TRUE(has_line(text, "kvstash_preemptions_total 4"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_compactions_total 3"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_tokens_evicted_total 384"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_blocks_freed_total 24"));
+  EXPECT_TRUE(has_line(text, "kvstash_requests_loading 2"));
   EXPECT_NE(text.find("# TYPE kvstash_preemptions_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }

@@ -56,6 +56,7 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
   }
   out.sampling = parsed.sampling;
   out.cache_salt = parsed.cache_salt;
+  out.kv_budget = parsed.kv_budget;
   if (parsed.ignore_eos) {
     // The chat template's end-of-turn token is the chat's EOS: ignoring EOS ignores it too.
     out.stop_at_end_of_generation = false;

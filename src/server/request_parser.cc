@@ -276,6 +276,15 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   }
   if (auto err = parse_logprobs(body, out)) return err;
   if (auto err = get_bool(body, "ignore_eos", out.ignore_eos)) return err;
+  std::optional<std::int64_t> kv_budget;
+  if (auto err = get_int(body, "kv_budget", kv_budget)) return err;
+  if (kv_budget) {
+    // The engine checks the lower bound against its protected sets (a 400 naming the numbers).
+    if (*kv_budget < -1 || *kv_budget > (std::int64_t{1} << 30)) {
+      return bad_request("'kv_budget' must be -1 (the server's budget), 0 (none) or a token count", "kv_budget", "out_of_range");
+    }
+    out.kv_budget = static_cast<int>(*kv_budget);
+  }
   return get_string(body, "cache_salt", out.cache_salt);
 }
 

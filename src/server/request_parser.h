@@ -46,6 +46,7 @@ struct ParsedRequest {
   int top_logprobs = 0;               // alternatives per token
   std::string cache_salt;
   bool ignore_eos = false;            // generate through end-of-generation tokens
+  int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.

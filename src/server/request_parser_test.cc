@@ -267,5 +267,18 @@ TEST_F(PromptBuilderTest, IgnoreEosGeneratesThroughEndTokens) {
   EXPECT_TRUE(g.stop_at_end_of_generation);
 }
 
+TEST_F(PromptBuilderTest, KvBudgetFieldIsPassedOnAndRangeChecked) {
+  GenerationRequest g;
+  ASSERT_FALSE(build(kText, R"({"prompt": "x", "kv_budget": 512})", g));
+  EXPECT_EQ(g.kv_budget, 512);
+  ASSERT_FALSE(build(kText, R"({"prompt": "x"})", g));
+  EXPECT_EQ(g.kv_budget, -1);
+  ParsedRequest r;
+  auto bad = parse_request(kText, R"({"prompt": "x", "kv_budget": -5})", r);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->param, "kv_budget");
+  EXPECT_TRUE(parse_request(kText, R"({"prompt": "x", "kv_budget": "lots"})", r));
+}
+
 }  // namespace
 }  // namespace kvstash::server
