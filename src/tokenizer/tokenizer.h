@@ -1,11 +1,13 @@
-// Byte-level BPE tokenizer read from GGUF metadata (tokenizer.ggml.*), as used by Llama 3,
-// Qwen2 and GPT-2 family models.
+// Tokenizers read from GGUF metadata (tokenizer.ggml.*): byte-level BPE (Llama 3, Qwen2, GPT-2,
+// DeepSeek, Falcon, StarCoder, Command R, MPT, ...) and SentencePiece (Llama 2, Mistral 7B,
+// TinyLlama, Phi-3).
 //
-// Reads: tokenizer.ggml.model ("gpt2" = byte-level BPE; anything else is kUnsupported),
-// tokenizer.ggml.pre (pre-tokenizer: "llama-bpe"/"llama3", "qwen2", "gpt2", "default"),
-// tokenizer.ggml.tokens, tokenizer.ggml.token_type, tokenizer.ggml.merges,
-// tokenizer.ggml.{bos,eos,eot,padding}_token_id, tokenizer.ggml.add_bos_token,
-// tokenizer.chat_template.
+// Reads: tokenizer.ggml.model ("gpt2" = byte-level BPE, "llama" = SentencePiece; anything else
+// is kUnsupported), tokenizer.ggml.pre (BPE pre-tokenizer by name, see pre_tokenizer.h; an
+// unknown name is kUnsupported with the list of known ones), tokenizer.ggml.tokens,
+// tokenizer.ggml.token_type, tokenizer.ggml.merges (BPE), tokenizer.ggml.scores (SentencePiece),
+// tokenizer.ggml.{bos,eos,eot,eom}_token_id, tokenizer.ggml.add_bos_token,
+// tokenizer.ggml.add_space_prefix (SentencePiece), tokenizer.chat_template.
 //
 // Thread safety: immutable after construction; encode/decode may run on many threads at once.
 #pragma once
