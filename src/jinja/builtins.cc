@@ -318,7 +318,8 @@ void json_into(const Value& v, int indent, int depth, std::string_view item_sep,
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
         newline(depth + 1);
-        json_string(items[i]->first, out);
+        const Value key = key_value(items[i]->first);  // json.dumps writes other keys as strings
+        json_string(key.is_bool() ? (key.as_bool() ? "true" : "false") : key.is_none() ? "null" : key.to_str(), out);
         *out += key_sep;
         json_into(items[i]->second, indent, depth + 1, item_sep, key_sep, sort_keys, out);
       }
@@ -469,16 +470,13 @@ Value dict_method(const Value& obj, const std::string& name) {
     const Dict& d = obj.as_dict();
     if (name == "get") {
       Args args(call, "get");
-      const Value key = args.require(0, "key");
-      if (key.is_string()) {
-        if (const Value* v = d.find(key.as_string())) return *v;
-      }
+      if (const Value* v = d.find(dict_key(args.require(0, "key")))) return *v;
       return args.get_or(1, "default", Value::none());
     }
     List out;
     for (const auto& [k, v] : d.items) {
-      if (name == "items") out.emplace_back(List{Value(k), v});
-      else if (name == "keys") out.emplace_back(k);
+      if (name == "items") out.emplace_back(List{key_value(k), v});
+      else if (name == "keys") out.push_back(key_value(k));
       else if (name == "values") out.push_back(v);
     }
     if (name == "copy") return Value(Dict(d));
@@ -502,15 +500,17 @@ Value filter_select(std::string_view name, const Value& input, Args& args) {
   const bool by_attribute = name == "selectattr" || name == "rejectattr";
   const bool keep_if = name == "select" || name == "selectattr";
   List out;
+  if (!input.truthy()) return Value::generator({});  // Jinja2: "if value: for item in value"
   for (const Value& item : iterate(input)) {
     const Value subject = by_attribute ? attribute_path(item, args.require(0, "attribute").to_str()) : item;
     if (run_test_from(args, by_attribute ? 1 : 0, subject) == keep_if) out.push_back(item);
   }
-  return Value(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_map(const Value& input, Args& args) {
   List out;
+  if (!input.truthy()) return Value::generator({});
   if (const Value* attribute = args.get(99, "attribute")) {
     const Value* fallback = args.get(99, "default");
     for (const Value& item : iterate(input)) {
@@ -518,7 +518,7 @@ Value filter_map(const Value& input, Args& args) {
       if (v.is_undefined() && fallback) v = *fallback;
       out.push_back(std::move(v));
     }
-    return Value(std::move(out));
+    return Value::generator(std::move(out));
   }
   const std::string filter = args.require(0, "filter").to_str();
   if (!is_known_filter(filter)) fail("unsupported filter '" + filter + "'");
@@ -528,7 +528,7 @@ Value filter_map(const Value& input, Args& args) {
     rest.named = args.raw().named;
     out.push_back(apply_filter(filter, item, rest));
   }
-  return Value(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_sort(std::string_view name, const Value& input, Args& args) {
@@ -543,7 +543,7 @@ Value filter_sort(std::string_view name, const Value& input, Args& args) {
   if (dictsort) {
     if (!input.is_dict()) fail("dictsort: a dict is required");
     items.clear();
-    for (const auto& [k, v] : input.as_dict().items) items.emplace_back(List{Value(k), v});
+    for (const auto& [k, v] : input.as_dict().items) items.emplace_back(List{key_value(k), v});
   }
   const bool by_value = dictsort && args.get_or(1, "by", Value("key")).to_str() == "value";
   const auto key = [&](const Value& v) {
@@ -562,7 +562,7 @@ Value filter_sort(std::string_view name, const Value& input, Args& args) {
         out.push_back(item);
       }
     }
-    return Value(std::move(out));
+    return Value::generator(std::move(out));
   }
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     return reverse ? compare(key(b), key(a)) < 0 : compare(key(a), key(b)) < 0;
@@ -633,9 +633,10 @@ List iterate(const Value& value) {
     case Value::Type::kUndefined: return {};
     case Value::Type::kDict: {
       List keys;
-      for (const auto& [k, v] : value.as_dict().items) keys.emplace_back(k);
+      for (const auto& [k, v] : value.as_dict().items) keys.push_back(key_value(k));
       return keys;
     }
+    case Value::Type::kGenerator: return value.generator_items();
     case Value::Type::kString: {
       List chars;
       for (char32_t c : to_u32(value.as_string())) chars.emplace_back(to_utf8(std::u32string(1, c)));
@@ -669,11 +670,10 @@ Value get_item(const Value& obj, const Value& key) {
     case Value::Type::kUndefined:
       fail("'" + (obj.undefined_name().empty() ? std::string("value") : obj.undefined_name()) + "' is undefined");
     case Value::Type::kDict:
-      if (key.is_string()) {
-        if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
-        if (!obj.as_dict().is_namespace) return dict_method(obj, key.as_string());
-      }
+      if (const Value* v = obj.as_dict().find(dict_key(key))) return *v;
+      if (key.is_string() && !obj.as_dict().is_namespace) return dict_method(obj, key.as_string());
       return Value::undefined(key.to_str());
+    case Value::Type::kGenerator: fail("'generator' object is not subscriptable");
     case Value::Type::kList:
     case Value::Type::kString: {
       if (!key.is_int()) {
@@ -753,7 +753,10 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     } else if (b.is_list()) {
       found = std::any_of(b.as_list().begin(), b.as_list().end(), [&](const Value& v) { return equals(v, a); });
     } else if (b.is_dict()) {
-      found = a.is_string() && b.as_dict().find(a.as_string()) != nullptr;
+      found = b.as_dict().find(dict_key(a)) != nullptr;
+    } else if (b.is_generator()) {
+      const List& items = b.generator_items();
+      found = std::any_of(items.begin(), items.end(), [&](const Value& v) { return equals(v, a); });
     } else if (!b.is_undefined()) {
       fail("argument of type '" + b.type_name() + "' is not iterable");
     }
@@ -762,7 +765,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) return Value(integer(a) + integer(b));
     if (numbers) return Value(num(a) + num(b));
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      if (!a.is_markup() && !b.is_markup()) return Value(a.as_string() + b.as_string());
+      // Markup + str escapes the str (markupsafe's __add__ / __radd__).
+      return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
+                           (b.is_markup() ? b.as_string() : html_escape(b.as_string())));
+    }
     if (a.is_list() && b.is_list()) {
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
@@ -829,7 +837,7 @@ bool apply_test(std::string_view name, const Value& v, CallArgs& call) {
   if (name == "none") return v.is_none();
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict();
-  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined() || v.is_generator();
   if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string();
   if (name == "number") return v.is_number() || v.is_bool();
   if (name == "integer") return v.is_int();
@@ -873,7 +881,7 @@ Value apply_filter(std::string_view name, const Value& input, CallArgs& call) {
     return input;
   }
   if (name == "length" || name == "count") return Value(length_of(input));
-  if (name == "safe") return input;
+  if (name == "safe") return input.is_markup() ? input : Value::markup(input.to_str());
   if (name == "string") return Value(input.to_str());
   if (name == "tojson") {
     const Value indent = args.get_or(1, "indent", Value::none());
@@ -894,7 +902,7 @@ Value apply_filter(std::string_view name, const Value& input, CallArgs& call) {
   if (name == "lower") return Value(ascii_case(input.to_str(), false));
   if (name == "capitalize") return Value(capitalize(input.to_str()));
   if (name == "title") return Value(title(input.to_str()));
-  if (name == "e" || name == "escape") return Value(html_escape(input.to_str()));
+  if (name == "e" || name == "escape") return input.is_markup() ? input : Value::markup(html_escape(input.to_str()));
   if (name == "replace") {
     return Value(replace(input.to_str(), args.require(0, "old").to_str(), args.require(1, "new").to_str(),
                          to_index(args.get_or(2, "count", Value(-1)), "count")));
@@ -913,13 +921,14 @@ Value apply_filter(std::string_view name, const Value& input, CallArgs& call) {
   }
   if (name == "list") return Value(iterate(input));
   if (name == "items") {
-    if (input.is_undefined()) return Value(List{});
+    if (input.is_undefined()) return Value::generator({});
     if (!input.is_dict()) fail("items: a dict is required, not " + input.type_name());
     List out;
-    for (const auto& [k, v] : input.as_dict().items) out.emplace_back(List{Value(k), v});
-    return Value(std::move(out));
+    for (const auto& [k, v] : input.as_dict().items) out.emplace_back(List{key_value(k), v});
+    return Value::generator(std::move(out));
   }
   if (name == "first" || name == "last") {
+    if (name == "last" && input.is_generator()) fail("'generator' object is not reversible");
     List items = iterate(input);
     if (items.empty()) return Value::undefined(std::string(name));
     return name == "first" ? items.front() : items.back();

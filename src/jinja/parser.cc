@@ -116,6 +116,7 @@ class Parser {
     s->line = line;
     std::string end;
     if (keyword == "if") {
+      ++inside_if_;
       s->kind = Stmt::Kind::kIf;
       ExprPtr condition = parse_expression();
       expect_block_end();
@@ -138,6 +139,7 @@ class Parser {
         }
       }
       expect_block_end();
+      --inside_if_;
     } else if (keyword == "for") {
       s->kind = Stmt::Kind::kFor;
       s->targets.push_back(expect_name());
@@ -514,7 +516,7 @@ class Parser {
   ExprPtr parse_one_filter(ExprPtr input) {
     const int line = cur().line;
     std::string name = expect_name();
-    if (!is_known_filter(name)) throw Error("unsupported filter '" + name + "'", line);
+    check_known(is_known_filter(name), "filter", name, line);
     ExprPtr f = make(Expr::Kind::kFilter, line);
     f->name = std::move(name);
     f->args.push_back(std::move(input));
@@ -547,7 +549,7 @@ class Parser {
           test->negated = true;
         }
         test->name = expect_name();
-        if (!is_known_test(test->name)) throw Error("unsupported test '" + test->name + "'", line);
+        check_known(is_known_test(test->name), "test", test->name, line);
         test->args.push_back(std::move(e));
         if (at_op("(")) {
           parse_call_args(test.get());
@@ -563,8 +565,15 @@ class Parser {
     }
   }
 
+  // Jinja2 refuses an unknown filter or test when it compiles the template, except inside an
+  // {% if %} (which may guard it): there the error comes when the expression runs.
+  void check_known(bool known, const char* what, const std::string& name, int line) const {
+    if (!known && inside_if_ == 0) throw Error(std::string("unsupported ") + what + " '" + name + "'", line);
+  }
+
   const std::vector<Token>& t_;
   std::size_t pos_ = 0;
+  int inside_if_ = 0;
 };
 
 }  // namespace

@@ -4,7 +4,8 @@
 // {% break %}, {% continue %}, {% set %} (names, tuples, ns.attr, block form), {% macro %},
 // {% filter %}, {% generation %} (Hugging Face's marker: its body renders in place). Filters and
 // tests are checked against the built-in lists at parse time, so a template that uses one this
-// does not implement fails before it renders, naming it. Anything else ({% include %},
+// does not implement fails before it renders, naming it; as in Jinja2, inside an {% if %} the
+// check waits until the expression runs. Anything else ({% include %},
 // {% extends %}, {% call %}, {% raw %}, ...) is an Error naming the tag.
 #pragma once
 

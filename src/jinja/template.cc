@@ -341,9 +341,7 @@ class Renderer {
       case Expr::Kind::kDict: {
         Dict d;
         for (std::size_t i = 0; i + 1 < e.args.size(); i += 2) {
-          const Value key = eval(*e.args[i], scope);
-          if (!key.is_string()) throw Failure("dict keys must be strings here, not " + key.type_name());
-          d.set(key.as_string(), eval(*e.args[i + 1], scope));
+          d.set(dict_key(eval(*e.args[i], scope)), eval(*e.args[i + 1], scope));
         }
         return Value(std::move(d));
       }

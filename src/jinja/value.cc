@@ -49,9 +49,28 @@ bool Value::truthy() const {
     case Type::kString: return !as_string().empty();
     case Type::kList: return !as_list().empty();
     case Type::kDict: return !as_dict().items.empty();
-    case Type::kFunction: return true;
+    case Type::kFunction: case Type::kGenerator: return true;
   }
   return false;
+}
+
+namespace {
+// Marks a stored key that is not a string: "\x01" + the key's repr.
+constexpr char kNonStringKey = '\x01';
+}  // namespace
+
+std::string dict_key(const Value& key) {
+  if (key.is_string()) return key.as_string();
+  return std::string(1, kNonStringKey) + key.repr();
+}
+
+Value key_value(const std::string& stored) {
+  if (stored.empty() || stored[0] != kNonStringKey) return Value(stored);
+  const std::string repr = stored.substr(1);
+  if (repr == "None") return Value::none();
+  if (repr == "True" || repr == "False") return Value(repr == "True");
+  if (repr.find_first_of(".en") != std::string::npos) return Value(std::strtod(repr.c_str(), nullptr));
+  return Value(static_cast<std::int64_t>(std::strtoll(repr.c_str(), nullptr, 10)));
 }
 
 std::string Value::type_name() const {
@@ -65,6 +84,7 @@ std::string Value::type_name() const {
     case Type::kList: return "list";
     case Type::kDict: return as_dict().is_namespace ? "Namespace" : "dict";
     case Type::kFunction: return "function";
+    case Type::kGenerator: return "generator";
   }
   return "?";
 }
@@ -163,7 +183,7 @@ void repr_into(const Value& v, std::string* out) {
       for (const auto& [k, item] : v.as_dict().items) {
         if (!first) *out += ", ";
         first = false;
-        repr_string(k, out);
+        repr_into(key_value(k), out);
         *out += ": ";
         repr_into(item, out);
       }
@@ -185,6 +205,7 @@ std::string Value::to_str() const {
     case Type::kFloat: return format_float(as_float());
     case Type::kString: return as_string();
     case Type::kFunction: return "<function>";
+    case Type::kGenerator: return "<generator object>";
     default: {
       std::string out;
       repr_into(*this, &out);
@@ -230,31 +251,40 @@ bool equals(const Value& a, const Value& b) {
       return true;
     }
     case Value::Type::kFunction: return &a.as_function() == &b.as_function();
+    case Value::Type::kGenerator: return &a.generator_items() == &b.generator_items();
     default: return false;
   }
 }
 
-Value from_json(const nlohmann::json& json) {
+namespace {
+
+template <typename Json>
+Value json_to_value(const Json& json) {
   switch (json.type()) {
     case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value(json.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(json.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value(static_cast<std::int64_t>(json.get<std::uint64_t>()));
-    case nlohmann::json::value_t::number_float: return Value(json.get<double>());
-    case nlohmann::json::value_t::string: return Value(json.get<std::string>());
+    case nlohmann::json::value_t::boolean: return Value(json.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return Value(json.template get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return Value(static_cast<std::int64_t>(json.template get<std::uint64_t>()));
+    case nlohmann::json::value_t::number_float: return Value(json.template get<double>());
+    case nlohmann::json::value_t::string: return Value(json.template get<std::string>());
     case nlohmann::json::value_t::array: {
       List list;
-      for (const auto& item : json) list.push_back(from_json(item));
+      for (const auto& item : json) list.push_back(json_to_value(item));
       return Value(std::move(list));
     }
     case nlohmann::json::value_t::object: {
       Dict dict;
-      for (auto it = json.begin(); it != json.end(); ++it) dict.items.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = json.begin(); it != json.end(); ++it) dict.items.emplace_back(it.key(), json_to_value(it.value()));
       return Value(std::move(dict));
     }
     default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value from_json(const nlohmann::json& json) { return json_to_value(json); }
+Value from_json(const nlohmann::ordered_json& json) { return json_to_value(json); }
 
 std::u32string to_u32(std::string_view s) {
   std::u32string out;

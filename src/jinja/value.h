@@ -25,7 +25,9 @@ namespace kvstash::jinja {
 class Value;
 using List = std::vector<Value>;
 
-// A dict: insertion-ordered string keys. A namespace() is a dict whose attributes can be set.
+// A dict: insertion-ordered keys. Keys are strings; a key of another type (an int in a dict
+// literal) is stored as its encoded form (dict_key), which no string key can take.
+// A namespace() is a dict whose attributes can be set.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;
@@ -42,13 +44,20 @@ struct CallArgs {
 };
 using Function = std::function<Value(CallArgs&)>;
 
+// What Jinja2's select, reject, selectattr, rejectattr, map, unique and items filters return: a
+// one-shot iterator. It iterates like a list but has no length, no index, no JSON form, and is
+// always true, as in Python; `|list` makes it a list.
+struct Generator {
+  List items;
+};
+
 struct Undefined {
   std::string name;  // what was looked up, for the error when it is used
 };
 
 class Value {
  public:
-  enum class Type { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
+  enum class Type { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction, kGenerator };
 
   Value() : data_(Undefined{}) {}
   static Value undefined(std::string name) { Value v; v.data_ = Undefined{std::move(name)}; return v; }
@@ -63,6 +72,11 @@ class Value {
   Value(List list) : data_(std::make_shared<List>(std::move(list))) {}
   Value(Dict dict) : data_(std::make_shared<Dict>(std::move(dict))) {}
   static Value function(Function f) { Value v; v.data_ = std::make_shared<Function>(std::move(f)); return v; }
+  // A string marked safe (Python's Markup, from |safe or |escape): adding a plain string to it
+  // HTML-escapes that string, as Jinja2 does.
+  static Value markup(std::string s) { Value v(std::move(s)); v.markup_ = true; return v; }
+  bool is_markup() const { return markup_ && is_string(); }
+  static Value generator(List items) { Value v; v.data_ = std::make_shared<Generator>(Generator{std::move(items)}); return v; }
 
   Type type() const { return static_cast<Type>(data_.index()); }
   bool is_undefined() const { return type() == Type::kUndefined; }
@@ -75,6 +89,7 @@ class Value {
   bool is_list() const { return type() == Type::kList; }
   bool is_dict() const { return type() == Type::kDict; }
   bool is_function() const { return type() == Type::kFunction; }
+  bool is_generator() const { return type() == Type::kGenerator; }
 
   bool as_bool() const { return std::get<bool>(data_); }
   std::int64_t as_int() const { return std::get<std::int64_t>(data_); }
@@ -84,6 +99,7 @@ class Value {
   List& as_list() const { return *std::get<std::shared_ptr<List>>(data_); }
   Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(data_); }
   const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(data_); }
+  const List& generator_items() const { return std::get<std::shared_ptr<Generator>>(data_)->items; }
   const std::string& undefined_name() const { return std::get<Undefined>(data_).name; }
 
   // Python truthiness (undefined is false).
@@ -97,9 +113,14 @@ class Value {
 
  private:
   std::variant<Undefined, std::nullptr_t, bool, std::int64_t, double, std::string, std::shared_ptr<List>,
-               std::shared_ptr<Dict>, std::shared_ptr<Function>>
+               std::shared_ptr<Dict>, std::shared_ptr<Function>, std::shared_ptr<Generator>>
       data_;
+  bool markup_ = false;
 };
+
+// The stored form of a dict key, and the key back from it.
+std::string dict_key(const Value& key);
+Value key_value(const std::string& stored);
 
 // Python's == (1 == 1.0, lists and dicts by contents; values of different types are unequal).
 bool equals(const Value& a, const Value& b);
@@ -109,7 +130,10 @@ std::string format_float(double d);
 
 // JSON (a request's messages and tools) to values and back. to_json fails (returns false) for
 // undefined and callables, as Python's json.dumps does for them.
+// Object keys keep their order with ordered_json (as Python's json.loads keeps it); nlohmann::json
+// has them sorted already.
 Value from_json(const nlohmann::json& json);
+Value from_json(const nlohmann::ordered_json& json);
 
 // UTF-8 helpers: the string's code points, and code points back to UTF-8.
 std::u32string to_u32(std::string_view s);
