@@ -32,7 +32,7 @@ struct ServerOptions {
   std::size_t max_body_bytes = 8u << 20;   // larger request bodies get 413; default 8 MiB
   int http_threads = 64;                   // worker threads: each open request holds one
   std::string model_id;                    // model name in the API; "" = the model's own
-  std::string chat_template;               // "chatml" / "llama3" overrides the GGUF's; "" = detect
+  std::string chat_template;               // "chatml" / "llama3" / a Jinja template overrides the GGUF's; "" = the GGUF's
   bool log_requests = true;                // one stderr line per request
 };
 

@@ -436,8 +436,8 @@ std::string model_with_template(const std::string& chat_template) {
   return out;
 }
 
-TEST(ServerCreate, UnrecognisedTemplateFailsUnlessOverridden) {
-  auto model = Model::load(model_with_template("[INST] {{ content }} [/INST]"));
+TEST(ServerCreate, UnusableTemplateFailsUnlessOverridden) {
+  auto model = Model::load(model_with_template("{% include 'inst.jinja' %}[INST] {{ content }} [/INST]"));
   ASSERT_TRUE(model) << model.status().to_string();
   EngineOptions eo;
   eo.n_ctx = 256;
@@ -445,13 +445,14 @@ TEST(ServerCreate, UnrecognisedTemplateFailsUnlessOverridden) {
   auto engine = Engine::create(**model, eo);
   ASSERT_TRUE(engine) << engine.status().to_string();
   auto backend = make_engine_backend(**engine, "");
-  ASSERT_EQ(backend->model_info().chat_template, "[INST] {{ content }} [/INST]");
+  ASSERT_EQ(backend->model_info().chat_template, "{% include 'inst.jinja' %}[INST] {{ content }} [/INST]");
   ServerOptions options;
   options.port = 0;
   options.log_requests = false;
   auto refused = Server::create(*backend, options);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.status().message().find("[INST]"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("unsupported tag 'include'"), std::string::npos)
+      << refused.status().message();
   options.chat_template = "chatml";
   EXPECT_TRUE(Server::create(*backend, options));
 }

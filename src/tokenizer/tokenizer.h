@@ -47,6 +47,9 @@ class Tokenizer {
   virtual bool add_bos() const = 0;      // whether prompts should start with BOS
   // End of generation: eos, eot (<|eot_id|>, <|im_end|>, <|endoftext|>, ...).
   virtual bool is_end_of_generation(TokenId token) const = 0;
+  // A token's text as the vocabulary stores it (control tokens too: "<s>", "<|im_start|>"), for
+  // chat templates' bos_token / eos_token; "" for an invalid id.
+  virtual std::string token_text(TokenId token) const = 0;
   // The exact id of a token's text (e.g. "<|im_start|>"), if present.
   virtual std::optional<TokenId> find_token(std::string_view text) const = 0;
   virtual const std::string& pre_tokenizer() const = 0;
