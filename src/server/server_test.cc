@@ -102,7 +102,10 @@ class ServerTest : public ::testing::Test {
     auto err = parse_request(endpoint, body.dump(), parsed);
     EXPECT_FALSE(err) << body.dump();
     GenerationRequest request;
-    err = build_generation_request(parsed, backend_->model_info(), ChatTemplateKind::kChatML, request);
+    // The template the server picks: the model's own (its GGUF tokenizer.chat_template).
+    Expected<ChatTemplateChoice> chat_template = choose_chat_template(backend_->model_info().chat_template, "");
+    EXPECT_TRUE(chat_template) << chat_template.status().to_string();
+    err = build_generation_request(parsed, backend_->model_info(), chat_template->kind, request);
     EXPECT_FALSE(err) << body.dump();
     ref.prompt_tokens = static_cast<int>(request.prompt.size());
     std::vector<TokenId> stop_tokens = request.stop_tokens;
@@ -177,8 +180,11 @@ TEST_F(ServerTest, ChatCompletionShape) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], ref.text);
   EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(r["choices"][0]["finish_reason"], ref.finish == FinishReason::kStop ? "stop" : "length");
-  // The chat prompt is the ChatML rendering, special tokens parsed.
-  std::vector<TokenId> want = tokenizer().encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", true);
+  // The chat prompt is the model's template (Qwen2.5's ChatML, which adds a system turn), special
+  // tokens parsed.
+  std::vector<TokenId> want = tokenizer().encode(
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+      "<|im_start|>assistant\n", true);
   int prompt = static_cast<int>(want.size()) + (tokenizer().add_bos() && tokenizer().bos_id() >= 0 ? 1 : 0);
   EXPECT_EQ(ref.prompt_tokens, prompt);
   EXPECT_EQ(r["usage"]["prompt_tokens"], prompt);
