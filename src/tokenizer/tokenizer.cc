@@ -122,6 +122,14 @@ Expected<std::unique_ptr<Tokenizer>> spm_from_gguf(const gguf::File& file, Commo
 
 }  // namespace
 
+std::vector<TokenId> tokenize(const Tokenizer& tokenizer, std::string_view text, bool add_special, bool parse_special) {
+  std::vector<TokenId> ids;
+  if (add_special && tokenizer.add_bos() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  const std::vector<TokenId> body = tokenizer.encode(text, parse_special);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) {
   const Expected<std::string> model = file.get_string("tokenizer.ggml.model");
   if (!model) return model.status();

@@ -56,4 +56,8 @@ class Tokenizer {
   virtual const std::string& chat_template() const = 0;  // "" when the file has none
 };
 
+// Text to ids the way prompts and `kvstash tokenize` / the server's POST /tokenize do it: BOS
+// first when add_special and the vocabulary asks for one, then encode(text, parse_special).
+std::vector<TokenId> tokenize(const Tokenizer& tokenizer, std::string_view text, bool add_special, bool parse_special);
+
 }  // namespace kvstash
