@@ -32,6 +32,25 @@ int parse_byte_token(std::string_view text) {
   return value;
 }
 
+// Whether a token holds a "▁" right after a char that is not one ("a▁b"): then a merge may cross
+// the start of a word and words cannot be merged one by one.
+bool spans_word_start(std::string_view token) {
+  for (std::size_t at = token.find(kSpaceMark, 1); at != std::string_view::npos; at = token.find(kSpaceMark, at + 1)) {
+    if (at < kSpaceMark.size() || token.compare(at - kSpaceMark.size(), kSpaceMark.size(), kSpaceMark) != 0) return true;
+  }
+  return false;
+}
+
+// Whether the char split of the whole text (utf8_char_length from each lead byte) runs over
+// position `at`, which happens only after invalid UTF-8.
+bool inside_a_char(std::string_view text, std::size_t at) {
+  for (std::size_t back = 1; back <= 3 && back <= at; ++back) {
+    const auto byte = static_cast<unsigned char>(text[at - back]);
+    if (byte >= 0xC0) return utf8_char_length(byte) > back;
+  }
+  return false;
+}
+
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
   std::string out;
   out.reserve(text.size());
@@ -88,6 +107,7 @@ Expected<std::unique_ptr<SpmTokenizer>> SpmTokenizer::create(SpmVocabulary vocab
         break;
       default:
         tok->mergeable_.emplace(text, id);
+        if (spans_word_start(text)) tok->words_are_independent_ = false;
         tok->pieces_[i] = replace_all(text, kSpaceMark, " ");
         break;
     }
@@ -116,6 +136,25 @@ std::optional<TokenId> SpmTokenizer::find_token(std::string_view text) const {
 }
 
 void SpmTokenizer::encode_piece(std::string_view text, std::vector<TokenId>* out) const {
+  if (!words_are_independent_) {
+    merge_chunk(text, out);
+    return;
+  }
+  // No token spans a char followed by "▁", so no merge crosses such a place: the words between
+  // them merge alone, with the same result and a small heap that stays in cache.
+  std::size_t start = 0;
+  for (std::size_t at = text.find(kSpaceMark, 1); at != std::string_view::npos; at = text.find(kSpaceMark, at + 1)) {
+    if (at >= kSpaceMark.size() && text.compare(at - kSpaceMark.size(), kSpaceMark.size(), kSpaceMark) == 0) {
+      continue;  // "▁▁": a run of spaces stays together
+    }
+    if (inside_a_char(text, at)) continue;  // invalid UTF-8 before it: split as the whole text would
+    merge_chunk(text.substr(start, at - start), out);
+    start = at;
+  }
+  merge_chunk(text.substr(start), out);
+}
+
+void SpmTokenizer::merge_chunk(std::string_view text, std::vector<TokenId>* out) const {
   // Symbols form a linked list over the text's UTF-8 chars; a merged-away symbol has size 0.
   struct Symbol {
     std::size_t offset;

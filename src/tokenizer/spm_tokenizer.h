@@ -63,8 +63,10 @@ class SpmTokenizer final : public Tokenizer {
 
  private:
   SpmTokenizer() = default;
-  // Appends the ids of one piece of text (spaces already "▁").
+  // Appends the ids of one piece of text (spaces already "▁"), word by word when that is exact.
   void encode_piece(std::string_view text, std::vector<TokenId>* out) const;
+  // The merge loop over one piece.
+  void merge_chunk(std::string_view text, std::vector<TokenId>* out) const;
 
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
@@ -84,6 +86,8 @@ class SpmTokenizer final : public Tokenizer {
   TokenId unknown_id_ = -1;
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
+  // No mergeable token holds "▁" after another char, so merges never cross a word's start.
+  bool words_are_independent_ = true;
 };
 
 }  // namespace kvstash::tokenizer
