@@ -81,6 +81,47 @@ TEST(PublishedTemplates, AllSeventyArePresentAndTheOracleRan) {
   EXPECT_EQ(conversations().size(), 6u);
 }
 
+// The texts of a message's content: a string, or the "text" of each part of a list; trimmed, as
+// several templates trim them.
+std::vector<std::string> content_texts(const nlohmann::ordered_json& message) {
+  std::vector<std::string> texts;
+  const auto& content = message["content"];
+  if (content.is_string()) {
+    texts.push_back(content.get<std::string>());
+  } else if (content.is_array()) {
+    for (const auto& part : content) {
+      if (part.contains("text")) texts.push_back(part["text"].get<std::string>());
+    }
+  }
+  for (std::string& t : texts) {
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(0, 1);
+  }
+  return texts;
+}
+
+// Every template that renders a conversation shows each user message's text, in order.
+TEST(PublishedTemplates, UserMessagesAppearInOrder) {
+  for (const std::string& name : template_names()) {
+    Expected<Template> tmpl = Template::parse(read_file(kTemplatesDir + "/" + name));
+    ASSERT_TRUE(tmpl) << name << ": " << tmpl.status().to_string();
+    for (const auto& conversation : conversations()) {
+      Expected<std::string> got = tmpl->render(from_json(conversation["context"]).as_dict(), {kNow});
+      if (!got) continue;  // a conversation the template refuses (jinja2 agrees: OutputsEqualJinja2)
+      std::size_t pos = 0;
+      for (const auto& message : conversation["context"]["messages"]) {
+        if (message["role"] != "user") continue;
+        for (const std::string& text : content_texts(message)) {
+          const std::size_t at = got->find(text, pos);
+          EXPECT_NE(at, std::string::npos) << name << " / " << conversation["name"] << ": '" << text
+                                           << "' missing or out of order";
+          if (at != std::string::npos) pos = at + text.size();
+        }
+      }
+    }
+  }
+}
+
 TEST(PublishedTemplates, OutputsEqualJinja2) {
   const std::vector<std::string> names = template_names();
   ASSERT_FALSE(names.empty());
