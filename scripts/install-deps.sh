@@ -13,6 +13,7 @@ PACKAGES=(
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
   chromium                   # renders the bench report in its screenshot test
   curl python3               # the demo's client side
+  python3-jinja2             # the oracle the chat-template tests compare against
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

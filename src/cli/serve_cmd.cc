@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 
@@ -154,8 +156,11 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
-                 "Use a built-in chat template instead of the model's")
-      ->check(CLI::IsMember({"chatml", "llama3"}));
+                 "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
+  std::string chat_template_file;
+  app.add_option("--chat-template-file", chat_template_file, "Use the Jinja chat template in FILE.jinja instead of the model's")
+      ->check(CLI::ExistingFile)
+      ->excludes("--chat-template");
   app.add_option("--alias", server_options.model_id, "Model name in the API (default: the model's name)");
   app.add_option("--max-body-mib", max_body_mib, "Largest request body, MiB")->capture_default_str();
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
@@ -202,6 +207,16 @@ int serve_main(int argc, char** argv) {
   if (!store_options) {
     std::fprintf(stderr, "serve: %s\n", store_options.status().message().c_str());
     return 1;
+  }
+  if (!chat_template_file.empty()) {
+    std::ifstream in(chat_template_file, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || (text.str().find("{{") == std::string::npos && text.str().find("{%") == std::string::npos)) {
+      std::fprintf(stderr, "serve: %s: cannot read a Jinja chat template\n", chat_template_file.c_str());
+      return 1;
+    }
+    server_options.chat_template = text.str();  // a template's text is an override as a name is
   }
   server_options.max_body_bytes = static_cast<std::size_t>(max_body_mib) << 20;
   // Each open request holds an HTTP worker while it waits; leave room for health checks too.

@@ -1,5 +1,6 @@
-// kvstash tokenize: print the token ids of stdin's UTF-8 text (no BOS), space-separated on one
-// line, with the tokenizer of a GGUF model or vocabulary-only file.
+// kvstash tokenize: print the token ids of stdin's UTF-8 text (no BOS unless --add-special),
+// space-separated on one line, with the tokenizer of a GGUF model or vocabulary-only file (byte-level
+// BPE or SentencePiece). Same code as the server's POST /tokenize (tokenize() in tokenizer.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -17,9 +18,11 @@ int tokenize_main(int argc, char** argv) {
                "kvstash tokenize"};
   std::string path;
   bool no_parse_special = false;
+  bool add_special = false;
   app.add_option("-m,--model", path, "GGUF model or vocabulary-only file")->required();
   app.add_flag("--no-parse-special", no_parse_special,
                "treat special-token texts such as <|im_start|> as plain text");
+  app.add_flag("--add-special", add_special, "start with BOS when the vocabulary asks for one");
   CLI11_PARSE(app, argc, argv);
 
   Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(path);
@@ -34,7 +37,7 @@ int tokenize_main(int argc, char** argv) {
   }
   std::ios::sync_with_stdio(false);
   const std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-  const std::vector<TokenId> ids = (*tokenizer)->encode(text, /*parse_special=*/!no_parse_special);
+  const std::vector<TokenId> ids = tokenize(**tokenizer, text, add_special, /*parse_special=*/!no_parse_special);
   std::string line;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (i > 0) line += ' ';

@@ -1,51 +1,91 @@
-// Chat templates rendered natively (no Jinja engine): the two families the engine runs.
+// Chat templates: the model's own (the GGUF's `tokenizer.chat_template`, a Jinja template run by
+// the jinja module, with Jinja2's output byte for byte) or one of two built-in formats rendered
+// natively, chosen by name:
 //
-//   ChatML (Qwen2):  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
-//   Llama 3:         <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
+//   chatml (Qwen2):  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
+//   llama3:          <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
 //                    <|start_header_id|>assistant<|end_header_id|>\n\n
 //
-// A GGUF file's `tokenizer.chat_template` (a Jinja string) is recognised by its marker tokens,
-// not executed. The rendered text never contains BOS: the caller prepends the BOS id when the
-// tokenizer asks for one (Llama 3's template writes "<|begin_of_text|>" itself, which would
-// otherwise double it). Llama 3's template trims each message's content; so does this one.
+// A Jinja template gets the variables Hugging Face passes: messages ({role, content}),
+// add_generation_prompt, bos_token, eos_token. The built-ins never write BOS; a Jinja template
+// may (Llama 3's writes "<|begin_of_text|>"): the prompt builder drops a leading BOS text when it
+// prepends the BOS id itself.
 //
-// Thread safety: pure functions.
+// Thread safety: a ChatTemplate is immutable; render() may run on many threads at once.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvstash/status.h"
 
-namespace kvstash::server {
+namespace kvstash::jinja {
+class Template;
+}
 
-enum class ChatTemplateKind { kChatML, kLlama3 };
+namespace kvstash::server {
 
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant" or "tool" (validated by the parser)
   std::string content;  // text parts already joined
 };
 
-// "chatml" or "llama3".
-const char* chat_template_name(ChatTemplateKind kind);
-// The text of the token that ends an assistant turn: "<|im_end|>" or "<|eot_id|>".
-const char* chat_template_end_token(ChatTemplateKind kind);
+class ChatTemplate {
+ public:
+  static const ChatTemplate kChatML;
+  static const ChatTemplate kLlama3;
+
+  // Parses a Jinja chat template and renders a one-message conversation with it, so that a
+  // template using a construct the interpreter lacks fails now, with an error naming it
+  // (kInvalidArgument), rather than on the first request.
+  static Expected<ChatTemplate> from_jinja(std::string_view source);
+
+  const char* name() const;  // "chatml", "llama3" or "jinja"
+  bool is_jinja() const { return kind_ == Kind::kJinja; }
+  // The text of the token that ends an assistant turn for a built-in ("<|im_end|>",
+  // "<|eot_id|>"); "" for a Jinja template (the tokenizer's end-of-generation tokens apply).
+  const char* end_token() const;
+
+  // Renders the conversation, ending with the assistant's header when add_generation_prompt.
+  // bos_text / eos_text: the tokenizer's BOS / EOS token texts (Jinja's bos_token, eos_token).
+  // Errors (kInvalidArgument): what the template raised ("System role not supported", ...).
+  Expected<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                               const std::string& bos_text = "", const std::string& eos_text = "") const;
+
+  bool operator==(const ChatTemplate& other) const { return kind_ == other.kind_ && jinja_ == other.jinja_; }
+
+ private:
+  enum class Kind { kChatML, kLlama3, kJinja };
+  explicit ChatTemplate(Kind kind) : kind_(kind) {}
+
+  Kind kind_;
+  std::shared_ptr<const jinja::Template> jinja_;
+};
+
+// The name the server's code used when there were only the two built-ins.
+using ChatTemplateKind = ChatTemplate;
+
+inline const char* chat_template_name(const ChatTemplate& t) { return t.name(); }
+inline const char* chat_template_end_token(const ChatTemplate& t) { return t.end_token(); }
 
 struct ChatTemplateChoice {
-  ChatTemplateKind kind = ChatTemplateKind::kChatML;
+  ChatTemplate kind = ChatTemplate::kChatML;
   std::string warning;  // non-empty when the caller should log something (no template: ChatML)
 };
 
-// Picks the template: `override_name` ("chatml"/"llama3") wins when non-empty; otherwise the
-// GGUF template string is recognised by its markers; an empty one falls back to ChatML with a
-// warning. Errors (kInvalidArgument): an unknown override name; an unrecognised GGUF template
-// (the message quotes its first 80 characters).
+// Picks the template. `override_name` wins when non-empty: "chatml" or "llama3", or the text of a
+// Jinja template (what --chat-template-file reads; any text holding "{{" or "{%"). Otherwise the
+// GGUF's template runs as Jinja; an empty one falls back to ChatML with a warning. Errors
+// (kInvalidArgument): an unknown override name; a template that does not parse or render (the
+// message names the construct, quotes the template's first 80 characters and the flags that
+// override it).
 Expected<ChatTemplateChoice> choose_chat_template(std::string_view gguf_template,
                                                   std::string_view override_name);
 
-// Renders the conversation, ending with the assistant header when add_generation_prompt.
-std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+// render() for callers that know the template cannot fail (the built-ins); "" on an error.
+std::string render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
 
 }  // namespace kvstash::server

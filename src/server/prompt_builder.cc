@@ -5,16 +5,23 @@
 namespace kvstash::server {
 
 std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, const ModelInfo& model,
-                                                 ChatTemplateKind chat_template,
+                                                 const ChatTemplate& chat_template,
                                                  GenerationRequest& out) {
   out = GenerationRequest{};
   const Tokenizer& tok = *model.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) out.prompt.push_back(tok.bos_id());
   if (parsed.endpoint == Endpoint::kChatCompletions) {
-    std::string text = render_chat(chat_template, parsed.messages, /*add_generation_prompt=*/true);
-    std::vector<TokenId> ids = tok.encode(text, /*parse_special=*/true);
+    Expected<std::string> text = chat_template.render(parsed.messages, /*add_generation_prompt=*/true,
+                                                      tok.token_text(tok.bos_id()), tok.token_text(tok.eos_id()));
+    if (!text) return bad_request(text.status().message(), "messages", "invalid_chat_template");
+    const std::string bos_text = tok.token_text(tok.bos_id());
+    if (!out.prompt.empty() && !bos_text.empty() && text->compare(0, bos_text.size(), bos_text) == 0) {
+      text->erase(0, bos_text.size());
+    }
+    std::vector<TokenId> ids = tok.encode(*text, /*parse_special=*/true);
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
-    if (std::optional<TokenId> end = tok.find_token(chat_template_end_token(chat_template))) {
+    const std::string end_text = chat_template.end_token();
+    if (std::optional<TokenId> end = end_text.empty() ? std::nullopt : tok.find_token(end_text)) {
       out.stop_tokens.push_back(*end);
     }
   } else if (parsed.prompt_is_tokens) {

@@ -36,7 +36,7 @@ struct ServerOptions {
   // batch, queue nothing". 0 = no bound here (the backend's own queue bound still applies).
   int max_active_requests = 0;
   std::string model_id;                    // model name in the API; "" = the model's own
-  std::string chat_template;               // "chatml" / "llama3" overrides the GGUF's; "" = detect
+  std::string chat_template;               // "chatml" / "llama3" / a Jinja template overrides the GGUF's; "" = the GGUF's
   bool log_requests = true;                // one stderr line per request
 };
 

@@ -115,7 +115,10 @@ class ServerTest : public ::testing::Test {
     auto err = parse_request(endpoint, greedy(body.dump()), parsed);
     EXPECT_FALSE(err) << body.dump();
     GenerationRequest request;
-    err = build_generation_request(parsed, backend_->model_info(), ChatTemplateKind::kChatML, request);
+    // The template the server picks: the model's own (its GGUF tokenizer.chat_template).
+    Expected<ChatTemplateChoice> chat_template = choose_chat_template(backend_->model_info().chat_template, "");
+    EXPECT_TRUE(chat_template) << chat_template.status().to_string();
+    err = build_generation_request(parsed, backend_->model_info(), chat_template->kind, request);
     EXPECT_FALSE(err) << body.dump();
     ref.prompt_tokens = static_cast<int>(request.prompt.size());
     std::vector<TokenId> stop_tokens = request.stop_tokens;
@@ -190,8 +193,11 @@ TEST_F(ServerTest, ChatCompletionShape) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], ref.text);
   EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(r["choices"][0]["finish_reason"], ref.finish == FinishReason::kStop ? "stop" : "length");
-  // The chat prompt is the ChatML rendering, special tokens parsed.
-  std::vector<TokenId> want = tokenizer().encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", true);
+  // The chat prompt is the model's template (Qwen2.5's ChatML, which adds a system turn), special
+  // tokens parsed.
+  std::vector<TokenId> want = tokenizer().encode(
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+      "<|im_start|>assistant\n", true);
   int prompt = static_cast<int>(want.size()) + (tokenizer().add_bos() && tokenizer().bos_id() >= 0 ? 1 : 0);
   EXPECT_EQ(ref.prompt_tokens, prompt);
   EXPECT_EQ(r["usage"]["prompt_tokens"], prompt);
@@ -474,8 +480,8 @@ std::string model_with_template(const std::string& chat_template) {
   return out;
 }
 
-TEST(ServerCreate, UnrecognisedTemplateFailsUnlessOverridden) {
-  auto model = Model::load(model_with_template("[INST] {{ content }} [/INST]"));
+TEST(ServerCreate, UnusableTemplateFailsUnlessOverridden) {
+  auto model = Model::load(model_with_template("{% include 'inst.jinja' %}[INST] {{ content }} [/INST]"));
   ASSERT_TRUE(model) << model.status().to_string();
   EngineOptions eo;
   eo.n_ctx = 256;
@@ -483,13 +489,14 @@ TEST(ServerCreate, UnrecognisedTemplateFailsUnlessOverridden) {
   auto engine = Engine::create(**model, eo);
   ASSERT_TRUE(engine) << engine.status().to_string();
   auto backend = make_engine_backend(**engine, "");
-  ASSERT_EQ(backend->model_info().chat_template, "[INST] {{ content }} [/INST]");
+  ASSERT_EQ(backend->model_info().chat_template, "{% include 'inst.jinja' %}[INST] {{ content }} [/INST]");
   ServerOptions options;
   options.port = 0;
   options.log_requests = false;
   auto refused = Server::create(*backend, options);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.status().message().find("[INST]"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("unsupported tag 'include'"), std::string::npos)
+      << refused.status().message();
   options.chat_template = "chatml";
   EXPECT_TRUE(Server::create(*backend, options));
 }

@@ -25,10 +25,9 @@ Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
   for (int b = 0; b < 256; ++b) {
     const std::string mapped = bytes_to_mapped(std::string(1, static_cast<char>(b)));
     const auto it = model.index_.find(mapped);
-    if (it == model.index_.end()) {
-      return corrupt("byte-level vocabulary has no token for byte " + std::to_string(b));
-    }
-    model.byte_token_[b] = it->second;
+    // Some vocabularies lack bytes that never occur in UTF-8 (0xC0, 0xC1, 0xF5..); such a byte
+    // encodes to nothing, as in the reference tokenizer.
+    model.byte_token_[b] = it == model.index_.end() ? kMissingByte : it->second;
   }
   model.merges_.reserve(merges.size());
   std::string joined;
@@ -72,7 +71,8 @@ const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
 void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) const {
   if (bytes.empty()) return;
   if (bytes.size() == 1) {
-    out->push_back(byte_token_[static_cast<std::uint8_t>(bytes[0])]);
+    const TokenId id = byte_token_[static_cast<std::uint8_t>(bytes[0])];
+    if (id >= 0) out->push_back(id);
     return;
   }
   if (ignore_merges_) {
@@ -132,7 +132,9 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) c
     offer(left.prev);
     offer(c.left);
   }
-  for (int i = 0; i >= 0; i = symbols[i].next) out->push_back(symbols[i].id);
+  for (int i = 0; i >= 0; i = symbols[i].next) {
+    if (symbols[i].id >= 0) out->push_back(symbols[i].id);
+  }
 }
 
 }  // namespace kvstash::tokenizer

@@ -41,8 +41,8 @@ class BpeModel {
 
   // tokens[id]: the token's text as the vocabulary stores it. merges: "left right", rank = index.
   // producible[id] (same size as tokens): whether BPE may emit id. Merges naming a token that
-  // does not exist are skipped (counted in skipped_merges()). kCorrupt when a byte has no token
-  // (byte-level BPE needs all 256) or the sizes disagree.
+  // does not exist are skipped (counted in skipped_merges()). A byte without a token encodes to
+  // nothing (vocabularies drop bytes that never occur in UTF-8). kCorrupt when the sizes disagree.
   static Expected<BpeModel> build(std::vector<std::string> tokens,
                                   const std::vector<std::string>& merges,
                                   std::vector<bool> producible, bool ignore_merges);
@@ -66,6 +66,7 @@ class BpeModel {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
            static_cast<std::uint32_t>(right);
   }
+  static constexpr TokenId kMissingByte = -2;  // a byte without a token (never merged, not emitted)
   BpeModel() = default;
   const Merge* find_merge(TokenId left, TokenId right) const;
 

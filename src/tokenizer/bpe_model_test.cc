@@ -82,10 +82,22 @@ TEST(BpeModel, LongPieceIsFast) {
   EXPECT_EQ(ids.back(), 'a');
 }
 
-TEST(BpeModel, MissingByteTokenIsCorrupt) {
+TEST(BpeModel, MissingByteTokenEncodesToNothing) {
+  // Falcon's and StarCoder's vocabularies lack bytes that never occur in UTF-8.
   std::vector<std::string> tokens = byte_tokens();
-  tokens.pop_back();
+  tokens.pop_back();  // byte 0xFF
   Expected<BpeModel> m = BpeModel::build(tokens, {}, std::vector<bool>(tokens.size(), true), false);
+  ASSERT_TRUE(m.has_value());
+  std::vector<TokenId> ids;
+  m->encode_piece(std::string("a\xFF" "b"), &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{'a', 'b'}));
+  ids.clear();
+  m->encode_piece(std::string("\xFF"), &ids);
+  EXPECT_TRUE(ids.empty());
+}
+
+TEST(BpeModel, SizeMismatchIsCorrupt) {
+  Expected<BpeModel> m = BpeModel::build(byte_tokens(), {}, std::vector<bool>(3, true), false);
   EXPECT_EQ(m.status().code(), StatusCode::kCorrupt);
 }
 

@@ -51,6 +51,9 @@ class BpeTokenizer final : public Tokenizer {
   bool add_bos() const override { return add_bos_; }
   bool is_end_of_generation(TokenId token) const override { return end_of_generation_.count(token) != 0; }
   std::optional<TokenId> find_token(std::string_view text) const override { return model_.find(text); }
+  std::string token_text(TokenId token) const override {
+    return token >= 0 && static_cast<std::size_t>(token) < model_.size() ? model_.token_text(token) : std::string();
+  }
   const std::string& pre_tokenizer() const override { return pre_; }
   const std::string& chat_template() const override { return chat_template_; }
 

@@ -22,7 +22,46 @@ TEST(PreTokenizerKind, Names) {
   EXPECT_EQ(*pre_tokenizer_kind("qwen2"), kQwen2);
   EXPECT_EQ(*pre_tokenizer_kind("gpt2"), kGpt2);
   EXPECT_EQ(*pre_tokenizer_kind("default"), kGpt2);
-  EXPECT_EQ(pre_tokenizer_kind("deepseek-coder").status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(*pre_tokenizer_kind("gpt-2"), kGpt2);
+  EXPECT_EQ(*pre_tokenizer_kind("mpt"), kGpt2);
+  EXPECT_EQ(*pre_tokenizer_kind("deepseek-r1-qwen"), kQwen2);
+  EXPECT_EQ(*pre_tokenizer_kind("qwen35"), PreTokenizerKind::kQwen35);
+  for (const char* name : {"starcoder", "refact", "command-r", "smollm"}) {
+    EXPECT_EQ(*pre_tokenizer_kind(name), PreTokenizerKind::kDigitsGpt2) << name;
+  }
+  EXPECT_EQ(*pre_tokenizer_kind("falcon"), PreTokenizerKind::kFalcon);
+  EXPECT_EQ(*pre_tokenizer_kind("deepseek-coder"), PreTokenizerKind::kDeepseekCoder);
+  EXPECT_EQ(*pre_tokenizer_kind("deepseek-llm"), PreTokenizerKind::kDeepseekLlm);
+  const Status unknown = pre_tokenizer_kind("no-such-pre").status();
+  EXPECT_EQ(unknown.code(), StatusCode::kUnsupported);
+  // The refusal lists every known name.
+  for (const std::string& name : known_pre_tokenizer_names()) {
+    EXPECT_NE(unknown.message().find(name), std::string::npos) << name;
+  }
+}
+
+TEST(MultiStageSplit, DigitsThenGpt2) {
+  const auto kind = PreTokenizerKind::kDigitsGpt2;
+  EXPECT_EQ(split(kind, "w048 7tuijk"), (V{"w", "0", "4", "8", " ", "7", "tuijk"}));
+  EXPECT_EQ(split(kind, "a  b"), (V{"a", " ", " b"}));
+}
+
+TEST(MultiStageSplit, Falcon) {
+  const auto kind = PreTokenizerKind::kFalcon;
+  EXPECT_EQ(split(kind, "x += 1234567"), (V{"x", " ", "+=", " ", "123", "456", "7"}));
+  EXPECT_EQ(split(kind, "Hi, you"), (V{"Hi", ",", " you"}));
+}
+
+TEST(MultiStageSplit, DeepseekCoder) {
+  const auto kind = PreTokenizerKind::kDeepseekCoder;
+  EXPECT_EQ(split(kind, "def f(x):\n  return 42"),
+            (V{"def", " f", "(", "x", "):", "\n", " ", " return", " ", "4", "2"}));
+}
+
+TEST(Qwen35Split, MarksJoinWords) {
+  // "e" + combining acute (U+0301) stays one word; Qwen2 splits the mark off.
+  EXPECT_EQ(split(PreTokenizerKind::kQwen35, "cafe\xCC\x81 x"), (V{"cafe\xCC\x81", " x"}));
+  EXPECT_EQ(split(kQwen2, "cafe\xCC\x81 x"), (V{"cafe", "\xCC\x81", " x"}));
 }
 
 TEST(Llama3Split, WordsSpacesAndPunctuation) {

@@ -1,11 +1,13 @@
-// Byte-level BPE tokenizer read from GGUF metadata (tokenizer.ggml.*), as used by Llama 3,
-// Qwen2 and GPT-2 family models.
+// Tokenizers read from GGUF metadata (tokenizer.ggml.*): byte-level BPE (Llama 3, Qwen2, GPT-2,
+// DeepSeek, Falcon, StarCoder, Command R, MPT, ...) and SentencePiece (Llama 2, Mistral 7B,
+// TinyLlama, Phi-3).
 //
-// Reads: tokenizer.ggml.model ("gpt2" = byte-level BPE; anything else is kUnsupported),
-// tokenizer.ggml.pre (pre-tokenizer: "llama-bpe"/"llama3", "qwen2", "gpt2", "default"),
-// tokenizer.ggml.tokens, tokenizer.ggml.token_type, tokenizer.ggml.merges,
-// tokenizer.ggml.{bos,eos,eot,padding}_token_id, tokenizer.ggml.add_bos_token,
-// tokenizer.chat_template.
+// Reads: tokenizer.ggml.model ("gpt2" = byte-level BPE, "llama" = SentencePiece; anything else
+// is kUnsupported), tokenizer.ggml.pre (BPE pre-tokenizer by name, see pre_tokenizer.h; an
+// unknown name is kUnsupported with the list of known ones), tokenizer.ggml.tokens,
+// tokenizer.ggml.token_type, tokenizer.ggml.merges (BPE), tokenizer.ggml.scores (SentencePiece),
+// tokenizer.ggml.{bos,eos,eot,eom}_token_id, tokenizer.ggml.add_bos_token,
+// tokenizer.ggml.add_space_prefix (SentencePiece), tokenizer.chat_template.
 //
 // Thread safety: immutable after construction; encode/decode may run on many threads at once.
 #pragma once
@@ -45,10 +47,17 @@ class Tokenizer {
   virtual bool add_bos() const = 0;      // whether prompts should start with BOS
   // End of generation: eos, eot (<|eot_id|>, <|im_end|>, <|endoftext|>, ...).
   virtual bool is_end_of_generation(TokenId token) const = 0;
+  // A token's text as the vocabulary stores it (control tokens too: "<s>", "<|im_start|>"), for
+  // chat templates' bos_token / eos_token; "" for an invalid id.
+  virtual std::string token_text(TokenId token) const = 0;
   // The exact id of a token's text (e.g. "<|im_start|>"), if present.
   virtual std::optional<TokenId> find_token(std::string_view text) const = 0;
   virtual const std::string& pre_tokenizer() const = 0;
   virtual const std::string& chat_template() const = 0;  // "" when the file has none
 };
+
+// Text to ids the way prompts and `kvstash tokenize` / the server's POST /tokenize do it: BOS
+// first when add_special and the vocabulary asks for one, then encode(text, parse_special).
+std::vector<TokenId> tokenize(const Tokenizer& tokenizer, std::string_view text, bool add_special, bool parse_special);
 
 }  // namespace kvstash

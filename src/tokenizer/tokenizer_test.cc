@@ -38,57 +38,8 @@ const Tokenizer& load(const std::string& name) {
 const Tokenizer& llama3() { return load("ggml-vocab-llama-bpe.gguf"); }
 const Tokenizer& qwen2() { return load("ggml-vocab-qwen2.gguf"); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-// The .inp format: each test string is followed by "\n__ggml_vocab_test__\n".
-std::vector<std::string> split_inputs(const std::string& data) {
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  for (;;) {
-    const std::size_t next = data.find(sep, pos);
-    if (next == std::string::npos) break;
-    out.push_back(data.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
-  return out;
-}
 
-std::vector<std::vector<TokenId>> read_outputs(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::vector<TokenId>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::vector<TokenId> ids;
-    TokenId id;
-    while (ls >> id) ids.push_back(id);
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
-
-TEST(LlamaBpeVectors, AllReferenceOutputsMatch) {
-  const Tokenizer& tok = llama3();
-  const auto inputs = split_inputs(read_file(kVocabDir + "ggml-vocab-llama-bpe.gguf.inp"));
-  const auto outputs = read_outputs(kVocabDir + "ggml-vocab-llama-bpe.gguf.out");
-  ASSERT_EQ(inputs.size(), outputs.size());
-  ASSERT_GE(inputs.size(), 40u);
-  std::size_t passing = 0;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const std::vector<TokenId> ids = tok.encode(inputs[i], /*parse_special=*/true);
-    EXPECT_EQ(ids, outputs[i]) << "test string " << i << ": '" << inputs[i] << "'";
-    EXPECT_EQ(tok.decode(ids), inputs[i]) << "test string " << i;
-    if (ids == outputs[i]) ++passing;
-  }
-  std::printf("llama-bpe reference vectors: %zu / %zu pass\n", passing, inputs.size());
-  EXPECT_EQ(passing, inputs.size());
-}
 
 TEST(Llama3, SpecialTokensAndFlags) {
   const Tokenizer& tok = llama3();

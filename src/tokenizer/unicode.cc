@@ -46,6 +46,11 @@ std::uint8_t classify(char32_t cp) {
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return kLetter;
     if (cp >= '0' && cp <= '9') return kNumber;
     if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return kWhitespace;
+    // ASCII symbols (general category S*) are not punctuation: $ + < = > ^ ` | ~
+    constexpr std::string_view kAsciiSymbols = "$+<=>^`|~";
+    if (cp > ' ' && cp < 0x7F && kAsciiSymbols.find(static_cast<char>(cp)) == std::string_view::npos) {
+      return kPunctuation;
+    }
     return kOther;
   }
   const auto c = static_cast<UChar32>(cp);
@@ -53,6 +58,8 @@ std::uint8_t classify(char32_t cp) {
   const std::uint32_t mask = U_GET_GC_MASK(c);
   if (mask & U_GC_L_MASK) flags |= kLetter;
   if (mask & U_GC_N_MASK) flags |= kNumber;
+  if (mask & U_GC_P_MASK) flags |= kPunctuation;
+  if (mask & U_GC_M_MASK) flags |= kMark;
   if (u_isUWhiteSpace(c)) flags |= kWhitespace;
   return flags;
 }

@@ -15,13 +15,15 @@
 
 namespace kvstash::tokenizer {
 
-// Bit flags of a code point's class. A code point has at most one of letter/number; whitespace
-// is independent in principle (ICU's White_Space property), though no letter is whitespace.
+// Bit flags of a code point's class. A code point has at most one of letter/number/punctuation/
+// mark (general categories); whitespace is independent in principle (ICU's White_Space property).
 enum CharClass : std::uint8_t {
   kOther = 0,
   kLetter = 1 << 0,      // general category L* (\p{L})
   kNumber = 1 << 1,      // general category N* (\p{N}: Nd, Nl, No)
   kWhitespace = 1 << 2,  // Unicode White_Space property (\s)
+  kPunctuation = 1 << 3, // general category P* (\p{P})
+  kMark = 1 << 4,        // general category M* (\p{M})
 };
 
 // Stands in for a byte that is not part of valid UTF-8. Above U+10FFFF, so never a real char.

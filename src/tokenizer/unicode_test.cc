@@ -21,7 +21,10 @@ TEST(Classify, LettersNumbersWhitespace) {
   EXPECT_EQ(classify(0x00A0), kWhitespace);  // no-break space
   EXPECT_EQ(classify(0x3000), kWhitespace);  // ideographic space
   EXPECT_EQ(classify(0x2028), kWhitespace);
-  EXPECT_EQ(classify(','), kOther);
+  EXPECT_EQ(classify(','), kPunctuation);
+  EXPECT_EQ(classify('$'), kOther);       // Sc: a symbol, not punctuation
+  EXPECT_EQ(classify(U'「'), kPunctuation);
+  EXPECT_EQ(classify(0x0301), kMark);     // combining acute accent
   EXPECT_EQ(classify(0x1F600), kOther);  // emoji
   EXPECT_EQ(classify(0x200D), kOther);   // zero-width joiner is not White_Space
   EXPECT_EQ(classify(kInvalidCodePoint), kOther);

@@ -1,0 +1,88 @@
+// Every reference vector in shared/vocab: NAME.gguf.inp holds test strings, each followed by a
+// line "__ggml_vocab_test__"; NAME.gguf.out holds one line of token ids per string (no BOS).
+// The strings are encoded as llama.cpp's reference run does: special tokens parsed, no BOS.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash {
+namespace {
+
+const std::string kVocabDir = KVSTASH_SHARED_DIR "/vocab/";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_inputs(const std::string& data) {
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t next = data.find(sep, pos);
+    if (next == std::string::npos) break;
+    out.push_back(data.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  return out;
+}
+
+std::vector<std::vector<TokenId>> read_outputs(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<TokenId>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::vector<TokenId> ids;
+    TokenId id;
+    while (ls >> id) ids.push_back(id);
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+class VocabVectors : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VocabVectors, AllReferenceOutputsMatch) {
+  const std::string name = GetParam();
+  const std::string path = kVocabDir + "ggml-vocab-" + name + ".gguf";
+  Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(path);
+  ASSERT_TRUE(file.has_value()) << file.status().to_string();
+  Expected<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok.has_value()) << tok.status().to_string();
+  const std::string inp = read_file(path + ".inp");
+  ASSERT_FALSE(inp.empty()) << "missing " << path << ".inp";
+  const auto inputs = split_inputs(inp);
+  const auto outputs = read_outputs(path + ".out");
+  ASSERT_EQ(inputs.size(), outputs.size()) << name;
+  ASSERT_GE(inputs.size(), 40u) << name;
+  std::size_t passing = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<TokenId> ids = (*tok)->encode(inputs[i], /*parse_special=*/true);
+    EXPECT_EQ(ids, outputs[i]) << name << " test string " << i << ": '" << inputs[i] << "'";
+    EXPECT_EQ((*tok)->decode(ids), inputs[i]) << name << " test string " << i;
+    if (ids == outputs[i]) ++passing;
+  }
+  std::printf("%s reference vectors: %zu / %zu pass\n", name.c_str(), passing, inputs.size());
+  EXPECT_EQ(passing, inputs.size());
+}
+
+// Every vocabulary with vectors in shared/vocab (its README lists them).
+INSTANTIATE_TEST_SUITE_P(SharedVocab, VocabVectors,
+                         ::testing::Values("llama-bpe", "llama-spm", "phi-3", "deepseek-coder", "falcon",
+                                           "starcoder", "refact", "command-r", "mpt"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = (c == '-') ? '_' : c;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace kvstash
