@@ -1,0 +1,265 @@
+// Internal to kernels, for the SIMD translation units only: the decode-matmul glue that every
+// instruction set shares, written once as templates over an `Ops` struct and compiled per ISA
+// (matmul_avx2.cc and matmul_avx512.cc each instantiate it with their own Ops).
+//
+// Shared here: the prefetch of the next row tile, the split of rows and tokens into register
+// tiles, the dispatch on the weight type, dequantize_rows for the prefill path, and the kernel for
+// every slice-form quantized type (quant_formats.h), written with Ops' vector primitives.
+// Each ISA keeps only what differs: its float-weight and q8_0 tiles, its vector primitives and its
+// tile sizes. Ops must provide:
+//
+//   using F = float vector; using I = integer vector of kSlices * 32 bytes; static constexpr int kSlices;
+//   kSingleTokenRows, kBatchRows: rows per tile at one token and at several;
+//   kWideTokens (0: none), kWideRows: float weights from kWideTokens tokens on go in kWideRows x 8 tiles;
+//   template <WeightType, int R, int T> float_tile(row0, row_bytes, cols, x, y, y_stride, prefetch);
+//   template <int R, int T> q8_tile(row0, row_bytes, cols, x_scales, x_values, y, y_stride, prefetch);
+//   template <WeightType> dequantize_float_row(row, cols, out); dequantize_q8_0_row(row, cols, out);
+//   zero(), fma(a, b, c) = a b + c, fnmadd(a, b, c) = c - a b, mul, reduce(F) -> float;
+//   join(const __m256i* slices) -> I; join_partial(const __m256i* slices, int n) (n < kSlices);
+//   load_x(const int8_t*), load_x_partial(const int8_t*, int n_slices) -> I;
+//   load_lanes(const float*), load_lanes_partial(const float*, int n_slices) -> F (8 lanes per slice);
+//   dot(I u, I x) -> F: per 4-byte lane the sum of u * x (u unsigned <= 63, x signed), as float;
+//   per_slice(const float* v, int n_slices) -> F: v[k] over slice k's 8 lanes;
+//   Groups; load_groups(const float* g16) -> Groups;
+//   template <int kGroupElems> expand(const Groups&, int first_slice) -> F: per lane its group's value.
+//
+// Everything is in an unnamed namespace: each ISA's instantiations stay in its own object file.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/quant_unpack_avx2.h"
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+namespace {
+
+// A tile's R rows are contiguous in memory, and so is the next tile after them. The hardware
+// prefetcher sees R short interleaved streams (a 896-column f16 row is 28 cache lines) and ramps up
+// anew for every tile; decode at one token then reads DRAM at a fraction of the streaming rate
+// (kernels_bench, 151936x896, 2 threads, loaded machine: f16 1.2-1.4 GB/s without, 10-13 GB/s
+// with the prefetch, stream 10 GB/s). So while a tile is consumed, its successor is
+// prefetched linearly, `bytes` per step: each line exactly once, a few tiles ahead.
+inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// How far ahead the prefetch runs: whole tiles, at least 16 KiB, so that enough lines are in flight
+// to cover DRAM latency at the streaming rate. One tile ahead (3.8 KiB for 4 q8_0 rows of 896)
+// measured 24 GB/s for q8_0 at 151936x896 on one thread; 8-16 KiB ahead 28-32 GB/s (f16: 32-37
+// against 36-38 GB/s).
+constexpr std::size_t kPrefetchAheadBytes = 16 << 10;
+
+inline std::size_t prefetch_distance(std::size_t tile_bytes) {
+  const std::size_t tiles = (kPrefetchAheadBytes + tile_bytes - 1) / tile_bytes;
+  return (tiles < 1 ? 1 : tiles) * tile_bytes;
+}
+
+// Slice-form weights (R rows) against quantized activations (T tokens):
+//   y = sum over slices of  sum over 4-value lanes  dot(u, x_q) * scale * d_x  -  min * lane_sum
+// Group scales are computed once per block per row (block_groups), codes unpacked once per step
+// per row and used for all T tokens.
+template <class Ops, WeightType kType, int R, int T>
+void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
+                std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+  using F = typename Ops::F;
+  using I = typename Ops::I;
+  constexpr int kS = Ops::kSlices;
+  constexpr int kPerBlock = slices_per_block<kType>();
+  // Slices whose group scales are computed together: a K super-block, or kS 32-weight blocks.
+  constexpr int kUnit = kPerBlock > 1 ? kPerBlock : kS;
+  const std::int64_t n_slices = cols / kSliceElems;
+  const float* x_scales = xq.scales + x_offset_slices;
+  const std::int8_t* x_values = xq.values + x_offset_slices * kSliceElems;
+  const float* lane_sums = xq.lane_sums + x_offset_slices * 8;
+  const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
+  const std::size_t tile_bytes = R * row_bytes;
+  F acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
+  alignas(64) float group_scales[R][16], group_mins[R][16];
+  for (std::int64_t unit = 0; unit < n_slices; unit += kUnit) {
+    const int unit_slices = static_cast<int>(n_slices - unit < kUnit ? n_slices - unit : kUnit);
+    if (prefetch) {
+      const std::size_t from = tile_bytes * static_cast<std::size_t>(unit) / static_cast<std::size_t>(n_slices);
+      const std::size_t to = tile_bytes * static_cast<std::size_t>(unit + unit_slices) / static_cast<std::size_t>(n_slices);
+      prefetch_span(next_tile + from, to - from);
+    }
+    typename Ops::Groups scales[R], mins[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const std::uint8_t* row = row0 + i * row_bytes;
+      if constexpr (kPerBlock > 1) {
+        block_groups<kType>(row + (unit / kPerBlock) * block_bytes<kType>(), group_scales[i], group_mins[i]);
+      } else {
+        for (int k = 0; k < unit_slices; ++k) {
+          block_groups<kType>(row + (unit + k) * block_bytes<kType>(), group_scales[i] + k, group_mins[i] + k);
+        }
+      }
+      scales[i] = Ops::load_groups(group_scales[i]);
+      mins[i] = Ops::load_groups(group_mins[i]);
+    }
+    for (int first = 0; first < unit_slices; first += kS) {
+      const int n = unit_slices - first < kS ? unit_slices - first : kS;  // < kS only at a row's odd last block
+      const std::int64_t slice = unit + first;
+      I u[R];
+      F sc[R], mn[R];
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        __m256i parts[kS];
+        for (int k = 0; k < n; ++k) {
+          int s;
+          const std::uint8_t* block = slice_block<kType>(row0 + i * row_bytes, slice + k, &s);
+          parts[k] = slice_values_256<kType>(block, s);
+        }
+        u[i] = n == kS ? Ops::join(parts) : Ops::join_partial(parts, n);
+        sc[i] = Ops::template expand<group_elems<kType>()>(scales[i], first);
+        mn[i] = Ops::template expand<group_elems<kType>()>(mins[i], first);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xv_at = x_values + t * cols + slice * kSliceElems;
+        const float* ls_at = lane_sums + t * (cols / 4) + slice * 8;
+        const I xv = n == kS ? Ops::load_x(xv_at) : Ops::load_x_partial(xv_at, n);
+        const F dx = Ops::per_slice(x_scales + t * n_slices + slice, n);
+        const F ls = n == kS ? Ops::load_lanes(ls_at) : Ops::load_lanes_partial(ls_at, n);
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) {
+          acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(sc[i], dx), acc[i][t]);
+          acc[i][t] = Ops::fnmadd(mn[i], ls, acc[i][t]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
+}
+
+template <class Ops, int R, int T>
+void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r, float* y,
+          std::int64_t y_stride) {
+  // Later token groups re-read the tile from L1; only the first pass prefetches the next one.
+  const bool prefetch = t0 == 0;
+  const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+  float* yt = y + t0 * y_stride + r;
+  switch (w.type) {
+    case WeightType::kF32:
+      return Ops::template float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, x + t0 * w.cols, yt, y_stride, prefetch);
+    case WeightType::kF16:
+      return Ops::template float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, x + t0 * w.cols, yt, y_stride, prefetch);
+    case WeightType::kBF16:
+      return Ops::template float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, x + t0 * w.cols, yt, y_stride, prefetch);
+    case WeightType::kQ8_0: {
+      const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+      return Ops::template q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
+                                         y_stride, prefetch);
+    }
+    default:
+      with_slice_type(w.type, [&]<WeightType kType>() {
+        slice_tile<Ops, kType, R, T>(row0, w.row_bytes, w.cols, xq, t0 * (w.cols / kSliceElems), yt, y_stride, prefetch);
+      });
+  }
+}
+
+// Rows in tiles of R, tokens in tiles of up to 4.
+template <class Ops, int R>
+void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens, std::int64_t r,
+                 float* y, std::int64_t y_stride) {
+  for (int t0 = 0; t0 < n_tokens; t0 += 4) {
+    switch (n_tokens - t0) {
+      case 1: tile<Ops, R, 1>(w, x, xq, t0, r, y, y_stride); break;
+      case 2: tile<Ops, R, 2>(w, x, xq, t0, r, y, y_stride); break;
+      case 3: tile<Ops, R, 3>(w, x, xq, t0, r, y, y_stride); break;
+      default: tile<Ops, R, 4>(w, x, xq, t0, r, y, y_stride); break;
+    }
+  }
+}
+
+// Tiles of R rows x 8 tokens, for float weights in batches: each weight vector is loaded and
+// converted once for all 8 tokens, where 4 x 4 tiles do it twice (at 151936x896 f16, 8 tokens,
+// one thread, 12-13 GB/s against 8-9.5 with AVX-512). q8_0 and the slice types keep 4 x 4: their
+// per-token work per step (activation load, scales) is shared by 4 rows instead of 2.
+template <class Ops, int R>
+void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                      std::int64_t r, float* y, std::int64_t y_stride) {
+  int t0 = 0;
+  for (; t0 + 8 <= n_tokens; t0 += 8) tile<Ops, R, 8>(w, x, xq, t0, r, y, y_stride);
+  switch (n_tokens - t0) {
+    case 0: break;
+    case 1: tile<Ops, R, 1>(w, x, xq, t0, r, y, y_stride); break;
+    case 2: tile<Ops, R, 2>(w, x, xq, t0, r, y, y_stride); break;
+    case 3: tile<Ops, R, 3>(w, x, xq, t0, r, y, y_stride); break;
+    case 4: tile<Ops, R, 4>(w, x, xq, t0, r, y, y_stride); break;
+    case 5: tile<Ops, R, 5>(w, x, xq, t0, r, y, y_stride); break;
+    case 6: tile<Ops, R, 6>(w, x, xq, t0, r, y, y_stride); break;
+    default: tile<Ops, R, 7>(w, x, xq, t0, r, y, y_stride); break;
+  }
+}
+
+template <class Ops>
+void tiled_matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  std::int64_t r = row_begin;
+  if constexpr (Ops::kWideTokens > 0) {
+    if (n_tokens >= Ops::kWideTokens && !is_quantized(w.type)) {
+      for (; r + Ops::kWideRows <= row_end; r += Ops::kWideRows) tile_tokens_wide<Ops, Ops::kWideRows>(w, x, xq, n_tokens, r, y, y_stride);
+      for (; r < row_end; ++r) tile_tokens_wide<Ops, 1>(w, x, xq, n_tokens, r, y, y_stride);
+      return;
+    }
+  }
+  if (n_tokens == 1) {
+    for (; r + Ops::kSingleTokenRows <= row_end; r += Ops::kSingleTokenRows) {
+      tile<Ops, Ops::kSingleTokenRows, 1>(w, x, xq, 0, r, y, y_stride);
+    }
+  } else {
+    for (; r + Ops::kBatchRows <= row_end; r += Ops::kBatchRows) {
+      tile_tokens<Ops, Ops::kBatchRows>(w, x, xq, n_tokens, r, y, y_stride);
+    }
+  }
+  for (; r < row_end; ++r) tile_tokens<Ops, 1>(w, x, xq, n_tokens, r, y, y_stride);
+}
+
+// One slice-form row as f32 for the prefill path: codes widened to f32, then scale * u - min.
+template <WeightType kType>
+void dequantize_slice_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+  for (std::int64_t slice = 0; slice < cols / kSliceElems; ++slice, out += kSliceElems) {
+    int s;
+    const std::uint8_t* block = slice_block<kType>(row, slice, &s);
+    const SliceParams p = slice_params<kType>(block, s);
+    const __m256i u = slice_values_256<kType>(block, s);
+    const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 scale = _mm256_set1_ps(p.scale[h]), min = _mm256_set1_ps(p.min[h]);
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(halves[h]));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(halves[h], halves[h])));
+      _mm256_storeu_ps(out + h * 16, _mm256_fmsub_ps(scale, lo, min));
+      _mm256_storeu_ps(out + h * 16 + 8, _mm256_fmsub_ps(scale, hi, min));
+    }
+  }
+}
+
+template <class Ops>
+void tiled_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* row = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+    float* o = out + (r - row_begin) * w.cols;
+    switch (w.type) {
+      case WeightType::kF32: Ops::template dequantize_float_row<WeightType::kF32>(row, w.cols, o); break;
+      case WeightType::kF16: Ops::template dequantize_float_row<WeightType::kF16>(row, w.cols, o); break;
+      case WeightType::kBF16: Ops::template dequantize_float_row<WeightType::kBF16>(row, w.cols, o); break;
+      case WeightType::kQ8_0: Ops::dequantize_q8_0_row(row, w.cols, o); break;
+      default:
+        with_slice_type(w.type, [&]<WeightType kType>() { dequantize_slice_row<kType>(row, w.cols, o); });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvstash::kernels

@@ -1,0 +1,158 @@
+// Internal to kernels, for the SIMD translation units only (built with at least -mavx2 -mfma
+// -mf16c): the slice-form types of quant_formats.h unpacked with 256-bit integer instructions.
+//
+// slice_values_256<kType>(block, s): the 32 codes u of slice s as bytes.
+// block_groups<kType>(block, scales, mins): the scale and min of every group of the block (16 per
+// K super-block for the types with 16-weight groups, 8 for Q4_K/Q5_K, 1 for the 32-weight types),
+// computed once per block with vector instructions instead of once per slice in scalar code.
+//
+// Everything is in an unnamed namespace, like quant_formats.h, so each ISA's copy stays its own.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quant_formats.h"
+
+namespace kvstash::kernels {
+namespace {
+
+// Weights per group (one scale, one min): 16 or 32.
+template <WeightType kType>
+constexpr int group_elems() {
+  return kType == WeightType::kQ2_K || kType == WeightType::kQ3_K || kType == WeightType::kQ6_K ? 16 : 32;
+}
+
+inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+
+// Byte l of the result is 0x10 (or `value`) where bit l of the 32 bits is set.
+inline __m256i expand_bits(std::uint32_t bits, std::uint8_t value) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(static_cast<char>(value)));
+}
+
+// Byte l of the result is `value` where bit `bit` of byte l of v is set.
+inline __m256i select_bit(__m256i v, int bit, std::uint8_t value) {
+  const __m256i mask = _mm256_set1_epi8(static_cast<char>(1u << bit));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
+  return _mm256_and_si256(set, _mm256_set1_epi8(static_cast<char>(value)));
+}
+
+inline __m256i load256(const std::uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Nibbles of 16 bytes: low nibbles are weights 0-15, high nibbles 16-31.
+inline __m256i split_nibbles(const std::uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+  return _mm256_set_m128i(hi, lo);
+}
+
+template <WeightType kType>
+inline __m256i slice_values_256(const std::uint8_t* block, int s) {
+  if constexpr (kType == WeightType::kQ4_0) {
+    return split_nibbles(block + 2);
+  } else if constexpr (kType == WeightType::kQ4_1) {
+    return split_nibbles(block + 4);
+  } else if constexpr (kType == WeightType::kQ5_0 || kType == WeightType::kQ5_1) {
+    constexpr int kQh = kType == WeightType::kQ5_0 ? 2 : 4;
+    return _mm256_or_si256(split_nibbles(block + kQh + 4), expand_bits(u32_at(block + kQh), 0x10));
+  } else if constexpr (kType == WeightType::kQ2_K) {
+    const __m256i q = load256(block + 16 + (s / 4) * 32);
+    return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (s % 4))), _mm256_set1_epi8(3));
+  } else if constexpr (kType == WeightType::kQ3_K) {
+    const __m256i q = load256(block + 32 + (s / 4) * 32);
+    const __m256i low = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (s % 4))), _mm256_set1_epi8(3));
+    return _mm256_or_si256(low, select_bit(load256(block), s, 4));
+  } else if constexpr (kType == WeightType::kQ4_K) {
+    const __m256i q = load256(block + 16 + (s / 2) * 32);
+    return low_nibbles(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (s % 2))));
+  } else if constexpr (kType == WeightType::kQ5_K) {
+    const __m256i q = load256(block + 48 + (s / 2) * 32);
+    const __m256i nib = low_nibbles(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (s % 2))));
+    return _mm256_or_si256(nib, select_bit(load256(block + 16), s, 0x10));
+  } else {  // kQ6_K
+    const int h = s / 4, j = s % 4;
+    const __m256i ql = load256(block + h * 64 + (j % 2) * 32);
+    const __m256i nib = low_nibbles(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (j / 2))));
+    const __m256i qh = load256(block + 128 + h * 32);
+    const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(nib, _mm256_slli_epi16(top, 4));
+  }
+}
+
+// 16 bytes as two vectors of 8 floats each.
+inline void bytes_to_floats(__m128i bytes, bool is_signed, __m256* lo, __m256* hi) {
+  const __m128i upper = _mm_unpackhi_epi64(bytes, bytes);
+  *lo = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+  *hi = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(upper) : _mm256_cvtepu8_epi32(upper));
+}
+
+// Writes the block's group scales and mins (float[16] each; the 32-weight types fill entry 0,
+// Q4_K/Q5_K entries 0-7).
+template <WeightType kType>
+inline void block_groups(const std::uint8_t* block, float* scales, float* mins) {
+  if constexpr (slices_per_block<kType>() == 1) {
+    const SliceParams p = slice_params<kType>(block, 0);
+    scales[0] = p.scale[0];
+    mins[0] = p.min[0];
+  } else if constexpr (kType == WeightType::kQ2_K) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+    const __m256 d = _mm256_set1_ps(half_at(block + 80)), dmin = _mm256_set1_ps(half_at(block + 82));
+    __m256 lo, hi;
+    bytes_to_floats(_mm_and_si128(packed, _mm_set1_epi8(0x0f)), false, &lo, &hi);
+    _mm256_storeu_ps(scales, _mm256_mul_ps(lo, d));
+    _mm256_storeu_ps(scales + 8, _mm256_mul_ps(hi, d));
+    bytes_to_floats(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f)), false, &lo, &hi);
+    _mm256_storeu_ps(mins, _mm256_mul_ps(lo, dmin));
+    _mm256_storeu_ps(mins + 8, _mm256_mul_ps(hi, dmin));
+  } else if constexpr (kType == WeightType::kQ3_K || kType == WeightType::kQ6_K) {
+    __m128i codes;
+    float offset, d;
+    if constexpr (kType == WeightType::kQ3_K) {
+      // The 16 six-bit scales as bytes (quant_formats.h k3_scale, four at a time), then - 32.
+      const std::uint32_t a0 = u32_at(block + 96), a1 = u32_at(block + 100), a2 = u32_at(block + 104);
+      constexpr std::uint32_t kLow = 0x0f0f0f0f, kTwo = 0x03030303;
+      codes = _mm_setr_epi32(static_cast<int>((a0 & kLow) | (a2 & kTwo) << 4),
+                             static_cast<int>((a1 & kLow) | ((a2 >> 2) & kTwo) << 4),
+                             static_cast<int>(((a0 >> 4) & kLow) | ((a2 >> 4) & kTwo) << 4),
+                             static_cast<int>(((a1 >> 4) & kLow) | ((a2 >> 6) & kTwo) << 4));
+      codes = _mm_sub_epi8(codes, _mm_set1_epi8(32));
+      offset = 4.0f;
+      d = half_at(block + 108);
+    } else {
+      codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
+      offset = 32.0f;
+      d = half_at(block + 208);
+    }
+    __m256 lo, hi;
+    bytes_to_floats(codes, true, &lo, &hi);
+    const __m256 dv = _mm256_set1_ps(d), off = _mm256_set1_ps(offset);
+    lo = _mm256_mul_ps(lo, dv);
+    hi = _mm256_mul_ps(hi, dv);
+    _mm256_storeu_ps(scales, lo);
+    _mm256_storeu_ps(scales + 8, hi);
+    _mm256_storeu_ps(mins, _mm256_mul_ps(lo, off));
+    _mm256_storeu_ps(mins + 8, _mm256_mul_ps(hi, off));
+  } else {  // kQ4_K, kQ5_K: eight 6-bit scales then eight 6-bit mins (quant_formats.h k4_scale_min)
+    const std::uint32_t a0 = u32_at(block + 4), a1 = u32_at(block + 8), a2 = u32_at(block + 12);
+    constexpr std::uint32_t kSix = 0x3f3f3f3f, kLow = 0x0f0f0f0f, kTwo = 0x03030303;
+    const __m128i codes = _mm_setr_epi32(static_cast<int>(a0 & kSix),
+                                         static_cast<int>((a2 & kLow) | ((a0 >> 6) & kTwo) << 4),
+                                         static_cast<int>(a1 & kSix),
+                                         static_cast<int>(((a2 >> 4) & kLow) | ((a1 >> 6) & kTwo) << 4));
+    __m256 sc, mn;
+    bytes_to_floats(codes, false, &sc, &mn);
+    _mm256_storeu_ps(scales, _mm256_mul_ps(sc, _mm256_set1_ps(half_at(block))));
+    _mm256_storeu_ps(mins, _mm256_mul_ps(mn, _mm256_set1_ps(half_at(block + 2))));
+  }
+}
+
+}  // namespace
+}  // namespace kvstash::kernels
