@@ -58,7 +58,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
   thread_local std::vector<RowTask> tasks;
-  thread_local std::vector<float> lane_sums;
+  thread_local std::vector<float> lane_sums, group_sums;
   std::int64_t total_rows = 0;
   bool any_quantized = false, any_slice_form = false;
   for (const WeightView& w : ws) {
@@ -82,6 +82,12 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
             scales[static_cast<std::size_t>(i / 8)] * static_cast<float>(q[0] + q[1] + q[2] + q[3]);
       }
       xq.lane_sums = lane_sums.data();
+      group_sums.resize(static_cast<std::size_t>(n / 16));
+      for (std::int64_t i = 0; i < n / 16; ++i) {
+        const float* l = lane_sums.data() + i * 4;
+        group_sums[static_cast<std::size_t>(i)] = l[0] + l[1] + l[2] + l[3];
+      }
+      xq.group_sums = group_sums.data();
     }
   }
   const std::int64_t max_tasks = static_cast<std::int64_t>(pool.size()) * kDecodeTasksPerThread;

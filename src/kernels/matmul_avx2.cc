@@ -191,7 +191,20 @@ struct Ops {
   struct Groups {
     __m256 lo, hi;
   };
-  static Groups load_groups(const float* g) { return {_mm256_load_ps(g), _mm256_load_ps(g + 8)}; }
+  static Groups load_groups(const float* g) { return {_mm256_loadu_ps(g), _mm256_loadu_ps(g + 8)}; }
+  static Groups groups(__m256 lo, __m256 hi) { return {lo, hi}; }
+  static F splat(float v) { return _mm256_set1_ps(v); }
+  static F fmsub(F a, F b, F c) { return _mm256_fmsub_ps(a, b, c); }
+  static F fnmadd_groups(const Groups& a, const Groups& b, F c) {
+    return _mm256_fnmadd_ps(a.lo, b.lo, _mm256_fnmadd_ps(a.hi, b.hi, c));
+  }
+  template <WeightType kType>
+  static I unpack_slices(const std::uint8_t* block, int first) { return slice_values_256<kType>(block, first); }
+  template <WeightType kType>
+  static I unpack_blocks(const std::uint8_t* block) { return slice_values_256<kType>(block, 0); }
+  template <WeightType kType>
+  static F block_halves(const std::uint8_t* block, int offset) { return _mm256_set1_ps(half_at(block + offset)); }
+  static F splat_lone(float v) { return _mm256_set1_ps(v); }
   template <int kGroupElems>
   static F expand(const Groups& g, int slice) {
     if constexpr (kGroupElems == 32) {

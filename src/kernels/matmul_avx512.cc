@@ -175,6 +175,71 @@ void dequantize_float_row(const std::uint8_t* row, std::int64_t cols, float* out
   }
 }
 
+// Two slices' codes at once, 512 bits wide: slices `first` and `first` + 1 of a K super-block
+// (first even) share their source bytes, shifted differently in the two 256-bit halves; two
+// consecutive 32-weight blocks are put side by side. Same codes as quant_unpack_avx2.h's
+// slice_values_256, which the tests hold both paths to.
+inline __m512i both_halves(const std::uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Shifts the 16-bit words of the lower half right by `lo`, of the upper half by `hi`.
+inline __m512i shift_halves(__m512i v, int lo, int hi) {
+  const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(lo)),
+                                            _mm256_set1_epi16(static_cast<short>(hi)), 1);
+  return _mm512_srlv_epi16(v, counts);
+}
+
+// Byte mask: bit `lo` of each lower-half byte, bit `hi` of each upper-half byte.
+inline __mmask64 test_bits(__m512i v, int lo, int hi) {
+  const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1u << lo)),
+                                          _mm256_set1_epi8(static_cast<char>(1u << hi)), 1);
+  return _mm512_test_epi8_mask(v, bits);
+}
+
+template <WeightType kType>
+inline __m512i unpack_k_pair(const std::uint8_t* block, int first) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
+  const int h = first / 4, j = first % 4;
+  if constexpr (kType == WeightType::kQ2_K) {
+    return _mm512_and_si512(shift_halves(both_halves(block + 16 + h * 32), 2 * j, 2 * j + 2), low2);
+  } else if constexpr (kType == WeightType::kQ3_K) {
+    const __m512i low = _mm512_and_si512(shift_halves(both_halves(block + 32 + h * 32), 2 * j, 2 * j + 2), low2);
+    return _mm512_mask_add_epi8(low, test_bits(both_halves(block), first, first + 1), low, _mm512_set1_epi8(4));
+  } else if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
+    const __m512i q = both_halves(block + (kType == WeightType::kQ4_K ? 16 : 48) + (first / 2) * 32);
+    __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
+    if constexpr (kType == WeightType::kQ5_K) {
+      u = _mm512_mask_add_epi8(u, test_bits(both_halves(block + 16), first, first + 1), u, _mm512_set1_epi8(16));
+    }
+    return u;
+  } else {  // kQ6_K: slices j, j + 1 take ql bytes 0-31 and 32-63 of their half, the same nibble
+    const __m512i ql = _mm512_loadu_si512(block + h * 64);
+    const __m512i nib = _mm512_and_si512(_mm512_srli_epi16(ql, 2 * j), low4);  // j is 0 or 2: nibble 0 or 1
+    const __m512i top = _mm512_and_si512(shift_halves(both_halves(block + 128 + h * 32), 2 * j, 2 * j + 2), low2);
+    return _mm512_or_si512(nib, _mm512_slli_epi16(top, 4));
+  }
+}
+
+// Two consecutive 32-weight blocks (Q4_0/Q4_1/Q5_0/Q5_1): nibbles as [lo0 hi0 lo1 hi1] per 128 bits,
+// and for Q5 the two 32-bit qh words are exactly the 64-byte mask of the fifth bits.
+template <WeightType kType>
+inline __m512i unpack_block_pair(const std::uint8_t* block) {
+  constexpr std::size_t kBytes = block_bytes<kType>();
+  constexpr int kQs = kType == WeightType::kQ4_0 ? 2 : kType == WeightType::kQ4_1 ? 4 : kType == WeightType::kQ5_0 ? 6 : 8;
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kQs));
+  const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kBytes + kQs));
+  const __m512i pair = _mm512_castsi256_si512(_mm256_set_m128i(q1, q0));
+  const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), pair);
+  __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(spread, 0xff00ff00u, spread, 4), _mm512_set1_epi8(0x0f));
+  if constexpr (kType == WeightType::kQ5_0 || kType == WeightType::kQ5_1) {
+    constexpr int kQh = kQs - 4;
+    const std::uint64_t bits = u32_at(block + kQh) | static_cast<std::uint64_t>(u32_at(block + kBytes + kQh)) << 32;
+    u = _mm512_mask_add_epi8(u, _cvtu64_mask64(bits), u, _mm512_set1_epi8(16));
+  }
+  return u;
+}
+
 // This level's primitives for matmul_tiles.h: two 32-weight slices per 512-bit register.
 struct Ops {
   using F = __m512;
@@ -224,9 +289,26 @@ struct Ops {
     return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(two));
   }
   using Groups = __m512;
-  static Groups load_groups(const float* g) { return _mm512_load_ps(g); }
+  static Groups load_groups(const float* g) { return _mm512_loadu_ps(g); }
+  static Groups groups(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
   // Lane l of slices `slice` and `slice` + 1 (4 weights per lane) takes group
   // (slice * 32 + l * 4) / kGroupElems.
+  static F splat(float v) { return _mm512_set1_ps(v); }
+  static F fmsub(F a, F b, F c) { return _mm512_fmsub_ps(a, b, c); }
+  static F fnmadd_groups(Groups a, Groups b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  template <WeightType kType>
+  static I unpack_slices(const std::uint8_t* block, int first) { return unpack_k_pair<kType>(block, first); }
+  template <WeightType kType>
+  static I unpack_blocks(const std::uint8_t* block) { return unpack_block_pair<kType>(block); }
+  template <WeightType kType>
+  static F block_halves(const std::uint8_t* block, int offset) {
+    std::uint16_t h0, h1;
+    std::memcpy(&h0, block + offset, 2);
+    std::memcpy(&h1, block + block_bytes<kType>() + offset, 2);
+    const __m128 two = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | static_cast<std::uint32_t>(h1) << 16)));
+    return pair_scales(two);
+  }
+  static F splat_lone(float v) { return _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(v)); }
   template <int kGroupElems>
   static F expand(const Groups& g, int slice) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

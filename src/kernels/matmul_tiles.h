@@ -19,8 +19,15 @@
 //   load_x(const int8_t*), load_x_partial(const int8_t*, int n_slices) -> I;
 //   load_lanes(const float*), load_lanes_partial(const float*, int n_slices) -> F (8 lanes per slice);
 //   dot(I u, I x) -> F: per 4-byte lane the sum of u * x (u unsigned <= 63, x signed), as float;
-//   per_slice(const float* v, int n_slices) -> F: v[k] over slice k's 8 lanes;
-//   Groups; load_groups(const float* g16) -> Groups;
+//   per_slice(const float* v, int n_slices) -> F: v[k] over slice k's 8 lanes (0 past n_slices);
+//   template <WeightType> unpack_slices(block, first) -> I: codes of slices first.. of a K block;
+//   template <WeightType> unpack_blocks(block) -> I: codes of kSlices consecutive 32-weight blocks;
+//   block_halves(block, offset) -> F: the f16 at `offset` of each of kSlices consecutive blocks
+//   over its 8 lanes; splat_lone(v) -> F: v over the first slice's lanes, 0 elsewhere;
+//   splat(float), fmsub(a, b, c) = a b - c;
+//   Groups (16 floats); load_groups(const float* g16), groups(__m256 lo, __m256 hi) -> Groups;
+//   fnmadd_groups(a, b, F c) = c - a b
+//   summed into c's lanes in any order;
 //   template <int kGroupElems> expand(const Groups&, int first_slice) -> F: per lane its group's value.
 //
 // Everything is in an unnamed namespace: each ISA's instantiations stay in its own object file.
@@ -58,81 +65,58 @@ inline std::size_t prefetch_distance(std::size_t tile_bytes) {
   return (tiles < 1 ? 1 : tiles) * tile_bytes;
 }
 
-// Slice-form weights (R rows) against quantized activations (T tokens):
-//   y = sum over slices of  sum over 4-value lanes  dot(u, x_q) * scale * d_x  -  min * lane_sum
-// Group scales are computed once per block per row (block_groups), codes unpacked once per step
-// per row and used for all T tokens.
+// Slice-form weights (R rows) against quantized activations (T tokens). Per 4-value lane,
+//   y += dot(u, x_q) * scale * d_x  -  min * (d_x * sum of the lane's x_q)
+// K types go a super-block at a time: group scales once per block and row (block_groups), the
+// min term once per block as 16 mins times the activations' 16 sums per 16 weights, then kSlices
+// slices per step with their codes unpacked once for all T tokens.
 template <class Ops, WeightType kType, int R, int T>
-void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
-                std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+void k_slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
+                  std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
   using F = typename Ops::F;
   using I = typename Ops::I;
   constexpr int kS = Ops::kSlices;
   constexpr int kPerBlock = slices_per_block<kType>();
-  // Slices whose group scales are computed together: a K super-block, or kS 32-weight blocks.
-  constexpr int kUnit = kPerBlock > 1 ? kPerBlock : kS;
-  const std::int64_t n_slices = cols / kSliceElems;
+  constexpr std::size_t kBlockBytes = block_bytes<kType>();
+  const std::int64_t n_slices = cols / kSliceElems, n_blocks = n_slices / kPerBlock;
   const float* x_scales = xq.scales + x_offset_slices;
   const std::int8_t* x_values = xq.values + x_offset_slices * kSliceElems;
-  const float* lane_sums = xq.lane_sums + x_offset_slices * 8;
+  const float* group_sums = xq.group_sums + x_offset_slices * 2;
   const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
-  const std::size_t tile_bytes = R * row_bytes;
   F acc[R][T];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
-  alignas(64) float group_scales[R][16], group_mins[R][16];
-  for (std::int64_t unit = 0; unit < n_slices; unit += kUnit) {
-    const int unit_slices = static_cast<int>(n_slices - unit < kUnit ? n_slices - unit : kUnit);
-    if (prefetch) {
-      const std::size_t from = tile_bytes * static_cast<std::size_t>(unit) / static_cast<std::size_t>(n_slices);
-      const std::size_t to = tile_bytes * static_cast<std::size_t>(unit + unit_slices) / static_cast<std::size_t>(n_slices);
-      prefetch_span(next_tile + from, to - from);
-    }
-    typename Ops::Groups scales[R], mins[R];
+  for (std::int64_t b = 0; b < n_blocks; ++b) {
+    if (prefetch) prefetch_span(next_tile + b * kBlockBytes * R, kBlockBytes * R);
+    typename Ops::Groups scales[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const std::uint8_t* row = row0 + i * row_bytes;
-      if constexpr (kPerBlock > 1) {
-        block_groups<kType>(row + (unit / kPerBlock) * block_bytes<kType>(), group_scales[i], group_mins[i]);
-      } else {
-        for (int k = 0; k < unit_slices; ++k) {
-          block_groups<kType>(row + (unit + k) * block_bytes<kType>(), group_scales[i] + k, group_mins[i] + k);
-        }
+      const BlockGroups g = block_groups<kType>(row0 + i * row_bytes + b * kBlockBytes);
+      scales[i] = Ops::groups(g.scale_lo, g.scale_hi);
+      const typename Ops::Groups mins = Ops::groups(g.min_lo, g.min_hi);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        acc[i][t] = Ops::fnmadd_groups(mins, Ops::load_groups(group_sums + t * (cols / 16) + b * 16), acc[i][t]);
       }
-      scales[i] = Ops::load_groups(group_scales[i]);
-      mins[i] = Ops::load_groups(group_mins[i]);
     }
-    for (int first = 0; first < unit_slices; first += kS) {
-      const int n = unit_slices - first < kS ? unit_slices - first : kS;  // < kS only at a row's odd last block
-      const std::int64_t slice = unit + first;
+#pragma GCC unroll 8
+    for (int first = 0; first < kPerBlock; first += kS) {
+      const std::int64_t slice = b * kPerBlock + first;
       I u[R];
-      F sc[R], mn[R];
+      F sc[R];
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
-        __m256i parts[kS];
-        for (int k = 0; k < n; ++k) {
-          int s;
-          const std::uint8_t* block = slice_block<kType>(row0 + i * row_bytes, slice + k, &s);
-          parts[k] = slice_values_256<kType>(block, s);
-        }
-        u[i] = n == kS ? Ops::join(parts) : Ops::join_partial(parts, n);
+        u[i] = Ops::template unpack_slices<kType>(row0 + i * row_bytes + b * kBlockBytes, first);
         sc[i] = Ops::template expand<group_elems<kType>()>(scales[i], first);
-        mn[i] = Ops::template expand<group_elems<kType>()>(mins[i], first);
       }
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
-        const std::int8_t* xv_at = x_values + t * cols + slice * kSliceElems;
-        const float* ls_at = lane_sums + t * (cols / 4) + slice * 8;
-        const I xv = n == kS ? Ops::load_x(xv_at) : Ops::load_x_partial(xv_at, n);
-        const F dx = Ops::per_slice(x_scales + t * n_slices + slice, n);
-        const F ls = n == kS ? Ops::load_lanes(ls_at) : Ops::load_lanes_partial(ls_at, n);
+        const I xv = Ops::load_x(x_values + t * cols + slice * kSliceElems);
+        const F dx = Ops::per_slice(x_scales + t * n_slices + slice, kS);
 #pragma GCC unroll 16
-        for (int i = 0; i < R; ++i) {
-          acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(sc[i], dx), acc[i][t]);
-          acc[i][t] = Ops::fnmadd(mn[i], ls, acc[i][t]);
-        }
+        for (int i = 0; i < R; ++i) acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(sc[i], dx), acc[i][t]);
       }
     }
   }
@@ -140,6 +124,83 @@ void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t co
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
+}
+
+// The 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1), kSlices blocks per step. Q4_0/Q5_0 subtract an
+// offset (8, 16) times d: with min = offset * d the lane term is d * (dot * d_x - offset * lane_sum),
+// one fused multiply-subtract per token shared by the R rows' scales. Q4_1/Q5_1 add m * lane_sum.
+template <class Ops, WeightType kType, int R, int T>
+void block32_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
+                  std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+  using F = typename Ops::F;
+  using I = typename Ops::I;
+  constexpr int kS = Ops::kSlices;
+  constexpr std::size_t kBlockBytes = block_bytes<kType>();
+  constexpr bool kAffine = kType == WeightType::kQ4_1 || kType == WeightType::kQ5_1;
+  constexpr float kOffset = kType == WeightType::kQ4_0 ? 8.0f : 16.0f;
+  const std::int64_t n_blocks = cols / kSliceElems;
+  const float* x_scales = xq.scales + x_offset_slices;
+  const std::int8_t* x_values = xq.values + x_offset_slices * kSliceElems;
+  const float* lane_sums = xq.lane_sums + x_offset_slices * 8;
+  const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
+  F acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
+  for (std::int64_t b = 0; b < n_blocks; b += kS) {
+    const int n = n_blocks - b < kS ? static_cast<int>(n_blocks - b) : kS;  // < kS only at an odd last block
+    if (prefetch) prefetch_span(next_tile + b * kBlockBytes * R, kBlockBytes * R * kS);
+    I u[R];
+    F d[R], m[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const std::uint8_t* block = row0 + i * row_bytes + b * kBlockBytes;
+      if (n == kS) {
+        u[i] = Ops::template unpack_blocks<kType>(block);
+        d[i] = Ops::template block_halves<kType>(block, 0);
+        if constexpr (kAffine) m[i] = Ops::template block_halves<kType>(block, 2);
+      } else {
+        __m256i part = slice_values_256<kType>(block, 0);
+        u[i] = Ops::join_partial(&part, 1);
+        d[i] = Ops::splat_lone(half_at(block));
+        if constexpr (kAffine) m[i] = Ops::splat_lone(half_at(block + 2));
+      }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const std::int8_t* xv_at = x_values + t * cols + b * kSliceElems;
+      const float* ls_at = lane_sums + t * (cols / 4) + b * 8;
+      const I xv = n == kS ? Ops::load_x(xv_at) : Ops::load_x_partial(xv_at, n);
+      const F dx = Ops::per_slice(x_scales + t * n_blocks + b, n);
+      const F ls = n == kS ? Ops::load_lanes(ls_at) : Ops::load_lanes_partial(ls_at, n);
+      if constexpr (kAffine) {
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) {
+          acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(d[i], dx), acc[i][t]);
+          acc[i][t] = Ops::fma(m[i], ls, acc[i][t]);
+        }
+      } else {
+        const F offset_ls = Ops::mul(Ops::splat(kOffset), ls);
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) acc[i][t] = Ops::fma(d[i], Ops::fmsub(Ops::dot(u[i], xv), dx, offset_ls), acc[i][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
+}
+
+template <class Ops, WeightType kType, int R, int T>
+void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
+                std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+  if constexpr (slices_per_block<kType>() > 1) {
+    k_slice_tile<Ops, kType, R, T>(row0, row_bytes, cols, xq, x_offset_slices, y, y_stride, prefetch);
+  } else {
+    block32_tile<Ops, kType, R, T>(row0, row_bytes, cols, xq, x_offset_slices, y, y_stride, prefetch);
+  }
 }
 
 template <class Ops, int R, int T>

@@ -2,9 +2,9 @@
 // -mf16c): the slice-form types of quant_formats.h unpacked with 256-bit integer instructions.
 //
 // slice_values_256<kType>(block, s): the 32 codes u of slice s as bytes.
-// block_groups<kType>(block, scales, mins): the scale and min of every group of the block (16 per
-// K super-block for the types with 16-weight groups, 8 for Q4_K/Q5_K, 1 for the 32-weight types),
-// computed once per block with vector instructions instead of once per slice in scalar code.
+// block_groups<kType>(block): for a K super-block, the scale of every group (16 for the types with
+// 16-weight groups, 8 for Q4_K/Q5_K) and the min of every 16 weights, computed once per block
+// with vector instructions instead of once per slice in scalar code.
 //
 // Everything is in an unnamed namespace, like quant_formats.h, so each ISA's copy stays its own.
 #pragma once
@@ -94,24 +94,27 @@ inline void bytes_to_floats(__m128i bytes, bool is_signed, __m256* lo, __m256* h
   *hi = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(upper) : _mm256_cvtepu8_epi32(upper));
 }
 
-// Writes the block's group scales and mins (float[16] each; the 32-weight types fill entry 0,
-// Q4_K/Q5_K entries 0-7).
+// A K super-block's group scales (16 groups of 16 weights, or Q4_K/Q5_K's 8 groups of 32 in
+// `scales.lo`) and its mins per 16 weights, as registers: storing them and reloading them wider
+// would stall on store forwarding every block.
+struct BlockGroups {
+  __m256 scale_lo, scale_hi;  // groups 0-7, 8-15
+  __m256 min_lo, min_hi;      // weights 0-127, 128-255 in 16s
+};
+
 template <WeightType kType>
-inline void block_groups(const std::uint8_t* block, float* scales, float* mins) {
-  if constexpr (slices_per_block<kType>() == 1) {
-    const SliceParams p = slice_params<kType>(block, 0);
-    scales[0] = p.scale[0];
-    mins[0] = p.min[0];
-  } else if constexpr (kType == WeightType::kQ2_K) {
+inline BlockGroups block_groups(const std::uint8_t* block) {
+  BlockGroups g;
+  if constexpr (kType == WeightType::kQ2_K) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
     const __m256 d = _mm256_set1_ps(half_at(block + 80)), dmin = _mm256_set1_ps(half_at(block + 82));
     __m256 lo, hi;
     bytes_to_floats(_mm_and_si128(packed, _mm_set1_epi8(0x0f)), false, &lo, &hi);
-    _mm256_storeu_ps(scales, _mm256_mul_ps(lo, d));
-    _mm256_storeu_ps(scales + 8, _mm256_mul_ps(hi, d));
+    g.scale_lo = _mm256_mul_ps(lo, d);
+    g.scale_hi = _mm256_mul_ps(hi, d);
     bytes_to_floats(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f)), false, &lo, &hi);
-    _mm256_storeu_ps(mins, _mm256_mul_ps(lo, dmin));
-    _mm256_storeu_ps(mins + 8, _mm256_mul_ps(hi, dmin));
+    g.min_lo = _mm256_mul_ps(lo, dmin);
+    g.min_hi = _mm256_mul_ps(hi, dmin);
   } else if constexpr (kType == WeightType::kQ3_K || kType == WeightType::kQ6_K) {
     __m128i codes;
     float offset, d;
@@ -134,12 +137,10 @@ inline void block_groups(const std::uint8_t* block, float* scales, float* mins) 
     __m256 lo, hi;
     bytes_to_floats(codes, true, &lo, &hi);
     const __m256 dv = _mm256_set1_ps(d), off = _mm256_set1_ps(offset);
-    lo = _mm256_mul_ps(lo, dv);
-    hi = _mm256_mul_ps(hi, dv);
-    _mm256_storeu_ps(scales, lo);
-    _mm256_storeu_ps(scales + 8, hi);
-    _mm256_storeu_ps(mins, _mm256_mul_ps(lo, off));
-    _mm256_storeu_ps(mins + 8, _mm256_mul_ps(hi, off));
+    g.scale_lo = _mm256_mul_ps(lo, dv);
+    g.scale_hi = _mm256_mul_ps(hi, dv);
+    g.min_lo = _mm256_mul_ps(g.scale_lo, off);
+    g.min_hi = _mm256_mul_ps(g.scale_hi, off);
   } else {  // kQ4_K, kQ5_K: eight 6-bit scales then eight 6-bit mins (quant_formats.h k4_scale_min)
     const std::uint32_t a0 = u32_at(block + 4), a1 = u32_at(block + 8), a2 = u32_at(block + 12);
     constexpr std::uint32_t kSix = 0x3f3f3f3f, kLow = 0x0f0f0f0f, kTwo = 0x03030303;
@@ -149,9 +150,14 @@ inline void block_groups(const std::uint8_t* block, float* scales, float* mins) 
                                          static_cast<int>(((a2 >> 4) & kLow) | ((a1 >> 6) & kTwo) << 4));
     __m256 sc, mn;
     bytes_to_floats(codes, false, &sc, &mn);
-    _mm256_storeu_ps(scales, _mm256_mul_ps(sc, _mm256_set1_ps(half_at(block))));
-    _mm256_storeu_ps(mins, _mm256_mul_ps(mn, _mm256_set1_ps(half_at(block + 2))));
+    g.scale_lo = _mm256_mul_ps(sc, _mm256_set1_ps(half_at(block)));
+    g.scale_hi = g.scale_lo;  // unused: 8 groups
+    // Mins per 16 weights (each 32-weight group's twice), to pair with the activations' sums per 16.
+    mn = _mm256_mul_ps(mn, _mm256_set1_ps(half_at(block + 2)));
+    g.min_lo = _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    g.min_hi = _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
   }
+  return g;
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct QuantizedActivations {
   const float* scales = nullptr;     // [n_tokens * blocks_per_row]
   const std::int8_t* values = nullptr;  // [n_tokens * cols]
   const float* lane_sums = nullptr;  // [n_tokens * cols / 4]; only for slice-form weights
+  const float* group_sums = nullptr;  // [n_tokens * cols / 16]: the same per 16 values (K types' mins)
 };
 
 struct KernelTable {
