@@ -205,6 +205,14 @@ struct Ops {
   template <WeightType kType>
   static F block_halves(const std::uint8_t* block, int offset) { return _mm256_set1_ps(half_at(block + offset)); }
   static F splat_lone(float v) { return _mm256_set1_ps(v); }
+  static Groups mul_groups(const Groups& a, const Groups& b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  template <int kGroupElems>
+  static Groups dx_groups(const float* dx8) {
+    const __m256 dx = _mm256_loadu_ps(dx8);
+    if constexpr (kGroupElems == 32) return {dx, dx};
+    return {_mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+            _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))};
+  }
   template <int kGroupElems>
   static F expand(const Groups& g, int slice) {
     if constexpr (kGroupElems == 32) {

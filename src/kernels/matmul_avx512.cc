@@ -309,6 +309,13 @@ struct Ops {
     return pair_scales(two);
   }
   static F splat_lone(float v) { return _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(v)); }
+  static Groups mul_groups(Groups a, Groups b) { return _mm512_mul_ps(a, b); }
+  template <int kGroupElems>
+  static Groups dx_groups(const float* dx8) {
+    const __m512 dx = _mm512_castps256_ps512(_mm256_loadu_ps(dx8));
+    if constexpr (kGroupElems == 32) return dx;
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), dx);
+  }
   template <int kGroupElems>
   static F expand(const Groups& g, int slice) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

@@ -26,7 +26,9 @@
 //   over its 8 lanes; splat_lone(v) -> F: v over the first slice's lanes, 0 elsewhere;
 //   splat(float), fmsub(a, b, c) = a b - c;
 //   Groups (16 floats); load_groups(const float* g16), groups(__m256 lo, __m256 hi) -> Groups;
-//   fnmadd_groups(a, b, F c) = c - a b
+//   fnmadd_groups(a, b, F c) = c - a b; mul_groups(a, b);
+//   template <int kGroupElems> dx_groups(const float* dx8) -> Groups: the 8 slices' activation
+//   scales laid out as the groups (each twice for 16-weight groups);
 //   summed into c's lanes in any order;
 //   template <int kGroupElems> expand(const Groups&, int first_slice) -> F: per lane its group's value.
 //
@@ -67,71 +69,85 @@ inline std::size_t prefetch_distance(std::size_t tile_bytes) {
 
 // Slice-form weights (R rows) against quantized activations (T tokens). Per 4-value lane,
 //   y += dot(u, x_q) * scale * d_x  -  min * (d_x * sum of the lane's x_q)
-// K types go a super-block at a time: group scales once per block and row (block_groups), the
-// min term once per block as 16 mins times the activations' 16 sums per 16 weights, then kSlices
-// slices per step with their codes unpacked once for all T tokens.
+// A unit of 8 slices at a time (a K super-block, or 8 consecutive 32-weight blocks): group scales
+// once per unit and row (block_groups), the min term once per unit as 16 mins times the
+// activations' sums per 16 weights, then kSlices slices per step with their codes unpacked once
+// for all T tokens. At one token the scales are multiplied by the activation scales once per unit
+// (16 multiplies) rather than once per step.
 template <class Ops, WeightType kType, int R, int T>
-void k_slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
-                  std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+void unit_steps(typename Ops::F (&acc)[R][T], const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
+                const QuantizedActivations& xq, std::int64_t x_offset_slices, std::int64_t n_units, bool prefetch) {
   using F = typename Ops::F;
   using I = typename Ops::I;
+  using Groups = typename Ops::Groups;
   constexpr int kS = Ops::kSlices;
-  constexpr int kPerBlock = slices_per_block<kType>();
+  constexpr bool kK = slices_per_block<kType>() > 1;
   constexpr std::size_t kBlockBytes = block_bytes<kType>();
-  const std::int64_t n_slices = cols / kSliceElems, n_blocks = n_slices / kPerBlock;
+  constexpr std::size_t kUnitBytes = kK ? kBlockBytes : 8 * kBlockBytes;
+  constexpr int kG = group_elems<kType>();
+  const std::int64_t n_slices = cols / kSliceElems;
   const float* x_scales = xq.scales + x_offset_slices;
   const std::int8_t* x_values = xq.values + x_offset_slices * kSliceElems;
   const float* group_sums = xq.group_sums + x_offset_slices * 2;
   const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
-  F acc[R][T];
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
-  for (std::int64_t b = 0; b < n_blocks; ++b) {
-    if (prefetch) prefetch_span(next_tile + b * kBlockBytes * R, kBlockBytes * R);
-    typename Ops::Groups scales[R];
+  for (std::int64_t b = 0; b < n_units; ++b) {
+    if (prefetch) prefetch_span(next_tile + b * kUnitBytes * R, kUnitBytes * R);
+    Groups scales[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const BlockGroups g = block_groups<kType>(row0 + i * row_bytes + b * kBlockBytes);
+      const std::uint8_t* unit = row0 + i * row_bytes + b * kUnitBytes;
+      BlockGroups g;
+      if constexpr (kK) {
+        g = block_groups<kType>(unit);
+      } else {
+        g = block32_unit_groups<kType>(unit);
+      }
       scales[i] = Ops::groups(g.scale_lo, g.scale_hi);
-      const typename Ops::Groups mins = Ops::groups(g.min_lo, g.min_hi);
+      const Groups mins = Ops::groups(g.min_lo, g.min_hi);
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         acc[i][t] = Ops::fnmadd_groups(mins, Ops::load_groups(group_sums + t * (cols / 16) + b * 16), acc[i][t]);
       }
+      if constexpr (T == 1) scales[i] = Ops::mul_groups(scales[i], Ops::template dx_groups<kG>(x_scales + b * 8));
     }
 #pragma GCC unroll 8
-    for (int first = 0; first < kPerBlock; first += kS) {
-      const std::int64_t slice = b * kPerBlock + first;
+    for (int first = 0; first < 8; first += kS) {
+      const std::int64_t slice = b * 8 + first;
       I u[R];
       F sc[R];
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
-        u[i] = Ops::template unpack_slices<kType>(row0 + i * row_bytes + b * kBlockBytes, first);
-        sc[i] = Ops::template expand<group_elems<kType>()>(scales[i], first);
+        const std::uint8_t* unit = row0 + i * row_bytes + b * kUnitBytes;
+        if constexpr (kK) {
+          u[i] = Ops::template unpack_slices<kType>(unit, first);
+        } else {
+          u[i] = Ops::template unpack_blocks<kType>(unit + first * kBlockBytes);
+        }
+        sc[i] = Ops::template expand<kG>(scales[i], first);
       }
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const I xv = Ops::load_x(x_values + t * cols + slice * kSliceElems);
-        const F dx = Ops::per_slice(x_scales + t * n_slices + slice, kS);
+        if constexpr (T == 1) {
 #pragma GCC unroll 16
-        for (int i = 0; i < R; ++i) acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(sc[i], dx), acc[i][t]);
+          for (int i = 0; i < R; ++i) acc[i][t] = Ops::fma(Ops::dot(u[i], xv), sc[i], acc[i][t]);
+        } else {
+          const F dx = Ops::per_slice(x_scales + t * n_slices + slice, kS);
+#pragma GCC unroll 16
+          for (int i = 0; i < R; ++i) acc[i][t] = Ops::fma(Ops::dot(u[i], xv), Ops::mul(sc[i], dx), acc[i][t]);
+        }
       }
     }
   }
-#pragma GCC unroll 16
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
 }
 
-// The 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1), kSlices blocks per step. Q4_0/Q5_0 subtract an
-// offset (8, 16) times d: with min = offset * d the lane term is d * (dot * d_x - offset * lane_sum),
-// one fused multiply-subtract per token shared by the R rows' scales. Q4_1/Q5_1 add m * lane_sum.
+// The 32-weight types' blocks [first_block, n_blocks) that do not fill a unit of 8, kSlices blocks
+// per step. Q4_0/Q5_0 subtract an offset (8, 16) times d: with min = offset * d the lane term is
+// d * (dot * d_x - offset * lane_sum), one fused multiply-subtract per token shared by the R rows'
+// scales. Q4_1/Q5_1 add m * lane_sum.
 template <class Ops, WeightType kType, int R, int T>
-void block32_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
-                  std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
+void block32_steps(typename Ops::F (&acc)[R][T], const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
+                   const QuantizedActivations& xq, std::int64_t x_offset_slices, std::int64_t first_block) {
   using F = typename Ops::F;
   using I = typename Ops::I;
   constexpr int kS = Ops::kSlices;
@@ -142,15 +158,8 @@ void block32_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t 
   const float* x_scales = xq.scales + x_offset_slices;
   const std::int8_t* x_values = xq.values + x_offset_slices * kSliceElems;
   const float* lane_sums = xq.lane_sums + x_offset_slices * 8;
-  const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
-  F acc[R][T];
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
-  for (std::int64_t b = 0; b < n_blocks; b += kS) {
+  for (std::int64_t b = first_block; b < n_blocks; b += kS) {
     const int n = n_blocks - b < kS ? static_cast<int>(n_blocks - b) : kS;  // < kS only at an odd last block
-    if (prefetch) prefetch_span(next_tile + b * kBlockBytes * R, kBlockBytes * R * kS);
     I u[R];
     F d[R], m[R];
 #pragma GCC unroll 16
@@ -187,20 +196,32 @@ void block32_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t 
       }
     }
   }
-#pragma GCC unroll 16
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
 }
 
 template <class Ops, WeightType kType, int R, int T>
 void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const QuantizedActivations& xq,
                 std::int64_t x_offset_slices, float* y, std::int64_t y_stride, bool prefetch) {
-  if constexpr (slices_per_block<kType>() > 1) {
-    k_slice_tile<Ops, kType, R, T>(row0, row_bytes, cols, xq, x_offset_slices, y, y_stride, prefetch);
-  } else {
-    block32_tile<Ops, kType, R, T>(row0, row_bytes, cols, xq, x_offset_slices, y, y_stride, prefetch);
+  typename Ops::F acc[R][T];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[i][t] = Ops::zero();
+  const std::int64_t n_units = cols / (8 * kSliceElems);
+  unit_steps<Ops, kType, R, T>(acc, row0, row_bytes, cols, xq, x_offset_slices, n_units, prefetch);
+  if constexpr (slices_per_block<kType>() == 1) {
+    if (n_units * 8 < cols / kSliceElems) {
+      if (prefetch) {
+        const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
+        const std::size_t done = n_units * 8 * block_bytes<kType>() * R;
+        prefetch_span(next_tile + done, R * row_bytes - done);
+      }
+      block32_steps<Ops, kType, R, T>(acc, row0, row_bytes, cols, xq, x_offset_slices, n_units * 8);
+    }
   }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) y[t * y_stride + i] = Ops::reduce(acc[i][t]);
 }
 
 template <class Ops, int R, int T>

@@ -160,5 +160,34 @@ inline BlockGroups block_groups(const std::uint8_t* block) {
   return g;
 }
 
+// Eight consecutive 32-weight blocks (Q4_0/Q4_1/Q5_0/Q5_1) as one unit of 8 slices, in the
+// BlockGroups form of a K super-block: each block's d as its group scale, its min (offset * d, or
+// -m) per 16 weights. The 8 halves are gathered into one register and converted at once.
+template <WeightType kType>
+inline __m256 gather_halves(const std::uint8_t* first_block, int offset) {
+  constexpr std::size_t kBytes = block_bytes<kType>();
+  std::uint16_t h[8];
+  for (int k = 0; k < 8; ++k) std::memcpy(&h[k], first_block + k * kBytes + offset, 2);
+  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(h[0]), static_cast<short>(h[1]), static_cast<short>(h[2]),
+                                        static_cast<short>(h[3]), static_cast<short>(h[4]), static_cast<short>(h[5]),
+                                        static_cast<short>(h[6]), static_cast<short>(h[7])));
+}
+
+template <WeightType kType>
+inline BlockGroups block32_unit_groups(const std::uint8_t* first_block) {
+  BlockGroups g;
+  g.scale_lo = gather_halves<kType>(first_block, 0);
+  g.scale_hi = g.scale_lo;  // unused: 8 groups
+  __m256 mn;
+  if constexpr (kType == WeightType::kQ4_1 || kType == WeightType::kQ5_1) {
+    mn = _mm256_sub_ps(_mm256_setzero_ps(), gather_halves<kType>(first_block, 2));
+  } else {
+    mn = _mm256_mul_ps(g.scale_lo, _mm256_set1_ps(kType == WeightType::kQ4_0 ? 8.0f : 16.0f));
+  }
+  g.min_lo = _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  g.min_hi = _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+  return g;
+}
+
 }  // namespace
 }  // namespace kvstash::kernels
