@@ -308,21 +308,41 @@ void tiled_matmul_rows(const WeightView& w, const float* x, const QuantizedActiv
   for (; r < row_end; ++r) tile_tokens<Ops, 1>(w, x, xq, n_tokens, r, y, y_stride);
 }
 
-// One slice-form row as f32 for the prefill path: codes widened to f32, then scale * u - min.
+// One slice-form row as f32 for the prefill path: a block's scales and mins per 16 weights once
+// (block_groups for K super-blocks), then codes widened to f32 and scale * u - min.
 template <WeightType kType>
 void dequantize_slice_row(const std::uint8_t* row, std::int64_t cols, float* out) {
-  for (std::int64_t slice = 0; slice < cols / kSliceElems; ++slice, out += kSliceElems) {
-    int s;
-    const std::uint8_t* block = slice_block<kType>(row, slice, &s);
-    const SliceParams p = slice_params<kType>(block, s);
-    const __m256i u = slice_values_256<kType>(block, s);
-    const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
-    for (int h = 0; h < 2; ++h) {
-      const __m256 scale = _mm256_set1_ps(p.scale[h]), min = _mm256_set1_ps(p.min[h]);
-      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(halves[h]));
-      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(halves[h], halves[h])));
-      _mm256_storeu_ps(out + h * 16, _mm256_fmsub_ps(scale, lo, min));
-      _mm256_storeu_ps(out + h * 16 + 8, _mm256_fmsub_ps(scale, hi, min));
+  constexpr int kPer = slices_per_block<kType>();
+  const __m256i pairs_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), pairs_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+  for (std::int64_t b = 0; b < cols / (kSliceElems * kPer); ++b) {
+    const std::uint8_t* block = row + b * block_bytes<kType>();
+    alignas(32) float scale16[16], min16[16];
+    if constexpr (kPer > 1) {
+      const BlockGroups g = block_groups<kType>(block);
+      if constexpr (group_elems<kType>() == 32) {
+        _mm256_store_ps(scale16, _mm256_permutevar8x32_ps(g.scale_lo, pairs_lo));
+        _mm256_store_ps(scale16 + 8, _mm256_permutevar8x32_ps(g.scale_lo, pairs_hi));
+      } else {
+        _mm256_store_ps(scale16, g.scale_lo);
+        _mm256_store_ps(scale16 + 8, g.scale_hi);
+      }
+      _mm256_store_ps(min16, g.min_lo);
+      _mm256_store_ps(min16 + 8, g.min_hi);
+    } else {
+      const SliceParams p = slice_params<kType>(block, 0);
+      scale16[0] = scale16[1] = p.scale[0];
+      min16[0] = min16[1] = p.min[0];
+    }
+    for (int s = 0; s < kPer; ++s, out += kSliceElems) {
+      const __m256i u = slice_values_256<kType>(block, s);
+      const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_set1_ps(scale16[2 * s + h]), min = _mm256_set1_ps(min16[2 * s + h]);
+        const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(halves[h]));
+        const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(halves[h], halves[h])));
+        _mm256_storeu_ps(out + h * 16, _mm256_fmsub_ps(scale, lo, min));
+        _mm256_storeu_ps(out + h * 16 + 8, _mm256_fmsub_ps(scale, hi, min));
+      }
     }
   }
 }
