@@ -237,7 +237,9 @@ TEST(Quantize, EncodersRoundTripThroughTheReference) {
       const double err = std::fabs(back[i] - x[i]);
       worst = std::max(worst, err);
       sum_sq += err * err;
-      if (i >= 256 && i < 512) ASSERT_EQ(back[i], 0.0) << weight_type_name(type) << " at " << i;
+      if (i >= 256 && i < 512) {
+        ASSERT_EQ(back[i], 0.0) << weight_type_name(type) << " at " << i;
+      }
     }
     const int bits = type == WeightType::kQ2_K ? 2 : type == WeightType::kQ3_K ? 3
                    : (type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ4_K) ? 4
