@@ -142,12 +142,16 @@ inline BlockGroups block_groups(const std::uint8_t* block) {
     g.min_lo = _mm256_mul_ps(g.scale_lo, off);
     g.min_hi = _mm256_mul_ps(g.scale_hi, off);
   } else {  // kQ4_K, kQ5_K: eight 6-bit scales then eight 6-bit mins (quant_formats.h k4_scale_min)
-    const std::uint32_t a0 = u32_at(block + 4), a1 = u32_at(block + 8), a2 = u32_at(block + 12);
-    constexpr std::uint32_t kSix = 0x3f3f3f3f, kLow = 0x0f0f0f0f, kTwo = 0x03030303;
-    const __m128i codes = _mm_setr_epi32(static_cast<int>(a0 & kSix),
-                                         static_cast<int>((a2 & kLow) | ((a0 >> 6) & kTwo) << 4),
-                                         static_cast<int>(a1 & kSix),
-                                         static_cast<int>(((a2 >> 4) & kLow) | ((a1 >> 6) & kTwo) << 4));
+    // Bytes [sc0-3 | sc4-7 | m0-3 | m4-7] from the 12 packed bytes p (quant_formats.h k4_scale_min):
+    // sc0-3 = p0-3 & 63, m0-3 = p4-7 & 63, sc4-7 = (p8-11 & 15) | (p0-3 >> 6) << 4,
+    // m4-7 = (p8-11 >> 4) | (p4-7 >> 6) << 4. Shuffles instead of scalar code: the scalar version
+    // moved 4 words from general registers per block and cost as much as a block's dot products.
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));  // bytes 12-15: codes, unused
+    const __m128i a = _mm_shuffle_epi8(p, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i nibbles = _mm_blend_epi32(a, _mm_srli_epi16(a, 4), 0x8);
+    const __m128i low = _mm_and_si128(nibbles, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    const __m128i tops = _mm_shuffle_epi8(p, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i codes = _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(tops, 2), _mm_set1_epi8(0x30)));
     __m256 sc, mn;
     bytes_to_floats(codes, false, &sc, &mn);
     g.scale_lo = _mm256_mul_ps(sc, _mm256_set1_ps(half_at(block)));
