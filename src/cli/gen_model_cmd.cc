@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "modelgen/modelgen.h"
+#include "modelgen/quant_recipe.h"
 
 namespace kvstash::cli {
 namespace {
@@ -31,8 +32,10 @@ int gen_model_main(int argc, char** argv) {
   app.add_option("--preset", options.preset, "Model shape: " + join(modelgen::preset_names(), ", "))
       ->required()
       ->check(CLI::IsMember(modelgen::preset_names()));
-  app.add_option("--type", type_name, "Type of the weight matrices (norms and biases stay f32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
+  app.add_option("--type", type_name,
+                 "Type of the weight matrices (norms and biases stay f32): f32, f16, bf16, q8_0, or a quantization "
+                 "scheme with its per-tensor mixture (" + join(modelgen::quant_scheme_names(), ", ") + ")")
+      ->check(CLI::IsMember(modelgen::quant_scheme_names()))
       ->capture_default_str();
   app.add_option("--vocab", options.vocab_path,
                  "A vocabulary GGUF (e.g. ggml-vocab-qwen2.gguf) whose tokenizer.* keys are copied; "
@@ -58,7 +61,11 @@ int gen_model_main(int argc, char** argv) {
                                                          {"f16", gguf::TensorType::kF16},
                                                          {"bf16", gguf::TensorType::kBF16},
                                                          {"q8_0", gguf::TensorType::kQ8_0}};
-  options.type = types.at(type_name);
+  if (types.count(type_name) != 0) {
+    options.type = types.at(type_name);  // every matrix in this type, as before the schemes
+  } else {
+    options.scheme = type_name;  // per-tensor types from the scheme's recipe
+  }
 
   auto plan = modelgen::describe_model(options);
   if (!plan) {

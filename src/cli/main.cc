@@ -18,6 +18,7 @@ const Command kCommands[] = {
     {"run", kvstash::cli::run_main, "generate text from a prompt and print timings"},
     {"tokenize", kvstash::cli::tokenize_main, "print the token ids of stdin's text"},
     {"gen-model", kvstash::cli::gen_model_main, "write a GGUF model with random weights in a real model's shapes"},
+    {"quantize", kvstash::cli::quantize_main, "convert an f32/f16/bf16 GGUF model to q4_k_m, q6_k, q8_0, ..."},
     {"bench-engine", kvstash::cli::bench_engine_main, "engine prefill/decode speed against the machine's GEMM peak and memory bandwidth"},
     {"bench", kvstash::cli::bench_main, "benchmark any OpenAI-compatible server (TTFT, ITL, TPOT, cache hit rate)"},
     {"cache", kvstash::cli::cache_main, "inspect, verify or clear a KV chunk store"},

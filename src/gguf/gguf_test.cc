@@ -207,9 +207,48 @@ TEST_F(GgufTest, WriterRefusesBadTensors) {
   EXPECT_EQ(w.add_tensor("q", TensorType::kQ8_0, {33}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(w.add_tensor("z", TensorType::kF32, {4, 0}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(w.add_tensor("five", TensorType::kF32, {1, 1, 1, 1, 1}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.add_tensor("iq", TensorType::kIQ2_XXS, {256}).code(), StatusCode::kUnsupported);
+  EXPECT_EQ(w.add_tensor("t99", static_cast<TensorType>(99), {256}).code(), StatusCode::kUnsupported);
   ASSERT_TRUE(w.add_tensor("a", TensorType::kF32, {4}).is_ok());
   EXPECT_EQ(w.add_tensor("a", TensorType::kF32, {4}).code(), StatusCode::kInvalidArgument);
+}
+
+// A quantized tensor cut short by a truncated file, or whose row length does not fill whole
+// blocks, is refused with an error that names it.
+TEST_F(GgufTest, TruncatedOrInconsistentQuantizedTensorIsRefusedByName) {
+  Writer w;
+  ASSERT_TRUE(w.add_tensor("blk.0.ffn_down.weight", TensorType::kQ4_K, {512, 2}).is_ok());
+  ASSERT_TRUE(w.add_tensor("blk.0.attn_v.weight", TensorType::kQ6_K, {256, 2}).is_ok());
+  const std::string p = path("q.gguf");
+  ASSERT_TRUE(w.write(p, pattern_fill()).is_ok());
+  ASSERT_TRUE(File::open(p)) << "the intact file opens";
+
+  const std::uintmax_t size = fs::file_size(p);
+  fs::copy_file(p, path("cut.gguf"));
+  fs::resize_file(path("cut.gguf"), size - 100);  // inside the last tensor, the q6_K one
+  auto cut = File::open(path("cut.gguf"));
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(cut.status().message().find("blk.0.attn_v.weight"), std::string::npos) << cut.status().message();
+
+  // Row length 512 -> 400: not a multiple of q4_K's 256-weight super-block.
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string name = "blk.0.ffn_down.weight";
+  const std::size_t at = bytes.find(name) + name.size() + 4;  // after the name: u32 n_dims, then dims[0]
+  std::uint64_t dim0;
+  std::memcpy(&dim0, bytes.data() + at, 8);
+  ASSERT_EQ(dim0, 512u);
+  dim0 = 400;
+  std::memcpy(bytes.data() + at, &dim0, 8);
+  std::ofstream(path("bad.gguf"), std::ios::binary) << bytes;
+  auto bad = File::open(path("bad.gguf"));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(bad.status().message().find(name), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("q4_K"), std::string::npos) << bad.status().message();
 }
 
 TEST_F(GgufTest, FailedFillLeavesNoFile) {
@@ -228,7 +267,12 @@ TEST_F(GgufTest, TypeNamesAndLayouts) {
   EXPECT_EQ(e, 256u); EXPECT_EQ(b, 210u);
   ASSERT_TRUE(tensor_type_layout(TensorType::kBF16, &e, &b));
   EXPECT_EQ(e, 1u); EXPECT_EQ(b, 2u);
-  EXPECT_FALSE(tensor_type_layout(TensorType::kIQ4_XS, &e, &b));
+  ASSERT_TRUE(tensor_type_layout(TensorType::kIQ4_XS, &e, &b));  // known so that loaders can name it
+  EXPECT_EQ(e, 256u); EXPECT_EQ(b, 136u);
+  ASSERT_TRUE(tensor_type_layout(TensorType::kQ3_K, &e, &b));
+  EXPECT_EQ(e, 256u); EXPECT_EQ(b, 110u);
+  ASSERT_TRUE(tensor_type_layout(TensorType::kQ5_1, &e, &b));
+  EXPECT_EQ(e, 32u); EXPECT_EQ(b, 24u);
   EXPECT_FALSE(tensor_type_layout(static_cast<TensorType>(99), &e, &b));
   EXPECT_EQ(tensor_type_name(TensorType::kQ4_K), "q4_K");
   EXPECT_EQ(tensor_type_name(static_cast<TensorType>(99)), "type 99");

@@ -13,7 +13,9 @@ struct TypeFacts {
   std::size_t block_bytes;
 };
 
-// Block layouts as ggml defines them (ggml-common.h block_* structs).
+// Block layouts as ggml defines them (ggml-common.h block_* structs). The IQ and TQ types are
+// listed with their sizes so that a file holding them opens and the model loader can refuse it
+// naming the type; no kernel here runs them.
 constexpr std::array<TypeFacts, 32> kTypes = {{
     {TensorType::kF32, "f32", 1, 4},
     {TensorType::kF16, "f16", 1, 2},
@@ -29,23 +31,23 @@ constexpr std::array<TypeFacts, 32> kTypes = {{
     {TensorType::kQ5_K, "q5_K", 256, 176},
     {TensorType::kQ6_K, "q6_K", 256, 210},
     {TensorType::kQ8_K, "q8_K", 256, 292},
-    {TensorType::kIQ2_XXS, "iq2_xxs", 0, 0},
-    {TensorType::kIQ2_XS, "iq2_xs", 0, 0},
-    {TensorType::kIQ3_XXS, "iq3_xxs", 0, 0},
-    {TensorType::kIQ1_S, "iq1_s", 0, 0},
-    {TensorType::kIQ4_NL, "iq4_nl", 0, 0},
-    {TensorType::kIQ3_S, "iq3_s", 0, 0},
-    {TensorType::kIQ2_S, "iq2_s", 0, 0},
-    {TensorType::kIQ4_XS, "iq4_xs", 0, 0},
+    {TensorType::kIQ2_XXS, "iq2_xxs", 256, 66},
+    {TensorType::kIQ2_XS, "iq2_xs", 256, 74},
+    {TensorType::kIQ3_XXS, "iq3_xxs", 256, 98},
+    {TensorType::kIQ1_S, "iq1_s", 256, 50},
+    {TensorType::kIQ4_NL, "iq4_nl", 32, 18},
+    {TensorType::kIQ3_S, "iq3_s", 256, 110},
+    {TensorType::kIQ2_S, "iq2_s", 256, 82},
+    {TensorType::kIQ4_XS, "iq4_xs", 256, 136},
     {TensorType::kI8, "i8", 1, 1},
     {TensorType::kI16, "i16", 1, 2},
     {TensorType::kI32, "i32", 1, 4},
     {TensorType::kI64, "i64", 1, 8},
     {TensorType::kF64, "f64", 1, 8},
-    {TensorType::kIQ1_M, "iq1_m", 0, 0},
+    {TensorType::kIQ1_M, "iq1_m", 256, 56},
     {TensorType::kBF16, "bf16", 1, 2},
-    {TensorType::kTQ1_0, "tq1_0", 0, 0},
-    {TensorType::kTQ2_0, "tq2_0", 0, 0},
+    {TensorType::kTQ1_0, "tq1_0", 256, 54},
+    {TensorType::kTQ2_0, "tq2_0", 256, 66},
     {TensorType::kF32, nullptr, 0, 0},  // end marker, never matched (name null)
 }};
 

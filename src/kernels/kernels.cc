@@ -8,25 +8,39 @@
 
 namespace kvstash::kernels {
 
-const char* weight_type_name(WeightType type) {
-  switch (type) {
-    case WeightType::kF32: return "f32";
-    case WeightType::kF16: return "f16";
-    case WeightType::kBF16: return "bf16";
-    case WeightType::kQ8_0: return "q8_0";
+namespace {
+
+struct WeightTypeFacts {
+  WeightType type;
+  const char* name;
+  int block_elems;
+  std::size_t block_bytes;  // GGUF block sizes (quant_formats.h lists the layouts)
+};
+
+constexpr WeightTypeFacts kFacts[] = {
+    {WeightType::kF32, "f32", 1, 4},      {WeightType::kF16, "f16", 1, 2},      {WeightType::kBF16, "bf16", 1, 2},
+    {WeightType::kQ8_0, "q8_0", 32, 34},  {WeightType::kQ4_0, "q4_0", 32, 18},  {WeightType::kQ4_1, "q4_1", 32, 20},
+    {WeightType::kQ5_0, "q5_0", 32, 22},  {WeightType::kQ5_1, "q5_1", 32, 24},  {WeightType::kQ2_K, "q2_K", 256, 84},
+    {WeightType::kQ3_K, "q3_K", 256, 110}, {WeightType::kQ4_K, "q4_K", 256, 144}, {WeightType::kQ5_K, "q5_K", 256, 176},
+    {WeightType::kQ6_K, "q6_K", 256, 210},
+};
+
+const WeightTypeFacts& facts(WeightType type) {
+  for (const WeightTypeFacts& f : kFacts) {
+    if (f.type == type) return f;
   }
-  return "?";
+  return kFacts[0];
 }
 
+}  // namespace
+
+const char* weight_type_name(WeightType type) { return facts(type).name; }
+int weight_block_elems(WeightType type) { return facts(type).block_elems; }
+std::size_t weight_block_bytes(WeightType type) { return facts(type).block_bytes; }
+
 std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
-  const auto n = static_cast<std::size_t>(cols);
-  switch (type) {
-    case WeightType::kF32: return n * 4;
-    case WeightType::kF16:
-    case WeightType::kBF16: return n * 2;
-    case WeightType::kQ8_0: return n / kQ8_0BlockElems * kQ8_0BlockBytes;
-  }
-  return 0;
+  const WeightTypeFacts& f = facts(type);
+  return static_cast<std::size_t>(cols) / static_cast<std::size_t>(f.block_elems) * f.block_bytes;
 }
 
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {

@@ -17,15 +17,25 @@
 
 namespace kvstash::kernels {
 
-enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+// Weight types in their GGUF block layouts (quant_formats.h describes the quantized ones).
+enum class WeightType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K };
+inline constexpr WeightType kAllWeightTypes[] = {
+    WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0, WeightType::kQ4_0,
+    WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K,
+    WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
 const char* weight_type_name(WeightType type);
+// Elements per block (1 for float types, 32 for Q4_0..Q8_0, 256 for the K types) and its bytes.
+int weight_block_elems(WeightType type);
+std::size_t weight_block_bytes(WeightType type);
+inline bool is_quantized(WeightType type) { return weight_block_elems(type) > 1; }
 
 // Q8_0 as GGUF stores it: blocks of 32 values, an f16 scale then 32 int8s (34 bytes).
 inline constexpr int kQ8_0BlockElems = 32;
 inline constexpr int kQ8_0BlockBytes = 34;
 
 // A row-major matrix of `rows` rows (outputs) by `cols` columns (inputs), each row `row_bytes`
-// long, read in place (e.g. from a mapped GGUF file). cols is a multiple of 32 for kQ8_0.
+// long, read in place (e.g. from a mapped GGUF file). cols is a multiple of the type's block
+// (weight_block_elems).
 struct WeightView {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
@@ -54,6 +64,8 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);
 // Encodes n floats (n a multiple of 32) as Q8_0 blocks (round to nearest, scale = max|x| / 127).
 void quantize_q8_0(const float* x, std::int64_t n, void* out);
+// Encodes n floats (n a multiple of the type's block) in any quantized type (quantize.h).
+void quantize_row(WeightType type, const float* x, std::int64_t n, void* out);
 
 // Vector operations, all on f32 unless named.
 void rms_norm(const float* x, const float* weight, int n, float eps, float* out);

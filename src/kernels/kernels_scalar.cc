@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/fp16.h"
+#include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -33,8 +34,40 @@ float weight_at(const WeightView& w, const std::uint8_t* row, std::int64_t c) {
       const std::uint8_t* block = row + c / kQ8_0BlockElems * kQ8_0BlockBytes;
       return load_f16_scale(block) * static_cast<float>(static_cast<std::int8_t>(block[2 + c % kQ8_0BlockElems]));
     }
+    default: break;
   }
-  return 0.0f;
+  float value = 0.0f;
+  with_slice_type(w.type, [&]<WeightType kType>() {
+    int s;
+    const std::uint8_t* block = slice_block<kType>(row, c / kSliceElems, &s);
+    const int l = static_cast<int>(c % kSliceElems);
+    const SliceParams p = slice_params<kType>(block, s);
+    value = p.scale[l / 16] * static_cast<float>(slice_value<kType>(block, s, l)) - p.min[l / 16];
+  });
+  return value;
+}
+
+// A slice-form row against quantized activations, as the SIMD kernels compute it: per half slice
+// the exact integer dot product, scaled by the weight scale and the activation scale, less the
+// min times the half slice's activation sum.
+template <WeightType kType>
+float slice_row_dot(const std::uint8_t* row, std::int64_t cols, const QuantizedActivations& xq, int t) {
+  const float* x_scales = xq.scales + t * (cols / kSliceElems);
+  const std::int8_t* x_values = xq.values + t * cols;
+  const float* lane_sums = xq.lane_sums + t * (cols / 4);
+  float acc = 0.0f;
+  for (std::int64_t slice = 0; slice < cols / kSliceElems; ++slice) {
+    int s;
+    const std::uint8_t* block = slice_block<kType>(row, slice, &s);
+    const SliceParams p = slice_params<kType>(block, s);
+    for (int h = 0; h < 2; ++h) {
+      std::int32_t isum = 0;
+      for (int l = h * 16; l < h * 16 + 16; ++l) isum += slice_value<kType>(block, s, l) * x_values[slice * 32 + l];
+      const float* ls = lane_sums + slice * 8 + h * 4;
+      acc += p.scale[h] * x_scales[slice] * static_cast<float>(isum) - p.min[h] * (ls[0] + ls[1] + ls[2] + ls[3]);
+    }
+  }
+  return acc;
 }
 
 float q8_0_row_dot(const std::uint8_t* row, std::int64_t cols, const float* x_scales, const std::int8_t* x_values) {
@@ -59,6 +92,8 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       float acc = 0.0f;
       if (w.type == WeightType::kQ8_0) {
         acc = q8_0_row_dot(row, w.cols, xq.scales + t * blocks, xq.values + t * w.cols);
+      } else if (is_quantized(w.type)) {
+        with_slice_type(w.type, [&]<WeightType kType>() { acc = slice_row_dot<kType>(row, w.cols, xq, t); });
       } else {
         const float* xt = x + static_cast<std::int64_t>(t) * w.cols;
         for (std::int64_t c = 0; c < w.cols; ++c) acc += weight_at(w, row, c) * xt[c];

@@ -10,6 +10,7 @@
 
 #include "common/fp16.h"
 #include "kernels/quantize.h"
+#include "kernels/reference_dequant.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/test_weights.h"
 
@@ -47,14 +48,17 @@ double q8_decode_tolerance(const TestWeights& tw, std::int64_t r, const float* x
   return bound;
 }
 
-void check_matmul(WeightType type, std::int64_t rows, std::int64_t cols, int n_tokens, ThreadPool& pool) {
+// matmul() against the double-precision product with the reference-decoded weights.
+void check_matmul_weights(const TestWeights& tw, int n_tokens, ThreadPool& pool) {
+  const WeightType type = tw.view.type;
+  const std::int64_t rows = tw.view.rows, cols = tw.view.cols;
   SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " " << rows << "x" << cols << " tokens "
                                     << n_tokens << " path " << simd_path());
-  const TestWeights tw = make_test_weights(type, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols + n_tokens));
   const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 7 + n_tokens);
   std::vector<float> y(static_cast<std::size_t>(n_tokens * rows), -12345.0f);
   matmul(tw.view, x.data(), n_tokens, y.data(), pool);
-  const bool quantized_decode = type == WeightType::kQ8_0 && n_tokens < prefill_min_tokens();
+  // Decode quantizes the activations to 8 bits per 32 (simd_dispatch.h); prefill runs in f32.
+  const bool quantized_decode = is_quantized(type) && n_tokens < prefill_min_tokens();
   for (int t = 0; t < n_tokens; ++t) {
     const float* xt = x.data() + t * cols;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -73,12 +77,23 @@ void check_matmul(WeightType type, std::int64_t rows, std::int64_t cols, int n_t
   }
 }
 
+void check_matmul(WeightType type, std::int64_t rows, std::int64_t cols, int n_tokens, ThreadPool& pool) {
+  check_matmul_weights(make_test_weights(type, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols + n_tokens)),
+                       n_tokens, pool);
+}
+
+// Columns for a test of `type`: `odd` for float types, else that many blocks' worth.
+std::int64_t cols_for(WeightType type, std::int64_t float_cols, std::int64_t blocks) {
+  return is_quantized(type) ? blocks * weight_block_elems(type) : float_cols;
+}
+
 TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
   ThreadPool pool(3);
-  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
+  for (WeightType type : kAllWeightTypes) {
     // 37 rows: not a multiple of the row tile (4, 2) nor of the 3 threads; 83 columns leave a tail
-    // after every vector width (q8_0 needs whole blocks: 96 = 3 blocks).
-    const std::int64_t cols = type == WeightType::kQ8_0 ? 96 : 83;
+    // after every vector width (quantized types need whole blocks: 3 blocks, an odd count, so the
+    // AVX-512 kernels that take two 32-blocks per register end on a lone one).
+    const std::int64_t cols = cols_for(type, 83, 3);
     const int threshold = prefill_min_tokens();
     for (int n_tokens : {1, 2, 3, 5, 8, 17, threshold - 1, threshold, 64}) check_matmul(type, 37, cols, n_tokens, pool);
   }
@@ -95,13 +110,14 @@ TEST_P(KernelsOnPath, MatmulQ8_0BlockPairsAndLoneBlocks) {
 
 TEST_P(KernelsOnPath, MatmulManyTasksAndPanels) {
   ThreadPool pool(3);
-  for (WeightType type : {WeightType::kF16, WeightType::kQ8_0}) {
+  for (WeightType type : {WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_0}) {
     check_matmul(type, 1001, 256, 1, pool);  // many decode tasks, a ragged last one
     check_matmul(type, 1001, 256, 6, pool);
   }
   // 300 rows of 4096: the prefill converts more than one panel (256 rows of 16 KiB).
   check_matmul(WeightType::kBF16, 300, 4096, prefill_min_tokens(), pool);
   check_matmul(WeightType::kQ8_0, 300, 4096, prefill_min_tokens(), pool);
+  check_matmul(WeightType::kQ6_K, 300, 4096, prefill_min_tokens(), pool);
 }
 
 TEST_P(KernelsOnPath, MatmulSingleThreadPool) {
@@ -147,15 +163,90 @@ TEST_P(KernelsOnPath, MatmulManyMatchesOneMatmulPerWeight) {
   EXPECT_EQ(untouched[0], 3.0f);
 }
 
-TEST_P(KernelsOnPath, DequantizeRowsIsExact) {
-  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
-    const std::int64_t cols = type == WeightType::kQ8_0 ? 160 : 45;
+// Float types and q8_0 decode exactly (one rounding at most, the same everywhere). The slice-form
+// types compute scale * u - min in f32: within 2 float roundings of the operands' size
+// (|scale u| + |min|) of the double-precision reference.
+TEST_P(KernelsOnPath, DequantizeRowsMatchesReference) {
+  for (WeightType type : kAllWeightTypes) {
+    const std::int64_t cols = cols_for(type, 45, 5);
     const TestWeights tw = make_test_weights(type, 13, cols, 99);
     std::vector<float> out(8 * cols, -1.0f);
     dequantize_rows(tw.view, 3, 11, out.data());
-    for (std::int64_t i = 0; i < 8 * cols; ++i) {
-      ASSERT_EQ(out[i], tw.dequantized[3 * cols + i]) << weight_type_name(type) << " element " << i;
+    if (!is_quantized(type) || type == WeightType::kQ8_0) {
+      for (std::int64_t i = 0; i < 8 * cols; ++i) {
+        ASSERT_EQ(out[i], tw.dequantized[3 * cols + i]) << weight_type_name(type) << " element " << i;
+      }
+      continue;
     }
+    std::vector<double> ref(static_cast<std::size_t>(cols));
+    for (std::int64_t r = 3; r < 11; ++r) {
+      reference_dequantize_row(type, tw.bytes.data() + r * tw.view.row_bytes, cols, ref.data());
+      double row_max = 0.0;
+      for (double v : ref) row_max = std::max(row_max, std::fabs(v));
+      for (std::int64_t c = 0; c < cols; ++c) {
+        // |scale u| and |min| are at most about 2x the row's largest weight for these formats.
+        ASSERT_NEAR(out[(r - 3) * cols + c], ref[c], 4 * 6e-8 * (row_max + std::fabs(ref[c])) + 1e-30)
+            << weight_type_name(type) << " row " << r << " col " << c;
+      }
+    }
+  }
+}
+
+// Blocks at the edges of the formats: all-zero blocks, the largest f16 scales, subnormal scales;
+// 4 blocks of rows not a multiple of any row tile, at decode and prefill token counts.
+TEST_P(KernelsOnPath, QuantizedEdgeBlocks) {
+  ThreadPool pool(2);
+  for (WeightType type : kAllWeightTypes) {
+    if (!is_quantized(type)) continue;
+    TestWeights tw = make_test_weights(type, 7, 4 * weight_block_elems(type), 5);
+    const std::size_t block = weight_block_bytes(type);
+    const std::size_t blocks = tw.bytes.size() / block;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      std::uint8_t* p = tw.bytes.data() + b * block;
+      switch (b % 4) {
+        case 0: std::memset(p, 0, block); break;  // an all-zero block
+        case 1:                                   // the largest finite half as every scale
+          for (int f : half_fields(type)) { const std::uint16_t h = 0x7bff; std::memcpy(p + f, &h, 2); }
+          break;
+        case 2:                                   // the smallest subnormal half
+          for (int f : half_fields(type)) { const std::uint16_t h = 0x0001; std::memcpy(p + f, &h, 2); }
+          break;
+        default: break;
+      }
+    }
+    refresh_dequantized(tw);
+    for (int n_tokens : {1, 3, 9, prefill_min_tokens()}) check_matmul_weights(tw, n_tokens, pool);
+  }
+}
+
+// The encoders (quantize.h) round-trip through the reference decoder within half a step of each
+// group's scale, and zeros stay zeros.
+TEST(Quantize, EncodersRoundTripThroughTheReference) {
+  for (WeightType type : kAllWeightTypes) {
+    if (!is_quantized(type)) continue;
+    const std::int64_t n = 4 * 256;
+    std::vector<float> x = random_floats(static_cast<std::size_t>(n), 3, -2.0f, 2.0f);
+    for (int i = 256; i < 512; ++i) x[static_cast<std::size_t>(i)] = 0.0f;
+    std::vector<std::uint8_t> bytes(row_bytes_for(type, n));
+    quantize_row(type, x.data(), n, bytes.data());
+    std::vector<double> back(static_cast<std::size_t>(n));
+    reference_dequantize_row(type, bytes.data(), n, back.data());
+    // Worst step per type over a range of 4: 2-bit codes with 4-bit scales (q2_K) are coarsest.
+    double worst = 0.0, sum_sq = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double err = std::fabs(back[i] - x[i]);
+      worst = std::max(worst, err);
+      sum_sq += err * err;
+      if (i >= 256 && i < 512) {
+        ASSERT_EQ(back[i], 0.0) << weight_type_name(type) << " at " << i;
+      }
+    }
+    const int bits = type == WeightType::kQ2_K ? 2 : type == WeightType::kQ3_K ? 3
+                   : (type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ4_K) ? 4
+                   : (type == WeightType::kQ8_0) ? 8 : type == WeightType::kQ6_K ? 6 : 5;
+    const double step = 4.0 / ((1 << bits) - 1);
+    EXPECT_LT(worst, 1.5 * step) << weight_type_name(type);
+    EXPECT_LT(std::sqrt(sum_sq / (n - 256)), 0.5 * step) << weight_type_name(type);
   }
 }
 

@@ -58,19 +58,37 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
   thread_local std::vector<RowTask> tasks;
+  thread_local std::vector<float> lane_sums, group_sums;
   std::int64_t total_rows = 0;
-  bool any_q8_0 = false;
+  bool any_quantized = false, any_slice_form = false;
   for (const WeightView& w : ws) {
     total_rows += w.rows;
-    any_q8_0 = any_q8_0 || w.type == WeightType::kQ8_0;
+    any_quantized = any_quantized || is_quantized(w.type);
+    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0);
   }
-  if (any_q8_0) {
+  if (any_quantized) {
     const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
     scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
     values.resize(static_cast<std::size_t>(n));
     k.quantize_activations(x, n, scales.data(), values.data());
     xq.scales = scales.data();
     xq.values = values.data();
+    if (any_slice_form) {
+      // n / 4 sums: a few percent of one weight row's work per token, so plain C++ is enough.
+      lane_sums.resize(static_cast<std::size_t>(n / 4));
+      for (std::int64_t i = 0; i < n / 4; ++i) {
+        const std::int8_t* q = values.data() + i * 4;
+        lane_sums[static_cast<std::size_t>(i)] =
+            scales[static_cast<std::size_t>(i / 8)] * static_cast<float>(q[0] + q[1] + q[2] + q[3]);
+      }
+      xq.lane_sums = lane_sums.data();
+      group_sums.resize(static_cast<std::size_t>(n / 16));
+      for (std::int64_t i = 0; i < n / 16; ++i) {
+        const float* l = lane_sums.data() + i * 4;
+        group_sums[static_cast<std::size_t>(i)] = l[0] + l[1] + l[2] + l[3];
+      }
+      xq.group_sums = group_sums.data();
+    }
   }
   const std::int64_t max_tasks = static_cast<std::int64_t>(pool.size()) * kDecodeTasksPerThread;
   std::int64_t chunk = std::max(kDecodeRowGrain, (total_rows + max_tasks - 1) / max_tasks);
@@ -137,7 +155,7 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
   if (n_tokens <= 0 || ws.empty()) return;
   for (const WeightView& w : ws) {
     assert(w.cols == ws[0].cols);
-    assert(w.type != WeightType::kQ8_0 || w.cols % kQ8_0BlockElems == 0);
+    assert(w.cols % weight_block_elems(w.type) == 0);
     (void)w;
   }
   if (n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed)) {

@@ -1,22 +1,17 @@
-// AVX2 + FMA + F16C weight kernels: decode row tiles (4 rows x 1 token or 2 rows x up to 4 tokens,
-// sized for 16 ymm registers), weight-to-f32 conversion, the q8_0 activation quantizer, and this
-// level's KernelTable.
+// AVX2 + FMA + F16C weight kernels: this level's primitives for the shared decode glue
+// (matmul_tiles.h; tiles of 4 rows x 1 token or 2 rows x up to 4 tokens, sized for 16 ymm
+// registers), its float and q8_0 tiles, weight-to-f32 conversion, the activation quantizer, and
+// this level's KernelTable.
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "kernels/matmul_tiles.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/simd_impl.h"
 
 namespace kvstash::kernels::avx2 {
 namespace {
-
-constexpr int kTokenTile = 4;
-
-// The next row tile, prefetched linearly while this one is read (matmul_avx512.cc says why).
-inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
-  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-}
 
 float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -57,7 +52,7 @@ template <WeightType kType, int R, int T>
 void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x,
                 float* y, std::int64_t y_stride, bool prefetch) {
   constexpr std::size_t kElemBytes = kType == WeightType::kF32 ? 4 : 2;
-  const std::uint8_t* next_tile = row0 + R * row_bytes;
+  const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
   __m256 acc[R][T];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
@@ -91,7 +86,7 @@ template <int R, int T>
 void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
              const std::int8_t* x_values, float* y, std::int64_t y_stride, bool prefetch) {
   const std::int64_t blocks = cols / kQ8_0BlockElems;
-  const std::uint8_t* next_tile = row0 + R * row_bytes;
+  const std::uint8_t* next_tile = row0 + prefetch_distance(R * row_bytes);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 16
@@ -128,85 +123,115 @@ void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
     for (int i = 0; i < R; ++i) y[t * y_stride + i] = hsum(acc[i][t]);
 }
 
-template <int R, int T>
-void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r,
-          float* y, std::int64_t y_stride) {
-  // Later token groups re-read the tile from L1; only the first pass prefetches the next one.
-  const bool prefetch = t0 == 0;
-  const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
-  float* yt = y + t0 * y_stride + r;
-  const float* xt = x + t0 * w.cols;
-  switch (w.type) {
-    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kQ8_0: {
-      const std::int64_t blocks = w.cols / kQ8_0BlockElems;
-      return q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
-                           y_stride, prefetch);
+void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+  for (std::int64_t b = 0; b < cols / kQ8_0BlockElems; ++b) {
+    const std::uint8_t* block = row + b * kQ8_0BlockBytes;
+    std::uint16_t h;
+    std::memcpy(&h, block, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + k * 8));
+      _mm256_storeu_ps(out + b * 32 + k * 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
     }
   }
 }
 
-// Rows in tiles of R, tokens in tiles of up to kTokenTile.
-template <int R>
-void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
-                 std::int64_t r, float* y, std::int64_t y_stride) {
-  for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
-    switch (n_tokens - t0) {
-      case 1: tile<R, 1>(w, x, xq, t0, r, y, y_stride); break;
-      case 2: tile<R, 2>(w, x, xq, t0, r, y, y_stride); break;
-      case 3: tile<R, 3>(w, x, xq, t0, r, y, y_stride); break;
-      default: tile<R, 4>(w, x, xq, t0, r, y, y_stride); break;
+template <WeightType kType>
+void dequantize_float_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+  std::int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(out + c, load_weights<kType>(row, c));
+  for (; c < cols; ++c) out[c] = load_weight<kType>(row, c);
+}
+
+// This level's primitives for matmul_tiles.h: one 32-weight slice per 256-bit register.
+struct Ops {
+  using F = __m256;
+  using I = __m256i;
+  static constexpr int kSlices = 1;
+  static constexpr int kSingleTokenRows = 4;  // 4 independent FMA chains keep up with memory
+  static constexpr int kBatchRows = 2;
+  static constexpr int kWideTokens = 0;
+  static constexpr int kWideRows = 1;
+
+  template <WeightType kType, int R, int T>
+  static void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x, float* y,
+                         std::int64_t y_stride, bool prefetch) {
+    avx2::float_tile<kType, R, T>(row0, row_bytes, cols, x, y, y_stride, prefetch);
+  }
+  template <int R, int T>
+  static void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
+                      const std::int8_t* x_values, float* y, std::int64_t y_stride, bool prefetch) {
+    avx2::q8_tile<R, T>(row0, row_bytes, cols, x_scales, x_values, y, y_stride, prefetch);
+  }
+  template <WeightType kType>
+  static void dequantize_float_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+    avx2::dequantize_float_row<kType>(row, cols, out);
+  }
+  static void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+    avx2::dequantize_q8_0_row(row, cols, out);
+  }
+
+  static F zero() { return _mm256_setzero_ps(); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static float reduce(F v) { return hsum(v); }
+  static I join(const __m256i* slices) { return slices[0]; }
+  static I join_partial(const __m256i* slices, int) { return slices[0]; }
+  static I load_x(const std::int8_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
+  static I load_x_partial(const std::int8_t* x, int) { return load_x(x); }
+  static F load_lanes(const float* p) { return _mm256_loadu_ps(p); }
+  static F load_lanes_partial(const float* p, int) { return load_lanes(p); }
+  // maddubs takes u unsigned and x signed; its int16 pair sums cannot saturate for u <= 63:
+  // 2 * 63 * 128 < 32767.
+  static F dot(I u, I x) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
+  }
+  static F per_slice(const float* v, int) { return _mm256_broadcast_ss(v); }
+  struct Groups {
+    __m256 lo, hi;
+  };
+  static Groups load_groups(const float* g) { return {_mm256_loadu_ps(g), _mm256_loadu_ps(g + 8)}; }
+  static Groups groups(__m256 lo, __m256 hi) { return {lo, hi}; }
+  static F splat(float v) { return _mm256_set1_ps(v); }
+  static F fmsub(F a, F b, F c) { return _mm256_fmsub_ps(a, b, c); }
+  static F fnmadd_groups(const Groups& a, const Groups& b, F c) {
+    return _mm256_fnmadd_ps(a.lo, b.lo, _mm256_fnmadd_ps(a.hi, b.hi, c));
+  }
+  template <WeightType kType>
+  static I unpack_slices(const std::uint8_t* block, int first) { return slice_values_256<kType>(block, first); }
+  template <WeightType kType>
+  static I unpack_blocks(const std::uint8_t* block) { return slice_values_256<kType>(block, 0); }
+  template <WeightType kType>
+  static F block_halves(const std::uint8_t* block, int offset) { return _mm256_set1_ps(half_at(block + offset)); }
+  static F splat_lone(float v) { return _mm256_set1_ps(v); }
+  static Groups mul_groups(const Groups& a, const Groups& b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  template <int kGroupElems>
+  static Groups dx_groups(const float* dx8) {
+    const __m256 dx = _mm256_loadu_ps(dx8);
+    if constexpr (kGroupElems == 32) return {dx, dx};
+    return {_mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+            _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))};
+  }
+  template <int kGroupElems>
+  static F expand(const Groups& g, int slice) {
+    if constexpr (kGroupElems == 32) {
+      return _mm256_permutevar8x32_ps(g.lo, _mm256_set1_epi32(slice));
+    } else {
+      const int first = 2 * (slice % 4);
+      const __m256i idx = _mm256_setr_epi32(first, first, first, first, first + 1, first + 1, first + 1, first + 1);
+      return _mm256_permutevar8x32_ps(slice < 4 ? g.lo : g.hi, idx);
     }
   }
-}
+};
 
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
-  std::int64_t r = row_begin;
-  if (n_tokens == 1) {
-    // One token: 4 rows give 4 independent FMA chains, enough to keep up with memory.
-    for (; r + 4 <= row_end; r += 4) tile<4, 1>(w, x, xq, 0, r, y, y_stride);
-  } else {
-    for (; r + 2 <= row_end; r += 2) tile_tokens<2>(w, x, xq, n_tokens, r, y, y_stride);
-  }
-  for (; r < row_end; ++r) tile_tokens<1>(w, x, xq, n_tokens, r, y, y_stride);
+  tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
 }
 
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
-    const std::uint8_t* row = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
-    float* o = out + (r - row_begin) * w.cols;
-    if (w.type == WeightType::kQ8_0) {
-      for (std::int64_t b = 0; b < w.cols / kQ8_0BlockElems; ++b) {
-        const std::uint8_t* block = row + b * kQ8_0BlockBytes;
-        std::uint16_t h;
-        std::memcpy(&h, block, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-        for (int k = 0; k < 4; ++k) {
-          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + k * 8));
-          _mm256_storeu_ps(o + b * 32 + k * 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-        }
-      }
-      continue;
-    }
-    std::int64_t c = 0;
-    for (; c + 8 <= w.cols; c += 8) {
-      switch (w.type) {
-        case WeightType::kF32: _mm256_storeu_ps(o + c, load_weights<WeightType::kF32>(row, c)); break;
-        case WeightType::kF16: _mm256_storeu_ps(o + c, load_weights<WeightType::kF16>(row, c)); break;
-        default: _mm256_storeu_ps(o + c, load_weights<WeightType::kBF16>(row, c)); break;
-      }
-    }
-    for (; c < w.cols; ++c) {
-      switch (w.type) {
-        case WeightType::kF32: o[c] = load_weight<WeightType::kF32>(row, c); break;
-        case WeightType::kF16: o[c] = load_weight<WeightType::kF16>(row, c); break;
-        default: o[c] = load_weight<WeightType::kBF16>(row, c); break;
-      }
-    }
-  }
+  tiled_dequantize_rows<Ops>(w, row_begin, row_end, out);
 }
 
 // Same operations in the same order as the scalar quantizer, so the results are bit-identical.

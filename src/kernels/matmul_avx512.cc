@@ -1,7 +1,8 @@
-// AVX-512 weight kernels: the decode row kernels (register tiles of 4 rows x up to 4 tokens, or
-// 2 rows x 8 tokens for float weights in batches, so a weight vector loaded once feeds every token;
-// q8_0 two blocks per register through VNNI; the next tiles prefetched), weight-to-f32 conversion
-// for the sgemm path, and the activation quantizer for q8_0. Also assembles this level's KernelTable.
+// AVX-512 weight kernels: this level's primitives for the shared decode glue (matmul_tiles.h;
+// register tiles of 4 rows x up to 4 tokens, or 2 rows x 8 tokens for float weights in batches, so
+// a weight vector loaded once feeds every token; q8_0 and the slice-form types two 32-weight slices
+// per register through VNNI), weight-to-f32 conversion for the sgemm path, and the activation
+// quantizer. Also assembles this level's KernelTable.
 // GCC 12's own AVX-512 headers trip its uninitialized-value warnings (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -9,42 +10,15 @@
 
 #include <cstring>
 
+#include "kernels/matmul_tiles.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/simd_impl.h"
-
-
 
 namespace kvstash::kernels::avx512 {
 namespace {
 
-constexpr int kRowTile = 4;    // rows per register tile
-constexpr int kTokenTile = 4;  // tokens per register tile: 16 accumulators + 4 weights of 32 zmm
-constexpr int kWideTokens = 5;   // from here on: 2 rows x 8 tokens, 16 accumulators
-constexpr int kWideRowTile = 2;
-
 __mmask16 tail_mask(std::int64_t remaining) {
   return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
-// A tile's R rows are contiguous in memory, and so is the next tile after them. The hardware
-// prefetcher sees R short interleaved streams (a 896-column f16 row is 28 cache lines) and ramps up
-// anew for every tile; decode at one token then reads DRAM at a fraction of the streaming rate
-// (kernels_bench, 151936x896, 2 threads, loaded machine: f16 1.2-1.4 GB/s without, 10-13 GB/s
-// with the prefetch, stream 10 GB/s). So while a tile is consumed, its successor is
-// prefetched linearly, `bytes` per step: each line exactly once, a few tiles ahead.
-inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
-  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-}
-
-// How far ahead the prefetch runs: whole tiles, at least 16 KiB, so that enough lines are in flight
-// to cover DRAM latency at the streaming rate. One tile ahead (3.8 KiB for 4 q8_0 rows of 896)
-// measured 24 GB/s for q8_0 at 151936x896 on one thread; 8-16 KiB ahead 28-32 GB/s (f16: 32-37
-// against 36-38 GB/s).
-constexpr std::size_t kPrefetchAheadBytes = 16 << 10;
-
-inline std::size_t prefetch_distance(std::size_t tile_bytes) {
-  const std::size_t tiles = (kPrefetchAheadBytes + tile_bytes - 1) / tile_bytes;
-  return (tiles < 1 ? 1 : tiles) * tile_bytes;
 }
 
 // 16 weights from column c of a row, as f32; `m` masks the columns that exist.
@@ -180,73 +154,6 @@ void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols,
     for (int i = 0; i < R; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-template <int R, int T>
-void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r,
-          float* y, std::int64_t y_stride) {
-  // Later token groups re-read the tile from L1; only the first pass prefetches the next one.
-  const bool prefetch = t0 == 0;
-  const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
-  float* yt = y + t0 * y_stride + r;
-  const float* xt = x + t0 * w.cols;
-  switch (w.type) {
-    case WeightType::kF32: return float_tile<WeightType::kF32, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kF16: return float_tile<WeightType::kF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kBF16: return float_tile<WeightType::kBF16, R, T>(row0, w.row_bytes, w.cols, xt, yt, y_stride, prefetch);
-    case WeightType::kQ8_0: {
-      const std::int64_t blocks = w.cols / kQ8_0BlockElems;
-      return q8_tile<R, T>(row0, w.row_bytes, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt,
-                           y_stride, prefetch);
-    }
-  }
-}
-
-template <int R>
-void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
-                 std::int64_t r, float* y, std::int64_t y_stride) {
-  for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
-    switch (n_tokens - t0) {
-      case 1: tile<R, 1>(w, x, xq, t0, r, y, y_stride); break;
-      case 2: tile<R, 2>(w, x, xq, t0, r, y, y_stride); break;
-      case 3: tile<R, 3>(w, x, xq, t0, r, y, y_stride); break;
-      default: tile<R, 4>(w, x, xq, t0, r, y, y_stride); break;
-    }
-  }
-}
-
-// From kWideTokens tokens on, float weights go in tiles of kWideRowTile rows x 8 tokens: each
-// weight vector is loaded and converted once for all 8 tokens of a batch, where 4 x 4 tiles do it
-// twice (same operations per FMA, but one pass per tile: at 151936x896 f16, 8 tokens, one thread,
-// 12-13 GB/s against 8-9.5). q8_0 keeps 4 x 4: its per-token work per block pair (activation load,
-// bias correction, scales) is shared by 4 rows instead of 2 and measured no better at 2 x 8.
-template <int R>
-void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
-                      std::int64_t r, float* y, std::int64_t y_stride) {
-  int t0 = 0;
-  for (; t0 + 8 <= n_tokens; t0 += 8) tile<R, 8>(w, x, xq, t0, r, y, y_stride);
-  switch (n_tokens - t0) {
-    case 0: break;
-    case 1: tile<R, 1>(w, x, xq, t0, r, y, y_stride); break;
-    case 2: tile<R, 2>(w, x, xq, t0, r, y, y_stride); break;
-    case 3: tile<R, 3>(w, x, xq, t0, r, y, y_stride); break;
-    case 4: tile<R, 4>(w, x, xq, t0, r, y, y_stride); break;
-    case 5: tile<R, 5>(w, x, xq, t0, r, y, y_stride); break;
-    case 6: tile<R, 6>(w, x, xq, t0, r, y, y_stride); break;
-    default: tile<R, 7>(w, x, xq, t0, r, y, y_stride); break;
-  }
-}
-
-void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
-                 std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
-  std::int64_t r = row_begin;
-  if (n_tokens >= kWideTokens && w.type != WeightType::kQ8_0) {
-    for (; r + kWideRowTile <= row_end; r += kWideRowTile) tile_tokens_wide<kWideRowTile>(w, x, xq, n_tokens, r, y, y_stride);
-    for (; r < row_end; ++r) tile_tokens_wide<1>(w, x, xq, n_tokens, r, y, y_stride);
-    return;
-  }
-  for (; r + kRowTile <= row_end; r += kRowTile) tile_tokens<kRowTile>(w, x, xq, n_tokens, r, y, y_stride);
-  for (; r < row_end; ++r) tile_tokens<1>(w, x, xq, n_tokens, r, y, y_stride);
-}
-
 void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out) {
   for (std::int64_t b = 0; b < cols / kQ8_0BlockElems; ++b) {
     const std::uint8_t* block = row + b * kQ8_0BlockBytes;
@@ -260,25 +167,172 @@ void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out)
   }
 }
 
-void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
-    const std::uint8_t* row = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
-    float* o = out + (r - row_begin) * w.cols;
-    if (w.type == WeightType::kQ8_0) {
-      dequantize_q8_0_row(row, w.cols, o);
-      continue;
-    }
-    for (std::int64_t c = 0; c < w.cols; c += 16) {
-      const __mmask16 m = tail_mask(w.cols - c);
-      __m512 v;
-      switch (w.type) {
-        case WeightType::kF32: v = load_weights<WeightType::kF32>(row, c, m); break;
-        case WeightType::kF16: v = load_weights<WeightType::kF16>(row, c, m); break;
-        default: v = load_weights<WeightType::kBF16>(row, c, m); break;
-      }
-      _mm512_mask_storeu_ps(o + c, m, v);
-    }
+template <WeightType kType>
+void dequantize_float_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+  for (std::int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 m = tail_mask(cols - c);
+    _mm512_mask_storeu_ps(out + c, m, load_weights<kType>(row, c, m));
   }
+}
+
+// Two slices' codes at once, 512 bits wide: slices `first` and `first` + 1 of a K super-block
+// (first even) share their source bytes, shifted differently in the two 256-bit halves; two
+// consecutive 32-weight blocks are put side by side. Same codes as quant_unpack_avx2.h's
+// slice_values_256, which the tests hold both paths to.
+inline __m512i both_halves(const std::uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Shifts the 16-bit words of the lower half right by `lo`, of the upper half by `hi`.
+inline __m512i shift_halves(__m512i v, int lo, int hi) {
+  const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(lo)),
+                                            _mm256_set1_epi16(static_cast<short>(hi)), 1);
+  return _mm512_srlv_epi16(v, counts);
+}
+
+// Byte mask: bit `lo` of each lower-half byte, bit `hi` of each upper-half byte.
+inline __mmask64 test_bits(__m512i v, int lo, int hi) {
+  const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1u << lo)),
+                                          _mm256_set1_epi8(static_cast<char>(1u << hi)), 1);
+  return _mm512_test_epi8_mask(v, bits);
+}
+
+template <WeightType kType>
+inline __m512i unpack_k_pair(const std::uint8_t* block, int first) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
+  const int h = first / 4, j = first % 4;
+  if constexpr (kType == WeightType::kQ2_K) {
+    return _mm512_and_si512(shift_halves(both_halves(block + 16 + h * 32), 2 * j, 2 * j + 2), low2);
+  } else if constexpr (kType == WeightType::kQ3_K) {
+    const __m512i low = _mm512_and_si512(shift_halves(both_halves(block + 32 + h * 32), 2 * j, 2 * j + 2), low2);
+    return _mm512_mask_add_epi8(low, test_bits(both_halves(block), first, first + 1), low, _mm512_set1_epi8(4));
+  } else if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
+    const __m512i q = both_halves(block + (kType == WeightType::kQ4_K ? 16 : 48) + (first / 2) * 32);
+    __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
+    if constexpr (kType == WeightType::kQ5_K) {
+      u = _mm512_mask_add_epi8(u, test_bits(both_halves(block + 16), first, first + 1), u, _mm512_set1_epi8(16));
+    }
+    return u;
+  } else {  // kQ6_K: slices j, j + 1 take ql bytes 0-31 and 32-63 of their half, the same nibble
+    const __m512i ql = _mm512_loadu_si512(block + h * 64);
+    const __m512i nib = _mm512_and_si512(_mm512_srli_epi16(ql, 2 * j), low4);  // j is 0 or 2: nibble 0 or 1
+    const __m512i top = _mm512_and_si512(shift_halves(both_halves(block + 128 + h * 32), 2 * j, 2 * j + 2), low2);
+    return _mm512_or_si512(nib, _mm512_slli_epi16(top, 4));
+  }
+}
+
+// Two consecutive 32-weight blocks (Q4_0/Q4_1/Q5_0/Q5_1): nibbles as [lo0 hi0 lo1 hi1] per 128 bits,
+// and for Q5 the two 32-bit qh words are exactly the 64-byte mask of the fifth bits.
+template <WeightType kType>
+inline __m512i unpack_block_pair(const std::uint8_t* block) {
+  constexpr std::size_t kBytes = block_bytes<kType>();
+  constexpr int kQs = kType == WeightType::kQ4_0 ? 2 : kType == WeightType::kQ4_1 ? 4 : kType == WeightType::kQ5_0 ? 6 : 8;
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kQs));
+  const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kBytes + kQs));
+  const __m512i pair = _mm512_castsi256_si512(_mm256_set_m128i(q1, q0));
+  const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), pair);
+  __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(spread, 0xff00ff00u, spread, 4), _mm512_set1_epi8(0x0f));
+  if constexpr (kType == WeightType::kQ5_0 || kType == WeightType::kQ5_1) {
+    constexpr int kQh = kQs - 4;
+    const std::uint64_t bits = u32_at(block + kQh) | static_cast<std::uint64_t>(u32_at(block + kBytes + kQh)) << 32;
+    u = _mm512_mask_add_epi8(u, _cvtu64_mask64(bits), u, _mm512_set1_epi8(16));
+  }
+  return u;
+}
+
+// This level's primitives for matmul_tiles.h: two 32-weight slices per 512-bit register.
+struct Ops {
+  using F = __m512;
+  using I = __m512i;
+  static constexpr int kSlices = 2;
+  static constexpr int kSingleTokenRows = 4;  // 16 accumulators + 4 weights of 32 zmm at 4 tokens
+  static constexpr int kBatchRows = 4;
+  static constexpr int kWideTokens = 5;  // from here on float weights: 2 rows x 8 tokens
+  static constexpr int kWideRows = 2;
+
+  template <WeightType kType, int R, int T>
+  static void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x, float* y,
+                         std::int64_t y_stride, bool prefetch) {
+    avx512::float_tile<kType, R, T>(row0, row_bytes, cols, x, y, y_stride, prefetch);
+  }
+  template <int R, int T>
+  static void q8_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x_scales,
+                      const std::int8_t* x_values, float* y, std::int64_t y_stride, bool prefetch) {
+    avx512::q8_tile<R, T>(row0, row_bytes, cols, x_scales, x_values, y, y_stride, prefetch);
+  }
+  template <WeightType kType>
+  static void dequantize_float_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+    avx512::dequantize_float_row<kType>(row, cols, out);
+  }
+  static void dequantize_q8_0_row(const std::uint8_t* row, std::int64_t cols, float* out) {
+    avx512::dequantize_q8_0_row(row, cols, out);
+  }
+
+  static F zero() { return _mm512_setzero_ps(); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static float reduce(F v) { return _mm512_reduce_add_ps(v); }
+  static I join(const __m256i* slices) { return _mm512_inserti64x4(_mm512_castsi256_si512(slices[0]), slices[1], 1); }
+  static I join_partial(const __m256i* slices, int) { return _mm512_zextsi256_si512(slices[0]); }
+  static I load_x(const std::int8_t* x) { return _mm512_loadu_si512(x); }
+  static I load_x_partial(const std::int8_t* x, int) {
+    return _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  }
+  static F load_lanes(const float* p) { return _mm512_loadu_ps(p); }
+  static F load_lanes_partial(const float* p, int) { return _mm512_maskz_loadu_ps(0x00ff, p); }
+  // VNNI: u unsigned times x signed, four bytes per int32 lane, no intermediate saturation.
+  static F dot(I u, I x) { return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x)); }
+  static F per_slice(const float* v, int n) {
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128 two = n == 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(v))) : _mm_load_ss(v);
+    return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(two));
+  }
+  using Groups = __m512;
+  static Groups load_groups(const float* g) { return _mm512_loadu_ps(g); }
+  static Groups groups(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+  // Lane l of slices `slice` and `slice` + 1 (4 weights per lane) takes group
+  // (slice * 32 + l * 4) / kGroupElems.
+  static F splat(float v) { return _mm512_set1_ps(v); }
+  static F fmsub(F a, F b, F c) { return _mm512_fmsub_ps(a, b, c); }
+  static F fnmadd_groups(Groups a, Groups b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  template <WeightType kType>
+  static I unpack_slices(const std::uint8_t* block, int first) { return unpack_k_pair<kType>(block, first); }
+  template <WeightType kType>
+  static I unpack_blocks(const std::uint8_t* block) { return unpack_block_pair<kType>(block); }
+  template <WeightType kType>
+  static F block_halves(const std::uint8_t* block, int offset) {
+    std::uint16_t h0, h1;
+    std::memcpy(&h0, block + offset, 2);
+    std::memcpy(&h1, block + block_bytes<kType>() + offset, 2);
+    const __m128 two = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | static_cast<std::uint32_t>(h1) << 16)));
+    return pair_scales(two);
+  }
+  static F splat_lone(float v) { return _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(v)); }
+  static Groups mul_groups(Groups a, Groups b) { return _mm512_mul_ps(a, b); }
+  template <int kGroupElems>
+  static Groups dx_groups(const float* dx8) {
+    const __m512 dx = _mm512_castps256_ps512(_mm256_loadu_ps(dx8));
+    if constexpr (kGroupElems == 32) return dx;
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), dx);
+  }
+  template <int kGroupElems>
+  static F expand(const Groups& g, int slice) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    constexpr int kLanesPerGroup = kGroupElems / 4;
+    const __m512i group = _mm512_add_epi32(_mm512_set1_epi32(slice * 8 / kLanesPerGroup),
+                                           _mm512_srli_epi32(lane, kLanesPerGroup == 4 ? 2 : 3));
+    return _mm512_permutexvar_ps(group, g);
+  }
+};
+
+void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
+                 std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
+}
+
+void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  tiled_dequantize_rows<Ops>(w, row_begin, row_end, out);
 }
 
 // Same operations in the same order as the scalar quantizer, so the results are bit-identical.

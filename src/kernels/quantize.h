@@ -1,13 +1,18 @@
-// Scalar Q8_0 encoding and decoding: the reference that SIMD kernels are checked against, and the
-// path the model generator uses to write Q8_0 weights.
+// Scalar encoders for every quantized weight type, and the Q8_0 decoder. The model generator and
+// `kvstash quantize` write weights with them; tests decode what they wrote with
+// reference_dequant.h.
 //
-// Q8_0 block (ggml's block_q8_0, 34 bytes): an IEEE half scale d, then 32 int8 values q;
-// value i of the block is d * q[i]. Encoding picks d = max|x| / 127 and q = round(x / d).
+// The encoders round to nearest (no search for better scales, no importance matrix): per group
+// (16 or 32 weights) a scale from the group's range, then per super-block the 4/6/8-bit
+// quantization of those scales against one f16 super-scale, then the weights re-rounded against
+// the scales as stored. An all-zero group encodes as zeros.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/kernels.h"
 
 namespace kvstash::kernels {
 

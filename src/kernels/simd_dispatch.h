@@ -23,16 +23,22 @@ const char* simd_path_name(SimdPath path);
 // Activations quantized for the q8_0 decode kernels: per 32-value block an f32 scale d and int8
 // values q with x ~= d * q (d = max|x| / 127, q = round-to-nearest-even(x / d)). Every path
 // quantizes identically, so every path's integer block dot products agree exactly.
+//
+// The slice-form types (quant_formats.h: w = scale u - min per 16 weights) also need each group of
+// 4 activations' sum, d * (q0 + q1 + q2 + q3): the min's share of a dot product, taken per
+// 4-value lane so that every SIMD width reads it as one vector.
 struct QuantizedActivations {
   const float* scales = nullptr;     // [n_tokens * blocks_per_row]
   const std::int8_t* values = nullptr;  // [n_tokens * cols]
+  const float* lane_sums = nullptr;  // [n_tokens * cols / 4]; only for slice-form weights
+  const float* group_sums = nullptr;  // [n_tokens * cols / 16]: the same per 16 values (K types' mins)
 };
 
 struct KernelTable {
   SimdPath path = SimdPath::kScalar;
 
   // Decode matmul on rows [row_begin, row_end): y[t * y_stride + r] for t < n_tokens.
-  // x is f32 [n_tokens * cols] for f32/f16/bf16 weights; xq is used (x ignored) for q8_0.
+  // x is f32 [n_tokens * cols] for f32/f16/bf16 weights; xq is used (x ignored) for quantized ones.
   void (*matmul_rows)(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                       std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) = nullptr;
   // Rows [row_begin, row_end) of w as f32, packed with stride cols.

@@ -12,6 +12,7 @@
 
 #include "common/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/reference_dequant.h"
 
 namespace kvstash::kernels {
 
@@ -21,10 +22,60 @@ struct TestWeights {
   WeightView view;                  // points into bytes
 };
 
+// Recomputes `dequantized` from `bytes` with the double-precision reference (after a test edited
+// the bytes).
+inline void refresh_dequantized(TestWeights& tw) {
+  const std::int64_t rows = tw.view.rows, cols = tw.view.cols;
+  tw.dequantized.resize(static_cast<std::size_t>(rows * cols));
+  std::vector<double> row(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    reference_dequantize_row(tw.view.type, tw.bytes.data() + r * tw.view.row_bytes, cols, row.data());
+    for (std::int64_t c = 0; c < cols; ++c) tw.dequantized[r * cols + c] = static_cast<float>(row[c]);
+  }
+}
+
+// Byte offsets of a quantized block's f16 scale fields (d, and dmin or m where the type has one).
+inline std::vector<int> half_fields(WeightType type) {
+  switch (type) {
+    case WeightType::kQ4_0: case WeightType::kQ5_0: case WeightType::kQ8_0: return {0};
+    case WeightType::kQ4_1: case WeightType::kQ5_1: case WeightType::kQ4_K: case WeightType::kQ5_K: return {0, 2};
+    case WeightType::kQ2_K: return {80, 82};
+    case WeightType::kQ3_K: return {108};
+    case WeightType::kQ6_K: return {208};
+    default: return {};
+  }
+}
+
+// Slice-form types (Q4_0 ... Q6_K): every quant bit and sub-scale byte random, the f16 scale
+// fields in [0.001, 0.03] (Q4_1/Q5_1 mins in [-0.5, 0.5]); `dequantized` from the double-precision
+// reference, rounded to f32.
+inline TestWeights make_random_blocks(WeightType type, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
+                                      bool exact) {
+  TestWeights tw;
+  const std::size_t row_bytes = row_bytes_for(type, cols);
+  tw.bytes.resize(row_bytes * static_cast<std::size_t>(rows));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.03f), offset(-0.5f, 0.5f);
+  for (auto& b : tw.bytes) b = static_cast<std::uint8_t>(byte(rng));
+  const std::size_t block_bytes = weight_block_bytes(type);
+  const bool has_m = type == WeightType::kQ4_1 || type == WeightType::kQ5_1;
+  for (std::size_t at = 0; at < tw.bytes.size(); at += block_bytes) {
+    for (int field : half_fields(type)) {
+      const std::uint16_t h = f32_to_f16(has_m && field == 2 ? offset(rng) : scale(rng));
+      std::memcpy(&tw.bytes[at + static_cast<std::size_t>(field)], &h, 2);
+    }
+  }
+  tw.view = WeightView{type, tw.bytes.data(), rows, cols, row_bytes};
+  if (exact) refresh_dequantized(tw);
+  return tw;
+}
+
 // Weights uniform in about [-1, 1] (q8_0: scales in [0.001, 0.03], all int8 values including -128).
 // `exact` false skips filling `dequantized` (benchmarks of large matrices).
 inline TestWeights make_test_weights(WeightType type, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
                                      bool exact = true) {
+  if (is_quantized(type) && type != WeightType::kQ8_0) return make_random_blocks(type, rows, cols, seed, exact);
   TestWeights tw;
   const std::size_t row_bytes = row_bytes_for(type, cols);
   tw.bytes.resize(row_bytes * static_cast<std::size_t>(rows));
@@ -68,6 +119,7 @@ inline TestWeights make_test_weights(WeightType type, std::int64_t rows, std::in
           exact_value = f16_to_f32(d) * static_cast<float>(v);
           break;
         }
+        default: break;  // slice-form types: make_random_blocks
       }
       if (deq) deq[c] = exact_value;
     }

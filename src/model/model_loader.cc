@@ -15,9 +15,19 @@ Expected<kernels::WeightType> weight_type_of(const gguf::TensorInfo& t) {
     case gguf::TensorType::kF16: return kernels::WeightType::kF16;
     case gguf::TensorType::kBF16: return kernels::WeightType::kBF16;
     case gguf::TensorType::kQ8_0: return kernels::WeightType::kQ8_0;
+    case gguf::TensorType::kQ4_0: return kernels::WeightType::kQ4_0;
+    case gguf::TensorType::kQ4_1: return kernels::WeightType::kQ4_1;
+    case gguf::TensorType::kQ5_0: return kernels::WeightType::kQ5_0;
+    case gguf::TensorType::kQ5_1: return kernels::WeightType::kQ5_1;
+    case gguf::TensorType::kQ2_K: return kernels::WeightType::kQ2_K;
+    case gguf::TensorType::kQ3_K: return kernels::WeightType::kQ3_K;
+    case gguf::TensorType::kQ4_K: return kernels::WeightType::kQ4_K;
+    case gguf::TensorType::kQ5_K: return kernels::WeightType::kQ5_K;
+    case gguf::TensorType::kQ6_K: return kernels::WeightType::kQ6_K;
     default:
       return unsupported("tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
-                         ", which this engine does not run (supported: f32, f16, bf16, q8_0)");
+                         ", which this engine does not run (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                         "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)");
   }
 }
 
@@ -58,8 +68,10 @@ class Binder {
     auto type = weight_type_of(*t);
     if (!type) return Status(type.status().code(), file_.path() + ": " + type.status().message());
     kernels::WeightView w{*type, t->data, 1, n, kernels::row_bytes_for(*type, n)};
-    if (*type == kernels::WeightType::kQ8_0 && n % kernels::kQ8_0BlockElems != 0) {
-      return corrupt(file_.path() + ": tensor '" + name + "' is q8_0 with a length not a multiple of 32");
+    if (n % kernels::weight_block_elems(*type) != 0 || w.row_bytes != t->n_bytes) {
+      return corrupt(file_.path() + ": tensor '" + name + "' is " + kernels::weight_type_name(*type) +
+                     " with a length not a multiple of its block of " +
+                     std::to_string(kernels::weight_block_elems(*type)));
     }
     std::vector<float> out(static_cast<std::size_t>(n));
     kernels::dequantize_rows(w, 0, 1, out.data());

@@ -1,7 +1,9 @@
 // A plain reference implementation of the Llama-family forward pass, written from the model's
 // definition for tests only: scalar, double precision, no SIMD, no paging, no batching. Its own
 // dequantization of f32/f16/bf16/q8_0 (nothing shared with src/kernels), so that a bug in the
-// optimized path cannot hide in code both use.
+// optimized path cannot hide in code both use. The other quantized types go through
+// kernels/reference_dequant.h, the block-by-block double-precision decoder that shares no code
+// with the kernels' own unpacking either.
 //
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
@@ -18,6 +20,7 @@
 
 #include "common/fp16.h"
 #include "gguf/gguf.h"
+#include "kernels/reference_dequant.h"
 
 namespace kvstash::testing {
 
@@ -133,6 +136,13 @@ class ReferenceModel {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     std::vector<double> out(t->n_elements);
     const std::uint8_t* p = t->data;
+    for (kernels::WeightType w : kernels::kAllWeightTypes) {
+      if (kernels::is_quantized(w) && w != kernels::WeightType::kQ8_0 &&
+          gguf::tensor_type_name(t->type) == kernels::weight_type_name(w)) {
+        kernels::reference_dequantize_row(w, p, static_cast<std::int64_t>(t->n_elements), out.data());
+        return out;
+      }
+    }
     for (std::uint64_t i = 0; i < t->n_elements; ++i) {
       std::uint16_t h;
       switch (t->type) {

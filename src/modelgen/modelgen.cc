@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "modelgen/builtin_vocab.h"
+#include "modelgen/quant_recipe.h"
 
 namespace kvstash::modelgen {
 namespace {
@@ -78,7 +79,12 @@ int file_type_of(TensorType type) {
 Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   const ModelPreset* preset = find_preset(options.preset);
   if (preset == nullptr) return invalid_argument("unknown preset '" + options.preset + "'");
-  const int file_type = file_type_of(options.type);
+  const QuantScheme* scheme = nullptr;
+  if (!options.scheme.empty()) {
+    scheme = find_quant_scheme(options.scheme);
+    if (scheme == nullptr) return invalid_argument("unknown quantization type '" + options.scheme + "'");
+  }
+  const int file_type = scheme != nullptr ? static_cast<int>(scheme->file_type) : file_type_of(options.type);
   if (file_type < 0) return invalid_argument("weight type " + gguf::tensor_type_name(options.type) + " cannot be generated (f32, f16, bf16, q8_0)");
 
   ModelPlan plan;
@@ -93,7 +99,9 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back("general.name", Value::string("kvstash-random " + preset->name));
   md.emplace_back("general.alignment", Value::u32(kAlignment));
   md.emplace_back("general.file_type", Value::u32(static_cast<std::uint32_t>(file_type)));
-  if (options.type == TensorType::kQ8_0) md.emplace_back("general.quantization_version", Value::u32(kQuantizationVersion));
+  if (options.type == TensorType::kQ8_0 || (scheme != nullptr && is_quantized_scheme(*scheme))) {
+    md.emplace_back("general.quantization_version", Value::u32(kQuantizationVersion));
+  }
 
   // The vocabulary decides n_vocab, which the architecture keys need; collect it first.
   ModelPlan vocab_part;
@@ -125,7 +133,12 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back(lowercase_arch_key(arch, "vocab_size"), Value::u32(static_cast<std::uint32_t>(n_vocab)));
   for (auto& kv : vocab_part.metadata) md.push_back(std::move(kv));
 
-  plan_tensors(&plan, options.type);
+  plan_tensors(&plan, scheme != nullptr ? TensorType::kF32 : options.type);
+  if (scheme != nullptr) {
+    const ModelShapeForQuant shape{static_cast<int>(p.n_layers), static_cast<int>(p.n_heads / p.n_kv_heads),
+                                   !p.tied_output};
+    for (TensorPlan& t : plan.tensors) t.type = choose_tensor_type(*scheme, t.name, t.dims, t.type, shape);
+  }
   for (const TensorPlan& t : plan.tensors) {
     std::size_t block_elems = 1, block_bytes = 4;
     gguf::tensor_type_layout(t.type, &block_elems, &block_bytes);

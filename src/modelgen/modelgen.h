@@ -27,6 +27,8 @@ inline constexpr std::uint64_t kDefaultSeed = 20240917;  // any fixed number; re
 struct GenerateOptions {
   std::string preset = "tiny";                       // a name from preset_names()
   gguf::TensorType type = gguf::TensorType::kF16;    // matrices' type: f32, f16, bf16 or q8_0
+  std::string scheme;                                // a quantization scheme (quant_recipe.h, "q4_k_m"): when set,
+                                                     // each matrix's type comes from its recipe and `type` is ignored
   std::string vocab_path;                            // a GGUF whose tokenizer.* keys to copy; empty: built-in
   std::uint64_t seed = kDefaultSeed;                 // with the tensor name, determines every value
   float qk_concentration = 0.0f;                     // ModelPreset::qk_concentration; needs QKV biases
@@ -43,7 +45,8 @@ struct ModelPlan {
   std::string note;               // e.g. the vocabulary size differing from the preset's; may be empty
 };
 
-// The GGUF general.file_type for a matrix type (0 f32, 1 f16, 7 q8_0, 32 bf16); -1 for others.
+// The GGUF general.file_type for a uniform matrix type (0 f32, 1 f16, 7 q8_0, 32 bf16); -1 for others
+// (the quantization schemes carry their own, QuantScheme::file_type).
 int file_type_of(gguf::TensorType type);
 
 // Plans the model. Errors: kInvalidArgument (unknown preset or type), kNotFound/kCorrupt/... from

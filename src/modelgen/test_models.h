@@ -29,4 +29,19 @@ inline std::string test_model_path(const std::string& preset, gguf::TensorType t
   return path.string();
 }
 
+// The same for a quantization scheme's mixture (modelgen/quant_recipe.h), e.g. "q4_k_m".
+inline std::string test_model_path_scheme(const std::string& preset, const std::string& scheme) {
+  const std::filesystem::path dir = std::filesystem::path(KVSTASH_BINARY_DIR) / "test-models";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / (preset + "-" + scheme + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    modelgen::GenerateOptions o;
+    o.preset = preset;
+    o.scheme = scheme;
+    o.out_path = path.string();
+    if (!modelgen::generate_model(o).is_ok()) return "";
+  }
+  return path.string();
+}
+
 }  // namespace kvstash::testing

@@ -11,7 +11,7 @@ namespace kvstash::modelgen {
 namespace {
 
 constexpr float kSqrt3 = 1.7320508f;  // uniform(-a, a) has standard deviation a / sqrt(3)
-constexpr std::size_t kChunkElems = 8192;  // values generated per step; a multiple of Q8_0's 32
+constexpr std::size_t kChunkElems = 8192;  // values generated per step; a multiple of every block (32, 256)
 
 std::uint64_t splitmix64(std::uint64_t& x) {
   std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -113,16 +113,21 @@ std::vector<float> llama3_rope_freqs(std::uint32_t head_dim, float rope_base, co
 
 Status fill_tensor(const ModelPreset& preset, const TensorPlan& tensor, std::uint64_t seed, std::span<std::uint8_t> out) {
   const std::uint64_t n = tensor.n_elements();
-  std::size_t elem_bytes = 0;
-  switch (tensor.type) {
-    case gguf::TensorType::kF32: elem_bytes = 4; break;
-    case gguf::TensorType::kF16: case gguf::TensorType::kBF16: elem_bytes = 2; break;
-    case gguf::TensorType::kQ8_0: break;
-    default: return unsupported("tensor '" + tensor.name + "': cannot generate " + gguf::tensor_type_name(tensor.type));
+  // The kernels' encoder for the tensor's type (same names in both modules).
+  kernels::WeightType encoded = kernels::WeightType::kF32;
+  bool known = false;
+  for (kernels::WeightType w : kernels::kAllWeightTypes) {
+    if (gguf::tensor_type_name(tensor.type) == kernels::weight_type_name(w)) {
+      encoded = w;
+      known = true;
+    }
   }
-  const std::uint64_t want = tensor.type == gguf::TensorType::kQ8_0
-                                 ? n / kernels::kQ8_0BlockElems * kernels::kQ8_0BlockBytes
-                                 : n * elem_bytes;
+  if (!known) return unsupported("tensor '" + tensor.name + "': cannot generate " + gguf::tensor_type_name(tensor.type));
+  const std::uint64_t block = static_cast<std::uint64_t>(kernels::weight_block_elems(encoded));
+  if (n % block != 0 || (block > 1 && kChunkElems % block != 0)) {
+    return invalid_argument("tensor '" + tensor.name + "': length not a multiple of its type's block");
+  }
+  const std::uint64_t want = n / block * kernels::weight_block_bytes(encoded);
   if (out.size() != want) {
     return internal_error("tensor '" + tensor.name + "': " + std::to_string(out.size()) + " bytes to fill, expected " +
                           std::to_string(want));
@@ -146,9 +151,9 @@ Status fill_tensor(const ModelPreset& preset, const TensorPlan& tensor, std::uin
           dst += 2;
         }
         break;
-      default:  // kQ8_0; n is a multiple of 32 because dims[0] is, and so is every chunk
-        kernels::quantize_q8_0(chunk.data(), static_cast<std::int64_t>(k), dst);
-        dst += k / kernels::kQ8_0BlockElems * kernels::kQ8_0BlockBytes;
+      default:  // quantized: n is a multiple of the block because dims[0] is, and so is every chunk
+        kernels::quantize_row(encoded, chunk.data(), static_cast<std::int64_t>(k), dst);
+        dst += k / block * kernels::weight_block_bytes(encoded);
         break;
     }
     done += k;

@@ -57,7 +57,8 @@ class TensorValues {
 // computes rope_freqs.weight for Llama 3 (1 for high frequencies, `factor` for low, smooth between).
 std::vector<float> llama3_rope_freqs(std::uint32_t head_dim, float rope_base, const Llama3RopeScaling& scaling = {});
 
-// Fills out (the tensor's n_bytes) with its values encoded as tensor.type (f32, f16, bf16, q8_0).
+// Fills out (the tensor's n_bytes) with its values encoded as tensor.type (f32, f16, bf16, or any
+// quantized type the kernels encode: kernels::quantize_row).
 Status fill_tensor(const ModelPreset& preset, const TensorPlan& tensor, std::uint64_t seed, std::span<std::uint8_t> out);
 
 }  // namespace kvstash::modelgen

@@ -4,7 +4,7 @@
 //   prefill (512 tokens):     GFLOP/s of the whole matmul (conversion + sgemm) / sgemm's own
 //                             GFLOP/s on the same shape with f32 weights (measure_gemm_gflops)
 //
-// Usage: kernels_bench [--types f32,f16,bf16,q8_0] [--models qwen,llama] [--shapes 896x896,...]
+// Usage: kernels_bench [--types f32,f16,bf16,q8_0,q4_K,...] [--models qwen,llama] [--shapes 896x896,...]
 //                      [--no-prefill] [--crossover]
 //                      [--threads N] [--prefill-tokens 512] [--hot] [--attention]
 //
@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "kernels/machine_limits.h"
 #include "kernels/simd_dispatch.h"
+#include "kernels/test_weights.h"
 
 using namespace kvstash;
 using namespace kvstash::kernels;
@@ -52,11 +53,12 @@ std::vector<std::uint8_t> fill_weights(WeightType type, std::int64_t rows, std::
   std::uint64_t s = 0x9e3779b97f4a7c15ull;
   auto next = [&s] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
   const std::size_t n = bytes.size();
-  if (type == WeightType::kQ8_0) {
+  if (is_quantized(type)) {  // random codes, every f16 scale field 0x2000 (2^-7)
     for (std::size_t i = 0; i < n; i += 8) { const std::uint64_t r = next(); std::memcpy(&bytes[i], &r, std::min<std::size_t>(8, n - i)); }
-    const std::size_t row_bytes = row_bytes_for(type, cols);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::size_t b = 0; b < row_bytes; b += kQ8_0BlockBytes) { bytes[r * row_bytes + b] = 0; bytes[r * row_bytes + b + 1] = 0x20; }
+    const std::size_t block = weight_block_bytes(type);
+    for (std::size_t b = 0; b < n; b += block) {
+      for (int f : half_fields(type)) { bytes[b + f] = 0; bytes[b + f + 1] = 0x20; }
+    }
     return bytes;
   }
   // Masks keep the sign and mantissa random and the exponent in [0.5, 1).
@@ -145,8 +147,9 @@ int main(int argc, char** argv) {
     if (prefill) sgemm = measure_gemm_gflops(prefill_tokens, static_cast<int>(shape.rows), static_cast<int>(shape.cols), pool);
     std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
-    for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0}) {
+    for (WeightType type : kAllWeightTypes) {
       if (!listed(types, weight_type_name(type))) continue;
+      if (shape.cols % weight_block_elems(type) != 0) continue;
       const std::vector<std::uint8_t> bytes = fill_weights(type, shape.rows, shape.cols);
       const WeightView w{type, bytes.data(), shape.rows, shape.cols, row_bytes_for(type, shape.cols)};
       const double gb = static_cast<double>(bytes.size()) / 1e9;
