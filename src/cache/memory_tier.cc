@@ -11,6 +11,13 @@ std::size_t MemoryTier::contains(std::span<const ChunkKey> keys) {
   return n;
 }
 
+std::vector<bool> MemoryTier::holds(std::span<const ChunkKey> keys) {
+  std::vector<bool> out(keys.size());
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = index_.count(keys[i]) > 0;
+  return out;
+}
+
 Expected<Bytes> MemoryTier::get(const ChunkKey& key) {
   const auto start = std::chrono::steady_clock::now();
   Bytes out;

@@ -22,6 +22,7 @@ class MemoryTier final : public Tier {
 
   std::string name() const override { return "memory"; }
   std::size_t contains(std::span<const ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override;
   Expected<Bytes> get(const ChunkKey& key) override;
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
   Status erase(const ChunkKey& key) override;

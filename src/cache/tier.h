@@ -69,6 +69,10 @@ class Tier {
   virtual std::string name() const = 0;
   // How many of the leading keys this tier holds: keys[0..n) all present, keys[n] absent.
   virtual std::size_t contains(std::span<const ChunkKey> keys) = 0;
+  // Which of `keys` this tier holds, one flag per key, in one round trip for all of them (memory
+  // and disk: one lock; redis: one pipeline per node). A key the tier cannot answer for (redis
+  // down) is reported absent. The default asks contains() key by key (tiers of tests).
+  virtual std::vector<bool> holds(std::span<const ChunkKey> keys);
   // The chunk bytes stored under key (errors: see the file comment).
   virtual Expected<Bytes> get(const ChunkKey& key) = 0;
   // Stores bytes under key, replacing any previous value; may evict others to stay in bounds.
