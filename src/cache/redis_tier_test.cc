@@ -120,7 +120,7 @@ TEST(RedisTier, WrongOrMissingPasswordIsAClearStartupError) {
   RedisTestServer server(free_port(), {"--requirepass", "s3cret", "--user", "alice", "on", ">alice-pw", "~*", "+@all"});
   ASSERT_TRUE(server.ready());
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
-  for (const std::string url : {"redis://:wrong@" + where, "redis://alice:s3cret@" + where, "redis://" + where}) {
+  for (const std::string& url : {"redis://:wrong@" + where, "redis://alice:s3cret@" + where, "redis://" + where}) {
     StoreOptions options;
     options.ram_bytes = 0;
     ASSERT_TRUE(apply_redis_flags(url, "", 2, options).is_ok());
@@ -198,7 +198,9 @@ TEST(RedisTier, HoldsAnswersEveryKeyInOnePipeline) {
   std::vector<ChunkKey> keys;
   for (int i = 0; i < 64; ++i) {
     keys.push_back(test_key(i));
-    if (i % 3 != 2) ASSERT_TRUE(tier.put(test_key(i), test_chunk(test_meta(test_key(i)))).is_ok());
+    if (i % 3 != 2) {
+      ASSERT_TRUE(tier.put(test_key(i), test_chunk(test_meta(test_key(i)))).is_ok());
+    }
   }
   auto held = tier.holds(keys);
   ASSERT_EQ(held.size(), keys.size());

@@ -11,13 +11,13 @@ namespace {
 // One tier get and how long the tier took over it (queueing on the pool not included, so a tier is
 // judged slow by its own answer time, as with a get on the caller's thread).
 struct TimedGet {
-  Expected<Bytes> bytes;
+  Expected<SharedBytes> bytes;
   std::chrono::steady_clock::duration elapsed;
 };
 
-TimedGet timed(const std::function<Expected<Bytes>()>& get) {
+TimedGet timed(const std::function<Expected<SharedBytes>()>& get) {
   const auto start = std::chrono::steady_clock::now();
-  Expected<Bytes> bytes = get();
+  Expected<SharedBytes> bytes = get();
   return {std::move(bytes), std::chrono::steady_clock::now() - start};
 }
 
@@ -63,7 +63,7 @@ class TieredStore::GetPool {
   }
 
   // Runs get() on a pool thread; the walk waits on the returned entry.
-  std::shared_ptr<PendingGet> submit(std::function<Expected<Bytes>()> get) {
+  std::shared_ptr<PendingGet> submit(std::function<Expected<SharedBytes>()> get) {
     auto pending = std::make_shared<PendingGet>();
     {
       std::lock_guard lock(mu_);
@@ -266,7 +266,7 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
       LoadedChunk chunk;
       chunk.bytes = std::move(*bytes);
       chunk.tier_index = t;
-      auto view = decode_chunk(chunk.bytes, meta);
+      auto view = decode_chunk(*chunk.bytes, meta);
       if (!view) {
         (void)tiers_[t]->erase(meta.key);  // a wrong chunk is never served, nor kept
         rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
@@ -294,8 +294,7 @@ void TieredStore::after_load(const std::vector<LoadedChunk>& out, std::span<cons
     const std::size_t t = out[i].tier_index;
     deepest_tier = std::max(deepest_tier, t);
     if (t == 0) continue;
-    auto shared = std::make_shared<const Bytes>(out[i].bytes);
-    for (std::size_t f = 0; f < t; ++f) enqueue(f, {expected[i].key, shared, nullptr});
+    for (std::size_t f = 0; f < t; ++f) enqueue(f, {expected[i].key, out[i].bytes, nullptr});
   }
   // The gets (and promotions) made the run's tail the most recently used: turn that around, in
   // each tier after its promotions (same queue).
@@ -323,16 +322,12 @@ Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> p
   return Status::ok();
 }
 
-Expected<Bytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) {
+Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) {
   if (t == 0) {
-    std::shared_ptr<const Bytes> queued;
-    {
-      std::lock_guard lock(pending_mu_);
-      if (auto it = pending_.find(key); it != pending_.end()) queued = it->second;
-    }
-    if (queued) return Bytes(*queued);
+    std::lock_guard lock(pending_mu_);
+    if (auto it = pending_.find(key); it != pending_.end()) return it->second;
   }
-  return tiers_[t]->get(key);
+  return tiers_[t]->get_shared(key);
 }
 
 void TieredStore::forget_pending(const ChunkKey& key, const Bytes* bytes) {
@@ -369,7 +364,7 @@ void TieredStore::writer_loop(std::size_t t) {
     q.jobs.pop_front();
     q.writing = true;
     lock.unlock();
-    if (job.bytes && !tier.put(job.key, *job.bytes)) write_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (job.bytes && !tier.put_shared(job.key, job.bytes)) write_errors_.fetch_add(1, std::memory_order_relaxed);
     if (job.bytes && t == 0) forget_pending(job.key, job.bytes.get());  // tier 0 has it (or never will)
     if (job.touch_after) tier.touch(*job.touch_after);
     const std::uint64_t cost = job_cost(job.bytes, job.touch_after);

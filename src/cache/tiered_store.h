@@ -56,9 +56,10 @@ struct TieredStoreOptions {
   std::size_t load_depth = 8;  // gets in flight per load() call (bounds the memory read ahead)
 };
 
-// One loaded chunk. view.payload points into bytes (or into view.owned when compressed).
+// One loaded chunk. view.payload points into *bytes (or into view.owned when compressed); bytes is
+// never null and may be shared with the memory tier (immutable: read, never write through it).
 struct LoadedChunk {
-  Bytes bytes;
+  SharedBytes bytes;
   ChunkView view;
   std::size_t tier_index = 0;  // which tier served it
 };
@@ -159,8 +160,8 @@ class TieredStore {
   // Queues job for tier t; false (and counted if it carried bytes) when that queue is full.
   bool enqueue(std::size_t t, WriteJob job);
   void writer_loop(std::size_t t);
-  // tiers_[t]->get(key), except that tier 0 first serves a chunk still in its write queue.
-  Expected<Bytes> tier_get(std::size_t t, const ChunkKey& key);
+  // tiers_[t]->get_shared(key), except that tier 0 first serves a chunk still in its write queue.
+  Expected<SharedBytes> tier_get(std::size_t t, const ChunkKey& key);
   // Drops key from pending_ if it still maps to `bytes` (a later store of the same key keeps its own).
   void forget_pending(const ChunkKey& key, const Bytes* bytes);
   // After a load of keys tail_first (reversed): promotions queued, then touches, per tier.

@@ -344,7 +344,7 @@ TEST(TieredStore, ParallelDiskLoadReturnsExactlyTheStoredBytesInOrder) {
   ASSERT_EQ(loaded.size(), 40u);
   for (int i = 0; i < 40; ++i) {
     EXPECT_EQ(loaded[i].tier_index, 1u) << i;
-    EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i)) << i;
+    EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i)) << i;
     EXPECT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(kDiskPayload, i));
     EXPECT_EQ(loaded[i].view.header.meta.first_position, s->metas[i].first_position);
   }
@@ -357,7 +357,7 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstMissingChunk) {
   ASSERT_TRUE(s->disk->erase(s->metas[7].key).is_ok());
   auto loaded = s->store->load(s->metas);
   ASSERT_EQ(loaded.size(), 7u);
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   // Nothing past the gap is promoted, even what was read ahead of it (promotions are written
   // behind: flush first).
   s->store->flush();
@@ -373,7 +373,7 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
   ASSERT_TRUE(s->disk->put(s->metas[5].key, test_chunk(other, kDiskPayload, 5)).is_ok());
   auto loaded = s->store->load(s->metas);
   ASSERT_EQ(loaded.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[5].key}), 0u);  // erased
   EXPECT_EQ(s->store->stats().chunks_rejected, 1u);
   EXPECT_EQ(s->store->tier_stats()[1].stats.rejected_chunks, 1u);
@@ -397,7 +397,7 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
   auto again = s->store->load(s->metas);
   ASSERT_EQ(again.size(), 2u);
   s->store->flush();
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(*again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[2].key}), 0u);
   EXPECT_FALSE(s->memory->get(s->metas[2].key).has_value());
 }
