@@ -30,6 +30,7 @@
 #include "cache/memory_tier.h"
 #include "cache/redis_tier.h"
 #include "cache/store_options.h"
+#include "cli/bench_cache_stall.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
@@ -168,7 +169,7 @@ int bench_cache_main(int argc, char** argv) {
   std::string model_path, disk_dir, redis_url;
   std::string redis_cluster_url;
   int prompt_tokens = 4096, uncached_tokens = 64, chunk_tokens = 64, n_threads = 0, repeats = 3;
-  int load_threads = 4, load_depth = 8, redis_pool = 8;
+  int load_threads = 4, load_depth = 8, redis_pool = 8, stall_streams = 0;
   bool bandwidth_only = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--prompt-tokens", prompt_tokens, "prompt length")->capture_default_str();
@@ -184,6 +185,10 @@ int bench_cache_main(int argc, char** argv) {
   app.add_option("--load-depth", load_depth, "gets in flight per load")->capture_default_str();
   app.add_option("--redis-pool", redis_pool, "connections per redis node")->capture_default_str();
   app.add_flag("--bandwidth-only", bandwidth_only, "no engine runs: load bandwidth of synthetic chunks only");
+  app.add_option("--stall", stall_streams,
+                 "N > 0: N streams decode while a request loads the cached prefix from redis, then from disk; "
+                 "their inter-token latency with and without the load")
+      ->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_option("--repeats", repeats, "best of this many hits and loads per tier")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -353,6 +358,7 @@ int bench_cache_main(int argc, char** argv) {
   }
   // Redis tiers stay open until the limits are measured: the limit is a GET through the same client.
   std::vector<std::unique_ptr<cache::TieredStore>> redis_stores;
+  std::vector<std::string> redis_store_names;
   auto measure_redis = [&](const std::string& name, const std::string& url) -> Status {
     std::fprintf(stderr, "… %s tier\n", name.c_str());
     auto ro = redis_options(url);
@@ -374,6 +380,7 @@ int bench_cache_main(int argc, char** argv) {
     std::vector<std::unique_ptr<cache::Tier>> tiers;
     tiers.push_back(std::move(tier));
     redis_stores.push_back(std::make_unique<cache::TieredStore>(std::move(tiers), store_options));
+    redis_store_names.push_back(name);
     KVSTASH_RETURN_IF_ERROR(measure(name, *redis_stores.back(), [] {}));
     rows.back().client = client;
     return Status::ok();
@@ -410,6 +417,34 @@ int bench_cache_main(int argc, char** argv) {
     }
     std::printf("| %s | %s | %s | %d | %zu | %.2f | %.1f | %.2f | %.2f | %.0f%% | %s |\n", r.tier.c_str(), ttft, ratio, cold ? r.cached_tokens : 0, r.chunks, 1e3 * r.plan_s, 1e3 * r.load_s, bw / 1e9,
                 r.limit_bps / 1e9, r.limit_bps > 0 ? 100 * bw / r.limit_bps : 0.0, r.note.c_str());
+  }
+  if (stall_streams > 0) {
+    std::printf("\n%d streams decoding while a request with %d cached tokens arrives and loads them\n",
+                stall_streams, cached / chunk_tokens * chunk_tokens);
+    std::printf("| tier | ITL p99 before (ms) | ITL p99 during (ms) | during / before | ITL max during (ms) | samples before / during | arrival TTFT (s) | cached tokens |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    auto stall_row = [&](const std::string& name, cache::TieredStore& store) -> Status {
+      std::fprintf(stderr, "… stall, %s\n", name.c_str());
+      auto r = measure_stall(model, bench.engine_options, &store, hit_prompt, stall_streams);
+      if (!r) return r.status();
+      std::printf("| %s | %.1f | %.1f | %.2f× | %.1f | %zu / %zu | %.3f | %d |\n", name.c_str(), 1e3 * r->itl_before_p99_s,
+                  1e3 * r->itl_during_p99_s, r->itl_before_p99_s > 0 ? r->itl_during_p99_s / r->itl_before_p99_s : 0.0,
+                  1e3 * r->itl_during_max_s, r->itl_before_n, r->itl_during_n, r->arrival_ttft_s, r->arrival_cached_tokens);
+      std::fflush(stdout);
+      return Status::ok();
+    };
+    for (std::size_t i = 0; i < redis_stores.size(); ++i) {
+      Status st = stall_row(redis_store_names[i], *redis_stores[i]);
+      if (!st) return fail(st);
+    }
+    auto disk = cache::DiskTier::open({.dir = disk_dir, .capacity_bytes = all.disk_bytes});
+    if (!disk) return fail(disk.status());
+    std::vector<std::unique_ptr<cache::Tier>> tiers;
+    tiers.push_back(std::move(*disk));
+    cache::TieredStore store(std::move(tiers), store_options);
+    (void)drop_page_cache(disk_dir);
+    Status st = stall_row("disk", store);
+    if (!st) return fail(st);
   }
   return 0;
 }
