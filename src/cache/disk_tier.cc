@@ -97,6 +97,13 @@ std::size_t DiskTier::contains(std::span<const ChunkKey> keys) {
   return n;
 }
 
+std::vector<bool> DiskTier::holds(std::span<const ChunkKey> keys) {
+  std::vector<bool> out(keys.size());
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = index_.count(keys[i]) > 0;
+  return out;
+}
+
 Expected<Bytes> DiskTier::get(const ChunkKey& key) {
   const auto start = std::chrono::steady_clock::now();
   {

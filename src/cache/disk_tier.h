@@ -47,6 +47,7 @@ class DiskTier final : public Tier {
 
   std::string name() const override { return "disk"; }
   std::size_t contains(std::span<const ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override;
   Expected<Bytes> get(const ChunkKey& key) override;
   // bytes must be an encoded chunk whose header names key (kInvalidArgument otherwise).
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;

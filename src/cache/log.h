@@ -11,5 +11,7 @@
 namespace kvstash::cache {
 
 void log_warning(std::string_view message);
+// A one-time fact worth a line at startup (what a tier connected to).
+void log_info(std::string_view message);
 
 }  // namespace kvstash::cache

@@ -11,9 +11,16 @@ std::size_t MemoryTier::contains(std::span<const ChunkKey> keys) {
   return n;
 }
 
-Expected<Bytes> MemoryTier::get(const ChunkKey& key) {
+std::vector<bool> MemoryTier::holds(std::span<const ChunkKey> keys) {
+  std::vector<bool> out(keys.size());
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = index_.count(keys[i]) > 0;
+  return out;
+}
+
+Expected<SharedBytes> MemoryTier::get_shared(const ChunkKey& key) {
   const auto start = std::chrono::steady_clock::now();
-  Bytes out;
+  SharedBytes out;
   {
     std::lock_guard lock(mu_);
     auto it = index_.find(key);
@@ -24,26 +31,38 @@ Expected<Bytes> MemoryTier::get(const ChunkKey& key) {
     lru_.splice(lru_.begin(), lru_, it->second);
     out = it->second->bytes;
   }
-  counters_.hit(out.size(), std::chrono::steady_clock::now() - start);
+  counters_.hit(out->size(), std::chrono::steady_clock::now() - start);
   return out;
+}
+
+Expected<Bytes> MemoryTier::get(const ChunkKey& key) {
+  auto shared = get_shared(key);
+  if (!shared) return shared.status();
+  return Bytes(**shared);  // outside the lock: the copy is the slow part
 }
 
 Status MemoryTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
   if (bytes.size() > capacity_bytes_) {
-    return resource_exhausted("memory tier: chunk of " + std::to_string(bytes.size()) +
-                              " bytes exceeds capacity");
+    return resource_exhausted("memory tier: chunk of " + std::to_string(bytes.size()) + " bytes exceeds capacity");
   }
-  Bytes copy(bytes.begin(), bytes.end());  // outside the lock: the copy is the slow part
+  return put_shared(key, std::make_shared<const Bytes>(bytes.begin(), bytes.end()));  // copy outside the lock
+}
+
+Status MemoryTier::put_shared(const ChunkKey& key, SharedBytes bytes) {
+  const std::size_t size = bytes->size();
+  if (size > capacity_bytes_) {
+    return resource_exhausted("memory tier: chunk of " + std::to_string(size) + " bytes exceeds capacity");
+  }
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) erase_locked(it->second);
-  while (bytes_used_ + copy.size() > capacity_bytes_) {
+  while (bytes_used_ + size > capacity_bytes_) {
     erase_locked(std::prev(lru_.end()));
     counters_.evicted();
   }
-  bytes_used_ += copy.size();
-  lru_.push_front(Entry{key, std::move(copy)});
+  bytes_used_ += size;
+  lru_.push_front(Entry{key, std::move(bytes)});
   index_[key] = lru_.begin();
-  counters_.written(bytes.size());
+  counters_.written(size);
   return Status::ok();
 }
 
@@ -61,7 +80,7 @@ void MemoryTier::touch(std::span<const ChunkKey> keys) {
 }
 
 void MemoryTier::erase_locked(Lru::iterator it) {
-  bytes_used_ -= it->bytes.size();
+  bytes_used_ -= it->bytes->size();
   index_.erase(it->key);
   lru_.erase(it);
 }

@@ -2,7 +2,9 @@
 //
 // Bytes held (the sum of stored chunk sizes) never exceed capacity_bytes: a put evicts from the
 // cold end until the new chunk fits, and a chunk larger than the whole capacity is refused
-// (kResourceExhausted). get() copies the chunk out, so an eviction never invalidates a caller.
+// (kResourceExhausted). get() copies the chunk out; get_shared() hands out the held buffer itself
+// (immutable, kept alive by the pointer), so a load costs no copy and an eviction never
+// invalidates a reader. put_shared() keeps the writer's buffer instead of copying it.
 //
 // Thread safety: all methods are safe from many threads; one mutex guards the map and LRU list.
 #pragma once
@@ -22,8 +24,11 @@ class MemoryTier final : public Tier {
 
   std::string name() const override { return "memory"; }
   std::size_t contains(std::span<const ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override;
   Expected<Bytes> get(const ChunkKey& key) override;
+  Expected<SharedBytes> get_shared(const ChunkKey& key) override;
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
+  Status put_shared(const ChunkKey& key, SharedBytes bytes) override;
   Status erase(const ChunkKey& key) override;
   void touch(std::span<const ChunkKey> keys) override;
   TierStats stats() const override;
@@ -33,7 +38,7 @@ class MemoryTier final : public Tier {
  private:
   struct Entry {
     ChunkKey key;
-    Bytes bytes;
+    SharedBytes bytes;  // never null
   };
   using Lru = std::list<Entry>;  // front = most recently used
 

@@ -100,7 +100,8 @@ class RedisTestServer {
     }
     ready_ = false;
     for (int i = 0; i < 250 && !ready_; ++i) {  // 250 x 20 ms: a bounded wait, not a timing test
-      ready_ = redis_query(port_, "PING") == "PONG";
+      const std::string pong = redis_query(port_, "PING");
+      ready_ = pong == "PONG" || pong.starts_with("NOAUTH");  // up, and wanting a password
       if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

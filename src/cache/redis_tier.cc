@@ -19,13 +19,32 @@ Expected<RedisReplyPtr> RedisTier::run(const std::string& key, const std::vector
   return reply;
 }
 
-std::size_t RedisTier::contains(std::span<const ChunkKey> keys) {
-  std::size_t n = 0;
-  for (; n < keys.size(); ++n) {
-    const std::string key = redis_key(keys[n]);
-    auto reply = run(key, {"EXISTS", key});
-    if (!reply || (*reply)->type != REDIS_REPLY_INTEGER || (*reply)->integer != 1) break;
+std::vector<bool> RedisTier::holds(std::span<const ChunkKey> keys) {
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  std::vector<RedisCommand> commands;
+  commands.reserve(keys.size());
+  for (const std::string& name : names) commands.push_back({name, {"EXISTS", name}});
+  auto replies = client_.pipeline(commands);
+  std::vector<bool> out(keys.size(), false);
+  bool counted_error = false;  // one error per call, as one round trip failed
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& reply = replies[i];
+    const bool failed = !reply || (*reply)->type == REDIS_REPLY_ERROR;
+    if (failed && !counted_error) {
+      counters_.error();
+      counted_error = true;
+    }
+    out[i] = !failed && (*reply)->type == REDIS_REPLY_INTEGER && (*reply)->integer == 1;
   }
+  return out;
+}
+
+std::size_t RedisTier::contains(std::span<const ChunkKey> keys) {
+  const std::vector<bool> held = holds(keys);
+  std::size_t n = 0;
+  while (n < held.size() && held[n]) ++n;
   return n;
 }
 

@@ -4,8 +4,10 @@
 // optional TTL. Routing, redirects, timeouts and reconnection are RedisClient's (redis_client.h):
 // while redis is unreachable every call fails at once with kUnavailable and is counted in errors.
 // entries/bytes_used in stats() are 0: the server, not this process, holds and bounds them.
+// contains()/holds() ask EXISTS for every key in one pipeline per node (one round trip for a
+// whole prefix on a single server; one per master on a cluster).
 //
-// Thread safety: safe from many threads (RedisClient serialises the connections).
+// Thread safety: safe from many threads; calls run in parallel on RedisClient's connection pool.
 #pragma once
 
 #include <memory>
@@ -27,8 +29,9 @@ class RedisTier final : public Tier {
   explicit RedisTier(RedisTierOptions options);
 
   std::string name() const override { return "redis"; }
-  // Stops at the first absent key, and at the first error (counted).
+  // Stops at the first absent key, and at the first error (counted). One pipeline per node.
   std::size_t contains(std::span<const ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override;
   Expected<Bytes> get(const ChunkKey& key) override;
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override;
   Status erase(const ChunkKey& key) override;

@@ -5,8 +5,15 @@
 #include <map>
 #include <set>
 
+#include "cache/memory_tier.h"
 #include "cache/redis_test_server.h"
+#include "cache/store_options.h"
 #include "cache/test_util.h"
+#include "cache/tiered_store.h"
+
+#include <atomic>
+#include <future>
+#include <thread>
 
 namespace kvstash::cache {
 namespace {
@@ -84,6 +91,179 @@ TEST(RedisTier, KilledFailsFastThenReconnects) {
   EXPECT_EQ(*tier.get(test_key(7)), c);
 }
 
+// --- Issue 10: AUTH, the connection pool, pipelined lookups, a server killed during a load. ---
+
+TEST(RedisTier, PasswordAndAclUser) {
+  REQUIRE_REDIS();
+  RedisTestServer server(free_port(), {"--requirepass", "s3cret", "--user", "alice", "on", ">alice-pw",
+                                       "~kvstash:*", "+@all"});
+  ASSERT_TRUE(server.ready());
+  for (const std::string user : {"", "alice"}) {
+    auto options = options_for({server.port()});
+    options.client.user = user;
+    options.client.password = user.empty() ? "s3cret" : "alice-pw";
+    RedisTier tier(options);
+    auto connected = tier.client().connect_now();
+    ASSERT_TRUE(connected.has_value()) << user << ": " << connected.status().to_string();
+    EXPECT_NE(connected->find("standalone"), std::string::npos) << *connected;
+    EXPECT_NE(connected->find(user.empty() ? "AUTH as default" : "AUTH as alice"), std::string::npos) << *connected;
+    Bytes c = test_chunk(test_meta(test_key(3)), 2000, user.size());
+    ASSERT_TRUE(tier.put(test_key(3), c).is_ok()) << user;
+    EXPECT_EQ(*tier.get(test_key(3)), c) << user;
+    EXPECT_EQ(tier.contains(std::vector<ChunkKey>{test_key(3), test_key(4)}), 1u) << user;
+    EXPECT_EQ(tier.stats().errors, 0u) << user;
+  }
+}
+
+TEST(RedisTier, WrongOrMissingPasswordIsAClearStartupError) {
+  REQUIRE_REDIS();
+  RedisTestServer server(free_port(), {"--requirepass", "s3cret", "--user", "alice", "on", ">alice-pw", "~*", "+@all"});
+  ASSERT_TRUE(server.ready());
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  for (const std::string& url : {"redis://:wrong@" + where, "redis://alice:s3cret@" + where, "redis://" + where}) {
+    StoreOptions options;
+    options.ram_bytes = 0;
+    ASSERT_TRUE(apply_redis_flags(url, "", 2, options).is_ok());
+    auto store = open_tiered_store(options);
+    ASSERT_FALSE(store.has_value()) << url;
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url;
+    EXPECT_NE(store.status().message().find("authentication failed"), std::string::npos) << store.status().message();
+    EXPECT_NE(store.status().message().find(where), std::string::npos) << store.status().message();
+  }
+  StoreOptions good;
+  ASSERT_TRUE(apply_redis_flags("redis://alice:alice-pw@" + where, "90s", 2, good).is_ok());
+  auto store = open_tiered_store(good);
+  ASSERT_TRUE(store.has_value()) << store.status().to_string();
+  // An unreachable server is not a startup error: the tier fails fast until it answers.
+  StoreOptions down;
+  ASSERT_TRUE(apply_redis_flags("redis://127.0.0.1:" + std::to_string(free_port()), "", 2, down).is_ok());
+  EXPECT_TRUE(open_tiered_store(down).has_value());
+}
+
+// The pool: many threads at once, each reading back exactly its own values; never more
+// connections than the pool; and a command blocked on the server does not hold up the others
+// (there is no client-wide lock).
+TEST(RedisTier, PoolServesManyThreadsWithoutAGlobalLock) {
+  REQUIRE_REDIS();
+  RedisTestServer server(free_port());
+  ASSERT_TRUE(server.ready());
+  auto options = options_for({server.port()});
+  options.client.pool_size = 4;
+  options.client.command_timeout = std::chrono::milliseconds(3000);
+  RedisTier tier(options);
+  constexpr int kThreads = 8, kKeysPerThread = 25;
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kKeysPerThread; ++k) {
+        const int id = t * 1000 + k;
+        const Bytes c = test_chunk(test_meta(test_key(id)), 3000 + k, id);
+        if (!tier.put(test_key(id), c).is_ok()) ++failed;
+        auto got = tier.get(test_key(id));
+        if (!got) {
+          ++failed;
+        } else if (*got != c) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(failed, 0);
+  EXPECT_LE(tier.client().open_connections(), 4u);
+  EXPECT_GE(tier.client().open_connections(), 2u);
+
+  // One connection blocked on the server for 1.5 s (BLPOP on an empty list); a GET on another
+  // connection of the pool answers meanwhile.
+  auto blocked = std::async(std::launch::async, [&] {
+    return tier.client().command("kvstash:empty-list", {"BLPOP", "kvstash:empty-list", "1.5"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  auto got = tier.get(test_key(0));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(got.has_value());
+  EXPECT_LT(took, std::chrono::milliseconds(700));
+  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_TRUE(blocked.get().has_value());
+}
+
+TEST(RedisTier, HoldsAnswersEveryKeyInOnePipeline) {
+  REQUIRE_REDIS();
+  RedisTestServer server(free_port());
+  ASSERT_TRUE(server.ready());
+  RedisTier tier(options_for({server.port()}));
+  std::vector<ChunkKey> keys;
+  for (int i = 0; i < 64; ++i) {
+    keys.push_back(test_key(i));
+    if (i % 3 != 2) {
+      ASSERT_TRUE(tier.put(test_key(i), test_chunk(test_meta(test_key(i)))).is_ok());
+    }
+  }
+  auto held = tier.holds(keys);
+  ASSERT_EQ(held.size(), keys.size());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(held[i], i % 3 != 2) << i;
+  EXPECT_EQ(tier.contains(keys), 2u);
+  // Every EXISTS of the 64 went through one connection (the pipeline borrows one).
+  EXPECT_EQ(tier.client().open_connections(), 1u);
+  server.kill();
+  held = tier.holds(keys);
+  for (bool h : held) EXPECT_FALSE(h);
+  EXPECT_GE(tier.stats().errors, 1u);
+}
+
+// A server killed while a load runs: the load returns a run of verified chunks (maybe none), never
+// a wrong byte; the tier is skipped; later plans find nothing there.
+TEST(RedisTier, KilledDuringALoadIsAMissNeverWrongData) {
+  REQUIRE_REDIS();
+  RedisTestServer server(free_port());
+  ASSERT_TRUE(server.ready());
+  constexpr int kChunks = 48;
+  constexpr std::size_t kPayload = 1 << 20;  // 1 MiB: a load long enough to be cut
+  std::vector<ChunkMeta> metas;
+  {
+    std::vector<std::int32_t> tokens(kChunks * 16);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * 3 + 7);
+    auto keys = chunk_keys(test_model(), "f16-test-v1", "", tokens, 16);
+    for (int i = 0; i < kChunks; ++i) metas.push_back(test_meta(keys[i], static_cast<std::uint32_t>(16 * i)));
+  }
+  RedisTier writer(options_for({server.port()}));
+  for (int i = 0; i < kChunks; ++i) ASSERT_TRUE(writer.put(metas[i].key, test_chunk(metas[i], kPayload, i)).is_ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {  // killed at once, and killed a little later
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<MemoryTier>(std::uint64_t{1} << 30));
+    tiers.push_back(std::make_unique<RedisTier>(options_for({server.port()})));
+    TieredStoreOptions store_options;
+    store_options.load_threads = 4;
+    TieredStore store(std::move(tiers), store_options);
+    std::vector<ChunkKey> keys;
+    for (const auto& m : metas) keys.push_back(m.key);
+    LoadPlan plan = store.plan_load(keys);
+    ASSERT_EQ(plan.size(), static_cast<std::size_t>(kChunks));
+    auto loading = std::async(std::launch::async, [&] { return store.load(metas, plan); });
+    if (attempt == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    server.kill();
+    ASSERT_EQ(loading.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    auto loaded = loading.get();
+    EXPECT_LT(loaded.size(), static_cast<std::size_t>(kChunks)) << attempt;  // cut short
+    for (std::size_t i = 0; i < loaded.size(); ++i) {
+      ASSERT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(kPayload, static_cast<int>(i)))
+          << attempt << " chunk " << i;
+    }
+    EXPECT_GE(store.stats().tier_skips, 1u);
+    store.flush();
+    EXPECT_EQ(store.lookup(keys), loaded.size());  // promoted into memory; redis answers nothing
+    server.start();  // empty again (no persistence): refill for the next attempt
+    ASSERT_TRUE(server.ready());
+    if (attempt == 0) {
+      RedisTier refill(options_for({server.port()}));
+      for (int i = 0; i < kChunks; ++i) ASSERT_TRUE(refill.put(metas[i].key, test_chunk(metas[i], kPayload, i)).is_ok());
+    }
+  }
+}
+
 class RedisClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,6 +338,31 @@ TEST_F(RedisClusterTest, KeysAcrossAllSlotsAndReshardIsFollowed) {
   EXPECT_EQ(*tier.get(test_key(0)), test_chunk(test_meta(test_key(0)), 64, 0));
   EXPECT_EQ(*tier.get(test_key(other)), other_chunk);
   EXPECT_EQ(redis_query(to, "CLUSTER COUNTKEYSINSLOT " + s), "2");
+  EXPECT_EQ(tier.stats().errors, 0u);
+}
+
+// The cluster answers a whole prefix in one pipeline per master, and a TieredStore plans and loads
+// through it.
+TEST_F(RedisClusterTest, PipelinedLookupAcrossMastersAndPlannedLoad) {
+  RedisTier tier(options_for({ports_[0]}));
+  std::vector<ChunkMeta> metas;
+  std::vector<std::int32_t> tokens(40 * 16);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i + 11);
+  auto keys = chunk_keys(test_model(), "f16-test-v1", "", tokens, 16);
+  for (int i = 0; i < 40; ++i) metas.push_back(test_meta(keys[i], static_cast<std::uint32_t>(16 * i)));
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(tier.put(keys[i], test_chunk(metas[i], 512, i)).is_ok());
+  auto held = tier.holds(keys);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(held[i], i < 30) << i;
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<RedisTier>(options_for({ports_[2]})));
+  TieredStore store(std::move(tiers));
+  LoadPlan plan = store.plan_load(keys);
+  ASSERT_EQ(plan.size(), 30u);
+  auto loaded = store.load(metas, plan);
+  ASSERT_EQ(loaded.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(512, i)) << i;
+  }
   EXPECT_EQ(tier.stats().errors, 0u);
 }
 

@@ -6,6 +6,7 @@
 #include <malloc.h>
 
 #include "cache/disk_tier.h"
+#include "cache/log.h"
 #include "cache/memory_tier.h"
 #include "cache/redis_tier.h"
 
@@ -46,16 +47,57 @@ Expected<std::uint64_t> parse_byte_size(std::string_view text) {
   return static_cast<std::uint64_t>(std::llround(bytes));
 }
 
-Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text) {
+namespace {
+
+// %XX escapes of URL userinfo.
+Expected<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return invalid_argument("redis url: bad % escape");
+    const std::string hex(text.substr(i + 1, 2));
+    char* end = nullptr;
+    const long v = std::strtol(hex.c_str(), &end, 16);
+    if (hex.size() != 2 || *end != '\0') return invalid_argument("redis url: bad % escape");
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<RedisTarget> parse_redis_target(std::string_view text) {
   constexpr std::string_view kScheme = "redis://";
   if (text.starts_with(kScheme)) text.remove_prefix(kScheme.size());
-  std::vector<RedisEndpoint> out;
+  RedisTarget out;
+  bool have_credentials = false;
   while (!text.empty()) {
     const auto comma = text.find(',');
     std::string_view item = text.substr(0, comma);
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.starts_with(kScheme)) item.remove_prefix(kScheme.size());
     while (!item.empty() && item.back() == '/') item.remove_suffix(1);
+    if (const auto at = item.rfind('@'); at != std::string_view::npos) {
+      const std::string_view userinfo = item.substr(0, at);
+      item.remove_prefix(at + 1);
+      const auto colon = userinfo.find(':');
+      auto user = percent_decode(colon == std::string_view::npos ? std::string_view{} : userinfo.substr(0, colon));
+      // "redis://secret@host" is a password alone, as redis-cli reads it.
+      auto password = percent_decode(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
+      if (!user) return user.status();
+      if (!password) return password.status();
+      if (password->empty()) return invalid_argument("redis url: empty password");
+      if (have_credentials && (*user != out.user || *password != out.password)) {
+        return invalid_argument("redis url: different credentials for different nodes");
+      }
+      out.user = std::move(*user);
+      out.password = std::move(*password);
+      have_credentials = true;
+    }
     if (item.empty()) return invalid_argument("redis url: empty host");
     RedisEndpoint ep;
     const auto colon = item.rfind(':');
@@ -72,10 +114,49 @@ Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text) {
       ep.port = static_cast<int>(p);
     }
     if (ep.host.empty()) return invalid_argument("redis url: empty host");
-    out.push_back(std::move(ep));
+    out.nodes.push_back(std::move(ep));
   }
-  if (out.empty()) return invalid_argument("redis url: no servers");
+  if (out.nodes.empty()) return invalid_argument("redis url: no servers");
   return out;
+}
+
+Expected<std::vector<RedisEndpoint>> parse_redis_url(std::string_view text) {
+  auto target = parse_redis_target(text);
+  if (!target) return target.status();
+  return std::move(target->nodes);
+}
+
+Expected<std::chrono::seconds> parse_duration(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 12) return invalid_argument("duration: expected a whole number of seconds in '" + std::string(text) + "'");
+  const long long value = std::stoll(std::string(text.substr(0, i)));
+  const std::string unit = lower(text.substr(i));
+  long long scale = 0;
+  if (unit.empty() || unit == "s") scale = 1;
+  if (unit == "m") scale = 60;
+  if (unit == "h") scale = 3600;
+  if (unit == "d") scale = 86400;
+  if (scale == 0) return invalid_argument("duration: unknown unit in '" + std::string(text) + "' (s, m, h, d)");
+  return std::chrono::seconds(value * scale);
+}
+
+Status apply_redis_flags(std::string_view url, std::string_view ttl, int pool, StoreOptions& options) {
+  if (!url.empty()) {
+    auto target = parse_redis_target(url);
+    if (!target) return invalid_argument("--cache-redis: " + target.status().message());
+    options.redis = std::move(target->nodes);
+    options.redis_user = std::move(target->user);
+    options.redis_password = std::move(target->password);
+  }
+  if (!ttl.empty()) {
+    auto seconds = parse_duration(ttl);
+    if (!seconds) return invalid_argument("--cache-redis-ttl: " + seconds.status().message());
+    options.redis_ttl = *seconds;
+  }
+  if (pool < 1 || pool > 1024) return invalid_argument("--cache-redis-pool must be in [1, 1024]");
+  options.redis_pool = static_cast<std::size_t>(pool);
+  return Status::ok();
 }
 
 void tune_allocator_for_chunks() {
@@ -96,8 +177,22 @@ Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& opt
   if (!options.redis.empty()) {
     RedisTierOptions redis;
     redis.client.seeds = options.redis;
+    redis.client.user = options.redis_user;
+    redis.client.password = options.redis_password;
+    redis.client.pool_size = options.redis_pool;
     redis.ttl = options.redis_ttl;
-    tiers.push_back(std::make_unique<RedisTier>(redis));
+    auto tier = std::make_unique<RedisTier>(redis);
+    auto connected = tier->client().connect_now();
+    const std::string ttl = options.redis_ttl.count() > 0 ? std::to_string(options.redis_ttl.count()) + " s" : "none";
+    if (connected) {
+      log_info("connected to " + *connected + ", chunk TTL " + ttl);
+    } else if (connected.status().code() == StatusCode::kInvalidArgument) {
+      return connected.status();  // wrong credentials: a configuration error, not an outage
+    } else {
+      log_warning("redis not reachable at start (" + connected.status().message() +
+                  "); the redis tier fails fast until it answers");
+    }
+    tiers.push_back(std::move(tier));
   }
   return std::make_unique<TieredStore>(std::move(tiers), options.store);
 }

@@ -14,6 +14,20 @@ void TierCounters::hit(std::uint64_t bytes, std::chrono::steady_clock::duration 
   }
 }
 
+Expected<SharedBytes> Tier::get_shared(const ChunkKey& key) {
+  auto bytes = get(key);
+  if (!bytes) return bytes.status();
+  return std::make_shared<const Bytes>(std::move(*bytes));
+}
+
+Status Tier::put_shared(const ChunkKey& key, SharedBytes bytes) { return put(key, *bytes); }
+
+std::vector<bool> Tier::holds(std::span<const ChunkKey> keys) {
+  std::vector<bool> out(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = contains(keys.subspan(i, 1)) == 1;
+  return out;
+}
+
 void TierCounters::fill(TierStats& out) const {
   out.hits = hits_.load(std::memory_order_relaxed);
   out.misses = misses_.load(std::memory_order_relaxed);

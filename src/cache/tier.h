@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct TierStats {
   std::uint64_t load_latency_us_max = 0;
 };
 
+// Chunk bytes shared between a tier and its readers; immutable once shared.
+using SharedBytes = std::shared_ptr<const Bytes>;
+
 // Lock-free counters behind TierStats; each tier owns one.
 class TierCounters {
  public:
@@ -69,10 +73,21 @@ class Tier {
   virtual std::string name() const = 0;
   // How many of the leading keys this tier holds: keys[0..n) all present, keys[n] absent.
   virtual std::size_t contains(std::span<const ChunkKey> keys) = 0;
+  // Which of `keys` this tier holds, one flag per key, in one round trip for all of them (memory
+  // and disk: one lock; redis: one pipeline per node). A key the tier cannot answer for (redis
+  // down) is reported absent. The default asks contains() key by key (tiers of tests).
+  virtual std::vector<bool> holds(std::span<const ChunkKey> keys);
   // The chunk bytes stored under key (errors: see the file comment).
   virtual Expected<Bytes> get(const ChunkKey& key) = 0;
+  // get() without a copy where the tier keeps chunks in this process: the memory tier hands out
+  // the buffer it holds (immutable; the pointer keeps it alive after an eviction). Same errors as
+  // get(). The default moves get()'s answer into a new shared buffer.
+  virtual Expected<SharedBytes> get_shared(const ChunkKey& key);
   // Stores bytes under key, replacing any previous value; may evict others to stay in bounds.
   virtual Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) = 0;
+  // put() of a buffer the caller shares: the memory tier keeps the pointer instead of a copy.
+  // bytes must not be null. The default is put(key, *bytes).
+  virtual Status put_shared(const ChunkKey& key, SharedBytes bytes);
   // Removes key; ok if it was absent.
   virtual Status erase(const ChunkKey& key) = 0;
   // Marks the keys this tier holds among `keys` as used just now, in order: the last one becomes

@@ -11,13 +11,13 @@ namespace {
 // One tier get and how long the tier took over it (queueing on the pool not included, so a tier is
 // judged slow by its own answer time, as with a get on the caller's thread).
 struct TimedGet {
-  Expected<Bytes> bytes;
+  Expected<SharedBytes> bytes;
   std::chrono::steady_clock::duration elapsed;
 };
 
-TimedGet timed_get(Tier& tier, const ChunkKey& key) {
+TimedGet timed(const std::function<Expected<SharedBytes>()>& get) {
   const auto start = std::chrono::steady_clock::now();
-  Expected<Bytes> bytes = tier.get(key);
+  Expected<SharedBytes> bytes = get();
   return {std::move(bytes), std::chrono::steady_clock::now() - start};
 }
 
@@ -29,9 +29,15 @@ struct PendingGet {
   std::condition_variable cv;
   std::optional<TimedGet> result;  // guarded by mu; set once by the job
 
-  TimedGet wait() {
+  // The result, or nothing if the deadline passes first (the job still runs to its end).
+  std::optional<TimedGet> wait_until(std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(mu);
-    cv.wait(lock, [this] { return result.has_value(); });
+    auto done = [this] { return result.has_value(); };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      cv.wait(lock, done);  // no deadline: a time_point this far out overflows some conversions
+    } else if (!cv.wait_until(lock, deadline, done)) {
+      return std::nullopt;
+    }
     return std::move(*result);
   }
 };
@@ -56,15 +62,15 @@ class TieredStore::GetPool {
     for (auto& t : threads_) t.join();
   }
 
-  // Runs tier.get(key) on a pool thread; the walk waits on the returned entry.
-  std::shared_ptr<PendingGet> submit(Tier& tier, const ChunkKey& key) {
+  // Runs get() on a pool thread; the walk waits on the returned entry.
+  std::shared_ptr<PendingGet> submit(std::function<Expected<SharedBytes>()> get) {
     auto pending = std::make_shared<PendingGet>();
     {
       std::lock_guard lock(mu_);
-      jobs_.push_back([pending, &tier, key] {
+      jobs_.push_back([pending, get = std::move(get)] {
         TimedGet got = pending->cancelled.load(std::memory_order_relaxed)
                            ? TimedGet{not_found("cancelled"), {}}
-                           : timed_get(tier, key);
+                           : timed(get);
         std::lock_guard done(pending->mu);
         pending->result.emplace(std::move(got));
         pending->cv.notify_all();
@@ -95,86 +101,159 @@ class TieredStore::GetPool {
   std::vector<std::thread> threads_;
 };
 
+// One tier's write-behind queue. Jobs run in queue order by the one writer thread.
+struct TieredStore::WriteQueue {
+  std::mutex mu;
+  std::condition_variable work;  // the writer waits for a job or stop
+  std::condition_variable idle;  // flush() waits for an empty queue and an idle writer
+  std::deque<WriteJob> jobs;     // guarded by mu
+  std::uint64_t bytes = 0;       // chunk bytes + touched keys' bytes queued; guarded by mu
+  bool writing = false;          // a job is being run; guarded by mu
+  bool stop = false;             // guarded by mu
+  std::thread writer;
+};
+
+namespace {
+
+// What a queued job costs against the queue's bound: its chunk and the keys it touches.
+std::uint64_t job_cost(const std::shared_ptr<const Bytes>& bytes,
+                       const std::shared_ptr<const std::vector<ChunkKey>>& touch) {
+  return (bytes ? bytes->size() : 0) + (touch ? touch->size() * sizeof(ChunkKey) : 0);
+}
+
+}  // namespace
+
 TieredStore::TieredStore(std::vector<std::unique_ptr<Tier>> tiers, TieredStoreOptions options)
     : tiers_(std::move(tiers)),
       options_(options),
       rejected_by_tier_(new std::atomic<std::uint64_t>[tiers_.size()]()) {
-  writer_ = std::thread([this] { writer_loop(); });
+  for (std::size_t t = 0; t < tiers_.size(); ++t) queues_.push_back(std::make_unique<WriteQueue>());
+  for (std::size_t t = 0; t < tiers_.size(); ++t) queues_[t]->writer = std::thread([this, t] { writer_loop(t); });
   if (options_.load_threads > 0 && options_.load_depth > 0 && !tiers_.empty()) {
     get_pool_ = std::make_unique<GetPool>(options_.load_threads);
   }
 }
 
 TieredStore::~TieredStore() {
-  {
-    std::lock_guard lock(queue_mu_);
-    stop_ = true;
+  for (auto& q : queues_) {
+    std::lock_guard lock(q->mu);
+    q->stop = true;
+    q->work.notify_all();
   }
-  queue_cv_.notify_all();
-  writer_.join();
+  for (auto& q : queues_) q->writer.join();
 }
 
-std::size_t TieredStore::lookup(std::span<const ChunkKey> keys) { return plan(keys).size(); }
-
-std::vector<std::size_t> TieredStore::plan(std::span<const ChunkKey> keys) {
-  // Tier by tier, each continuing from where the faster ones stopped: chunk i may live anywhere.
-  std::vector<std::size_t> tier_of;
-  bool progress = true;
-  while (progress && tier_of.size() < keys.size()) {
-    progress = false;
-    for (std::size_t t = 0; t < tiers_.size(); ++t) {
-      const std::size_t n = tiers_[t]->contains(keys.subspan(tier_of.size()));
-      if (n > 0) {
-        tier_of.insert(tier_of.end(), n, t);
-        progress = true;
+LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const ChunkKey> tail_candidates) {
+  plans_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<ChunkKey> all(keys.begin(), keys.end());
+  all.insert(all.end(), tail_candidates.begin(), tail_candidates.end());
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> tier_of(all.size(), kNone);
+  if (!tiers_.empty()) {
+    std::lock_guard lock(pending_mu_);  // queued for tier 0 but not yet written: tier 0 has them
+    for (std::size_t i = 0; i < all.size() && !pending_.empty(); ++i) {
+      if (pending_.count(all[i])) tier_of[i] = 0;
+    }
+  }
+  // Tier by tier, each asked once, about the keys no faster tier holds: chunk i may live anywhere.
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    std::vector<std::size_t> unclaimed;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (tier_of[i] == kNone) unclaimed.push_back(i);
+    }
+    if (unclaimed.empty()) break;
+    std::vector<ChunkKey> ask;
+    ask.reserve(unclaimed.size());
+    for (std::size_t i : unclaimed) ask.push_back(all[i]);
+    const std::vector<bool> held = tiers_[t]->holds(ask);
+    for (std::size_t j = 0; j < unclaimed.size() && j < held.size(); ++j) {
+      if (held[j]) tier_of[unclaimed[j]] = t;
+    }
+  }
+  LoadPlan plan;
+  while (plan.full_chunks < keys.size() && tier_of[plan.full_chunks] != kNone) {
+    plan.keys.push_back(keys[plan.full_chunks]);
+    plan.tiers.push_back(tier_of[plan.full_chunks]);
+    ++plan.full_chunks;
+  }
+  if (plan.full_chunks == keys.size()) {
+    for (std::size_t c = tail_candidates.size(); c-- > 0;) {
+      if (tier_of[keys.size() + c] != kNone) {
+        plan.tail = c;
+        plan.keys.push_back(tail_candidates[c]);
+        plan.tiers.push_back(tier_of[keys.size() + c]);
         break;
       }
     }
   }
-  return tier_of;
+  return plan;
 }
 
+std::size_t TieredStore::lookup(std::span<const ChunkKey> keys) { return plan_load(keys).size(); }
+
 std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) {
+  std::vector<ChunkKey> keys;
+  keys.reserve(expected.size());
+  for (const ChunkMeta& meta : expected) keys.push_back(meta.key);
+  return load(expected, plan_load(keys));
+}
+
+std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, const LoadPlan& plan,
+                                           Clock::time_point deadline) {
   std::vector<LoadedChunk> out;
-  std::size_t deepest_tier = 0;  // the slowest tier that served a chunk of the run
+  // The chunks to fetch: expected's prefix that follows the plan.
+  std::size_t n = 0;
+  while (n < expected.size() && n < plan.size() && expected[n].key == plan.keys[n]) ++n;
   std::vector<bool> skipped(tiers_.size(), false);
-  // The read-ahead: planned[i] is the tier expected to serve chunk i, ahead[i] its get in flight.
-  std::vector<std::size_t> planned;
-  if (get_pool_) {
-    std::vector<ChunkKey> keys;
-    keys.reserve(expected.size());
-    for (const ChunkMeta& meta : expected) keys.push_back(meta.key);
-    planned = plan(keys);
-  }
-  std::vector<std::shared_ptr<PendingGet>> ahead(planned.size());
-  std::size_t issued = 0;  // chunks [0, issued) of the plan have had their get issued (or not needed)
+  std::vector<std::shared_ptr<PendingGet>> ahead(n);  // gets in flight, by chunk
+  std::size_t issued = 0;  // chunks [0, issued) have had their planned get issued (or not needed)
   auto abandon = [&](std::size_t i) {
     if (i < ahead.size() && ahead[i]) {
       ahead[i]->cancelled.store(true, std::memory_order_relaxed);
       ahead[i].reset();
     }
   };
-
   auto skip = [&](std::size_t t) {
     skipped[t] = true;
     tier_skips_.fetch_add(1, std::memory_order_relaxed);
-    for (std::size_t i = 0; i < ahead.size(); ++i) {
-      if (planned[i] == t) abandon(i);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (plan.tiers[i] == t) abandon(i);
     }
   };
+  bool past_deadline = false;
 
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    for (; issued < planned.size() && issued < i + options_.load_depth; ++issued) {
-      const std::size_t t = planned[issued];
-      if (!skipped[t]) ahead[issued] = get_pool_->submit(*tiers_[t], expected[issued].key);
+  for (std::size_t i = 0; i < n && !past_deadline; ++i) {
+    if (get_pool_) {
+      for (; issued < n && issued < i + options_.load_depth; ++issued) {
+        const std::size_t t = plan.tiers[issued];
+        const ChunkKey key = expected[issued].key;
+        if (!skipped[t]) ahead[issued] = get_pool_->submit([this, t, key] { return tier_get(t, key); });
+      }
     }
     const ChunkMeta& meta = expected[i];
+    // The planned tier first, then (evicted or damaged since the plan) the others fastest first.
+    std::vector<std::size_t> order = {plan.tiers[i]};
+    for (std::size_t t = 0; t < tiers_.size(); ++t) {
+      if (t != plan.tiers[i]) order.push_back(t);
+    }
     bool found = false;
-    for (std::size_t t = 0; t < tiers_.size() && !found; ++t) {
+    for (std::size_t t : order) {
       if (skipped[t]) continue;
-      const bool from_ahead = i < ahead.size() && ahead[i] && planned[i] == t;
-      TimedGet got = from_ahead ? ahead[i]->wait() : timed_get(*tiers_[t], meta.key);
-      if (from_ahead) ahead[i].reset();
+      if (Clock::now() >= deadline) {
+        past_deadline = true;
+        break;
+      }
+      const bool from_ahead = ahead[i] && t == plan.tiers[i];
+      std::optional<TimedGet> waited;
+      if (from_ahead) {
+        waited = ahead[i]->wait_until(deadline);
+        if (!waited) {
+          past_deadline = true;
+          break;
+        }
+        ahead[i].reset();
+      }
+      TimedGet got = from_ahead ? std::move(*waited) : timed([&] { return tier_get(t, meta.key); });
       const bool slow = got.elapsed > options_.tier_timeout;
       auto& bytes = got.bytes;
       if (!bytes) {
@@ -187,42 +266,41 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected) 
       LoadedChunk chunk;
       chunk.bytes = std::move(*bytes);
       chunk.tier_index = t;
-      auto view = decode_chunk(chunk.bytes, meta);
+      auto view = decode_chunk(*chunk.bytes, meta);
       if (!view) {
         (void)tiers_[t]->erase(meta.key);  // a wrong chunk is never served, nor kept
         rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       chunk.view = std::move(*view);
-      if (t > 0) {
-        auto shared = std::make_shared<const Bytes>(chunk.bytes);
-        (void)tiers_[0]->put(meta.key, *shared);
-        for (std::size_t f = 1; f < t; ++f) enqueue({meta.key, shared, f, nullptr});
-      }
-      deepest_tier = std::max(deepest_tier, t);
       out.push_back(std::move(chunk));
       chunks_loaded_.fetch_add(1, std::memory_order_relaxed);
       found = true;
+      break;
     }
-    abandon(i);  // served by a faster tier than planned, or not at all
+    abandon(i);  // served by another tier than planned, or not at all
     if (!found) break;
   }
+  if (past_deadline) load_deadlines_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < ahead.size(); ++i) abandon(i);  // past the end of the run
-  if (!out.empty()) {
-    // The gets (and promotions) made the run's tail the most recently used: turn that around.
-    auto tail_first = std::make_shared<std::vector<ChunkKey>>();
-    for (std::size_t i = out.size(); i-- > 0;) tail_first->push_back(expected[i].key);
-    for (std::size_t t = 0; t <= deepest_tier; ++t) {
-      // Tier 0 and the served tiers at once; tiers with promotions queued, after those puts.
-      const bool queued = t > 0 && t < deepest_tier;
-      if (queued) {
-        enqueue({ChunkKey{}, nullptr, t, tail_first});
-      } else {
-        tiers_[t]->touch(*tail_first);
-      }
-    }
-  }
+  after_load(out, expected);
   return out;
+}
+
+void TieredStore::after_load(const std::vector<LoadedChunk>& out, std::span<const ChunkMeta> expected) {
+  if (out.empty()) return;
+  std::size_t deepest_tier = 0;  // the slowest tier that served a chunk of the run
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::size_t t = out[i].tier_index;
+    deepest_tier = std::max(deepest_tier, t);
+    if (t == 0) continue;
+    for (std::size_t f = 0; f < t; ++f) enqueue(f, {expected[i].key, out[i].bytes, nullptr});
+  }
+  // The gets (and promotions) made the run's tail the most recently used: turn that around, in
+  // each tier after its promotions (same queue).
+  auto tail_first = std::make_shared<std::vector<ChunkKey>>();
+  for (std::size_t i = out.size(); i-- > 0;) tail_first->push_back(expected[i].key);
+  for (std::size_t t = 0; t <= deepest_tier; ++t) enqueue(t, {ChunkKey{}, nullptr, tail_first});
 }
 
 Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
@@ -233,54 +311,76 @@ Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> p
   auto shared = std::make_shared<const Bytes>(std::move(*encoded));
   std::shared_ptr<const std::vector<ChunkKey>> tail_first;
   if (!predecessors.empty()) {
-    auto keys = std::make_shared<std::vector<ChunkKey>>(predecessors.rbegin(), predecessors.rend());
-    tail_first = std::move(keys);
+    tail_first = std::make_shared<std::vector<ChunkKey>>(predecessors.rbegin(), predecessors.rend());
   }
-  if (!tiers_[0]->put(meta.key, *shared).is_ok()) write_errors_.fetch_add(1, std::memory_order_relaxed);
-  if (tail_first) tiers_[0]->touch(*tail_first);
-  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue({meta.key, shared, t, tail_first});
+  {
+    std::lock_guard lock(pending_mu_);
+    pending_[meta.key] = shared;
+  }
+  if (!enqueue(0, {meta.key, shared, tail_first})) forget_pending(meta.key, shared.get());
+  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {meta.key, shared, tail_first});
   return Status::ok();
 }
 
-void TieredStore::enqueue(WriteJob job) {
-  const std::uint64_t size = job.bytes ? job.bytes->size() : 0;
-  {
-    std::lock_guard lock(queue_mu_);
-    // A job costs its bytes once per queued tier write; with shared bytes this over-counts, which
-    // errs on the side of a smaller queue.
-    if (queue_bytes_ + size > options_.write_queue_bytes) {
-      if (size > 0) writes_dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    queue_bytes_ += size;
-    queue_.push_back(std::move(job));
+Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) {
+  if (t == 0) {
+    std::lock_guard lock(pending_mu_);
+    if (auto it = pending_.find(key); it != pending_.end()) return it->second;
   }
-  if (size > 0) writes_queued_.fetch_add(1, std::memory_order_relaxed);
-  queue_cv_.notify_one();
+  return tiers_[t]->get_shared(key);
 }
 
-void TieredStore::writer_loop() {
-  std::unique_lock lock(queue_mu_);
+void TieredStore::forget_pending(const ChunkKey& key, const Bytes* bytes) {
+  std::lock_guard lock(pending_mu_);
+  if (auto it = pending_.find(key); it != pending_.end() && it->second.get() == bytes) pending_.erase(it);
+}
+
+bool TieredStore::enqueue(std::size_t t, WriteJob job) {
+  WriteQueue& q = *queues_[t];
+  const std::uint64_t cost = job_cost(job.bytes, job.touch_after);
+  const bool is_put = job.bytes != nullptr;
+  {
+    std::lock_guard lock(q.mu);
+    if (q.bytes + cost > options_.write_queue_bytes) {
+      if (is_put) writes_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    q.bytes += cost;
+    q.jobs.push_back(std::move(job));
+  }
+  if (is_put) writes_queued_.fetch_add(1, std::memory_order_relaxed);
+  q.work.notify_one();
+  return true;
+}
+
+void TieredStore::writer_loop(std::size_t t) {
+  WriteQueue& q = *queues_[t];
+  Tier& tier = *tiers_[t];
+  std::unique_lock lock(q.mu);
   for (;;) {
-    queue_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
-    WriteJob job = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
+    q.work.wait(lock, [&q] { return q.stop || !q.jobs.empty(); });
+    if (q.jobs.empty()) return;  // stop and nothing left
+    WriteJob job = std::move(q.jobs.front());
+    q.jobs.pop_front();
+    q.writing = true;
     lock.unlock();
-    Tier& tier = *tiers_[job.tier_index];
-    if (job.bytes && !tier.put(job.key, *job.bytes)) write_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (job.bytes && !tier.put_shared(job.key, job.bytes)) write_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (job.bytes && t == 0) forget_pending(job.key, job.bytes.get());  // tier 0 has it (or never will)
     if (job.touch_after) tier.touch(*job.touch_after);
+    const std::uint64_t cost = job_cost(job.bytes, job.touch_after);
+    job = {};  // release the chunk before waking flush()
     lock.lock();
-    queue_bytes_ -= job.bytes ? job.bytes->size() : 0;
-    writing_ = false;
-    if (queue_.empty()) idle_cv_.notify_all();
+    q.bytes -= cost;
+    q.writing = false;
+    if (q.jobs.empty()) q.idle.notify_all();
   }
 }
 
 void TieredStore::flush() {
-  std::unique_lock lock(queue_mu_);
-  idle_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  for (auto& q : queues_) {
+    std::unique_lock lock(q->mu);
+    q->idle.wait(lock, [&q] { return q->jobs.empty() && !q->writing; });
+  }
 }
 
 std::vector<TierReport> TieredStore::tier_stats() const {
@@ -303,8 +403,12 @@ StoreStats TieredStore::stats() const {
   s.writes_queued = writes_queued_.load(std::memory_order_relaxed);
   s.writes_dropped = writes_dropped_.load(std::memory_order_relaxed);
   s.write_errors = write_errors_.load(std::memory_order_relaxed);
-  std::lock_guard lock(queue_mu_);
-  s.queue_bytes = queue_bytes_;
+  s.plans = plans_.load(std::memory_order_relaxed);
+  s.load_deadlines = load_deadlines_.load(std::memory_order_relaxed);
+  for (const auto& q : queues_) {
+    std::lock_guard lock(q->mu);
+    s.queue_bytes += q->bytes;
+  }
   return s;
 }
 

@@ -1,46 +1,52 @@
 // TieredStore: the KV chunk store the engine talks to; tiers ordered fastest first.
 //
-// load() walks a prefix's chunks in order and, for each, asks the tiers fastest first; chunk i may
-// come from any tier. It stops at the first chunk no tier can supply, so what it returns is the
-// longest contiguous run of leading chunks. Every chunk is decoded against the meta the caller
-// expects before it is returned: a chunk that fails is a miss, is erased from the tier that served
-// it, and is counted (that tier's rejected_chunks). A tier that errors (redis down) or answers
-// slower than tier_timeout is skipped for the rest of that request.
+// A load is planned once, then run. plan_load() asks every tier once which of a prefix's keys it
+// holds (Tier::holds: one lock for memory and disk, one pipelined round trip per node for redis;
+// a slower tier is only asked about the keys no faster tier holds) and credits each leading chunk
+// to the fastest tier holding it; the plan ends at the first chunk no tier holds. Given tail
+// candidates (the keys of a prompt's last, partial chunk at each block boundary), it also finds
+// the best stored tail in the same round trips. load(expected, plan) then gets each chunk from its
+// planned tier, in order, with up to load_depth gets in flight on a small pool of I/O threads
+// owned by the store (a disk tier sees several reads at once; a redis tier uses several pooled
+// connections). Every chunk is decoded against the meta the caller expects before it is returned:
+// a chunk that fails is erased from the tier that served it and counted (that tier's
+// rejected_chunks). A chunk its planned tier no longer has (evicted since the plan), or serves
+// damaged, is asked of the other tiers fastest first before the run ends. A tier that errors (redis
+// down) or answers slower than tier_timeout is skipped for the rest of that load. The run stops at
+// the first chunk no tier supplies, and at the deadline: what returns is always the longest
+// contiguous run of verified leading chunks.
 //
-// Gets run ahead of that walk: load() first plans which tier holds each leading chunk
-// (contains(), as lookup() does) and keeps up to load_depth of the planned gets in flight on a
-// small pool of I/O threads owned by the store, so a disk tier sees several reads at once instead
-// of one file after another (and a memory tier's copies overlap the walk's checksums). The walk
-// itself is unchanged: it still asks the tiers fastest first for chunk i, takes the planned tier's
-// answer from its get in flight, verifies, promotes, erases and stops exactly as it would with one
-// get at a time. Gets issued ahead for chunks past the end of the run, or to a tier skipped since,
-// are abandoned (cancelled if not started); one that did start still counts in that tier's own
-// stats (a hit, an error, or a damaged file the tier itself removed).
+// Writes never run on the caller's thread. Every tier, tier 0 included, has its own write-behind
+// queue, bounded in bytes and served by its own writer thread (a slow redis never delays memory
+// writes). When a queue is full, its writes are dropped and counted (writes_dropped), never waited
+// for. store() queues, per tier, the put of the new chunk followed by a touch of its predecessors
+// (put, then touch, in the same queue), so a prefix's head outlives its tail. load() queues the
+// promotion of what it found below the fastest tier (into every faster tier) and then a touch of
+// the run's keys tail first in every tier involved, so the run's head is its most recently used
+// chunk everywhere. Until tier 0's writer has put a stored chunk, plan_load() and load() find it
+// in tier 0's queue (read-your-writes: a prefix stored is found by the next request at once).
 //
-// What load() finds below the fastest tier is promoted: put into tier 0 at once (memory: a copy),
-// and queued for the other faster tiers. Every tier involved is then touched with the run's keys
-// tail first (Tier::touch), so the run's head is its most recently used chunk everywhere. store() puts a new chunk into tier 0 at once and queues
-// it for every slower tier. The queue is bounded in bytes and served by one writer thread; when
-// full, writes are dropped and counted, never waited for.
-//
-// Thread safety: load/store/lookup/stats are safe from many threads. The tiers are owned by the
-// store and must outlive nothing else. Lock order: queue_mu_ and the I/O pool's lock are never held
-// together; tiers lock themselves.
+// Thread safety: every public method is safe from many threads (the engine thread and prefetch
+// threads alike). The tiers are owned by the store. Lock order: no two of the store's locks (each
+// queue's mutex, pending_mu_, the I/O pool's) are ever held together; tiers lock themselves.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "cache/tier.h"
 
 namespace kvstash::cache {
 
 struct TieredStoreOptions {
-  std::uint64_t write_queue_bytes = std::uint64_t{256} << 20;  // write-behind bound, 256 MiB
+  std::uint64_t write_queue_bytes = std::uint64_t{256} << 20;  // write-behind bound per tier, 256 MiB
   std::chrono::milliseconds tier_timeout{500};  // a get slower than this skips the tier after it
   EncodeOptions encode;                         // compression of stored chunks (off by default)
   // Threads that run load()'s gets ahead of its walk; 0 = one get at a time on the caller's thread.
@@ -50,11 +56,25 @@ struct TieredStoreOptions {
   std::size_t load_depth = 8;  // gets in flight per load() call (bounds the memory read ahead)
 };
 
-// One loaded chunk. view.payload points into bytes (or into view.owned when compressed).
+// One loaded chunk. view.payload points into *bytes (or into view.owned when compressed); bytes is
+// never null and may be shared with the memory tier (immutable: read, never write through it).
 struct LoadedChunk {
-  Bytes bytes;
+  SharedBytes bytes;
   ChunkView view;
   std::size_t tier_index = 0;  // which tier served it
+};
+
+// The chunks a load will fetch and where each is, as plan_load() found them. Plain data: it may be
+// made on one thread and used on another, and kept while the request waits.
+struct LoadPlan {
+  std::vector<ChunkKey> keys;      // in prefix order: the leading run of full chunks, then the tail
+  std::vector<std::size_t> tiers;  // tiers[i]: the fastest tier that held keys[i] when planned
+  std::size_t full_chunks = 0;     // keys[0, full_chunks) are full chunks (a prefix of the keys asked)
+  // Index, among the tail candidates passed to plan_load(), of the tail found (then keys.back());
+  // empty if none was (or the run of full chunks did not reach the end of the keys asked).
+  std::optional<std::size_t> tail;
+  std::size_t size() const { return keys.size(); }
+  bool empty() const { return keys.empty(); }
 };
 
 struct TierReport {
@@ -69,7 +89,9 @@ struct StoreStats {
   std::uint64_t writes_queued = 0;    // tier writes accepted into the write-behind queue
   std::uint64_t writes_dropped = 0;   // tier writes refused because the queue was full
   std::uint64_t write_errors = 0;     // tier puts that failed (disk full, redis down, ...)
-  std::uint64_t queue_bytes = 0;      // bytes waiting in the queue now
+  std::uint64_t queue_bytes = 0;      // bytes waiting in the queues now (a chunk queued for k tiers counts k times)
+  std::uint64_t plans = 0;            // plan_load() calls (lookup() and the one-argument load() included)
+  std::uint64_t load_deadlines = 0;   // loads cut short by their deadline
 };
 
 class TieredStore {
@@ -80,21 +102,44 @@ class TieredStore {
   TieredStore(const TieredStore&) = delete;
   TieredStore& operator=(const TieredStore&) = delete;
 
-  // How many leading chunks some tier claims to hold (contains(), no data moved, not verified):
-  // for scheduling and routing. load() may still return fewer.
+  using Clock = std::chrono::steady_clock;
+
+  // --- Planned loads (one plan per request; safe from any thread, e.g. a prefetch thread). ---
+
+  // Which tier holds each leading chunk of `keys` (one Tier::holds() per tier, no data moved,
+  // nothing verified), and, when every key is held, the best of `tail_candidates` held by some
+  // tier: the one with the highest index (pass them shortest first). The plan's size is what a
+  // load may return; the load may still return fewer (chunks evicted or damaged since).
+  LoadPlan plan_load(std::span<const ChunkKey> keys, std::span<const ChunkKey> tail_candidates = {});
+
+  // Loads the chunks of `plan`, each verified against expected[i] (its key included). expected
+  // must follow plan.keys in order (expected[i].key == plan.keys[i]) and may stop early (load
+  // fewer chunks than planned); a chunk whose key differs from the plan's, or past the plan, ends
+  // the run. Returns the longest run of verified leading chunks, cut at `deadline` (the gets in
+  // flight then are abandoned): at most expected.size(). Never throws, never returns a chunk
+  // that failed verification.
+  std::vector<LoadedChunk> load(std::span<const ChunkMeta> expected, const LoadPlan& plan,
+                                Clock::time_point deadline = Clock::time_point::max());
+
+  // --- The calls the engine makes today (kept: each plans once more). ---
+
+  // plan_load(keys).size(): how many leading chunks some tier claims to hold (no data moved, not
+  // verified): for scheduling and routing. load() may still return fewer.
   std::size_t lookup(std::span<const ChunkKey> keys);
 
-  // The longest run of leading chunks, each verified against expected[i] (its key included).
+  // load(expected, plan_load(keys of expected)): the longest run of leading chunks, each verified
+  // against expected[i] (its key included).
   std::vector<LoadedChunk> load(std::span<const ChunkMeta> expected);
 
-  // Encodes and stores a new chunk (meta.key names it). `predecessors` are the keys of the chunks
-  // before it in its prefix, in prefix order: every tier then holds them as more recently used
-  // than the new chunk, so eviction takes a prefix's tail before its head. Never blocks on slow
-  // tiers. Fails only if the chunk cannot be encoded.
+  // Encodes a new chunk (meta.key names it) and queues it for every tier; returns once queued (or
+  // dropped where a queue is full): no tier i/o on the caller's thread. `predecessors` are the keys
+  // of the chunks before it in its prefix, in prefix order: every tier then holds them as more
+  // recently used than the new chunk (touched after the put, in the same queue), so eviction takes
+  // a prefix's tail before its head. Fails only if the chunk cannot be encoded.
   Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
                std::span<const ChunkKey> predecessors = {});
 
-  // Blocks until the write-behind queue is empty and the writer idle (tests, shutdown).
+  // Blocks until every write-behind queue is empty and its writer idle (tests, shutdown).
   void flush();
 
   std::size_t tier_count() const { return tiers_.size(); }
@@ -104,33 +149,34 @@ class TieredStore {
   StoreStats stats() const;
 
  private:
-  // A put (bytes set) and/or a touch of keys after it; one writer runs them in queue order.
+  // A put (bytes set) and/or a touch of keys after it, for one tier; its writer runs them in order.
   struct WriteJob {
     ChunkKey key;
-    std::shared_ptr<const Bytes> bytes;  // null: touch only
-    std::size_t tier_index;
+    std::shared_ptr<const Bytes> bytes;                        // null: touch only
     std::shared_ptr<const std::vector<ChunkKey>> touch_after;  // null: none
   };
-  class GetPool;  // the I/O threads behind load(); tiered_store.cc
-  void enqueue(WriteJob job);
-  void writer_loop();
-  // Per leading chunk, the tier lookup() credits with it (fastest tier holding the start of a run).
-  std::vector<std::size_t> plan(std::span<const ChunkKey> keys);
+  struct WriteQueue;  // one tier's queue and writer thread; tiered_store.cc
+  class GetPool;      // the I/O threads behind load(); tiered_store.cc
+  // Queues job for tier t; false (and counted if it carried bytes) when that queue is full.
+  bool enqueue(std::size_t t, WriteJob job);
+  void writer_loop(std::size_t t);
+  // tiers_[t]->get_shared(key), except that tier 0 first serves a chunk still in its write queue.
+  Expected<SharedBytes> tier_get(std::size_t t, const ChunkKey& key);
+  // Drops key from pending_ if it still maps to `bytes` (a later store of the same key keeps its own).
+  void forget_pending(const ChunkKey& key, const Bytes* bytes);
+  // After a load of keys tail_first (reversed): promotions queued, then touches, per tier.
+  void after_load(const std::vector<LoadedChunk>& out, std::span<const ChunkMeta> expected);
 
   const std::vector<std::unique_ptr<Tier>> tiers_;
   const TieredStoreOptions options_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> rejected_by_tier_;
   std::atomic<std::uint64_t> chunks_loaded_{0}, tier_skips_{0}, writes_queued_{0};
-  std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0};
-
-  mutable std::mutex queue_mu_;
-  std::condition_variable queue_cv_;   // writer waits for work or stop
-  std::condition_variable idle_cv_;    // flush() waits for an empty queue
-  std::deque<WriteJob> queue_;         // guarded by queue_mu_
-  std::uint64_t queue_bytes_ = 0;      // guarded by queue_mu_
-  bool writing_ = false;               // a job is being written; guarded by queue_mu_
-  bool stop_ = false;                  // guarded by queue_mu_
-  std::thread writer_;
+  std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0}, plans_{0}, load_deadlines_{0};
+  // Chunks store() queued for tier 0 that its writer has not put yet; guarded by pending_mu_.
+  std::mutex pending_mu_;
+  std::unordered_map<ChunkKey, std::shared_ptr<const Bytes>> pending_;
+  // One per tier; declared after tiers_ (destroyed first) and joined in the destructor.
+  std::vector<std::unique_ptr<WriteQueue>> queues_;
   // Declared after tiers_, so destroyed (its threads joined) before the tiers they read.
   std::unique_ptr<GetPool> get_pool_;  // null when load_threads or load_depth is 0
 };

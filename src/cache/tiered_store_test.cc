@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
@@ -28,14 +30,22 @@ class GatedTier final : public Tier {
     open_ = true;
     cv_.notify_all();
   }
-  std::atomic<bool> down{false};
+  std::atomic<bool> down{false};       // holds nothing, gets fail
+  std::atomic<bool> gets_fail{false};  // claims its keys, but every get fails as if it went down
   std::atomic<int> gets{0};
+  std::atomic<int> holds_calls{0};
+  std::atomic<int> get_delay_ms{0};  // every get takes this long
 
   std::string name() const override { return name_; }
   std::size_t contains(std::span<const ChunkKey> keys) override { return down ? 0 : inner_.contains(keys); }
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override {
+    ++holds_calls;
+    return down ? std::vector<bool>(keys.size(), false) : inner_.holds(keys);
+  }
   Expected<Bytes> get(const ChunkKey& key) override {
     ++gets;
-    if (down) return unavailable(name_ + " down");
+    if (get_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(get_delay_ms.load()));
+    if (down || gets_fail) return unavailable(name_ + " down");
     return inner_.get(key);
   }
   Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override {
@@ -178,11 +188,17 @@ TEST(TieredStore, FullWriteQueueDropsInsteadOfBlocking) {
   s.mid->close_gate();  // the writer blocks on its first write to mid
   auto metas = prefix_metas(20);
   for (const auto& m : metas) ASSERT_TRUE(s.store->store(m, test_payload(1000, 0)).is_ok());
-  // Every store returned while the writer is stuck: the queue overflowed and dropped.
+  // Every store returned while mid's writer is stuck: its queue overflowed and dropped.
   StoreStats st = s.store->stats();
   EXPECT_GT(st.writes_dropped, 0u);
-  EXPECT_LE(st.queue_bytes, options.write_queue_bytes);
-  for (const auto& m : metas) EXPECT_TRUE(s.memory->get(m.key).has_value());  // tier 0 is synchronous
+  EXPECT_LE(st.queue_bytes, 3 * options.write_queue_bytes);  // one bound per tier
+  // Tier 0 has its own writer: it is written while mid is stuck (bounded wait).
+  bool memory_written = false;
+  for (int i = 0; i < 500 && !memory_written; ++i) {
+    memory_written = s.memory->stats().entries > 0 && s.store->stats().queue_bytes <= 2 * options.write_queue_bytes;
+    if (!memory_written) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(memory_written);
   s.mid->open_gate();
   s.store->flush();
   EXPECT_EQ(s.store->stats().queue_bytes, 0u);
@@ -192,10 +208,24 @@ TEST(TieredStore, FailingTierSkippedForTheRequest) {
   Stack s = make_stack();
   auto metas = prefix_metas(3);
   for (const auto& m : metas) ASSERT_TRUE(s.slow->inner().put(m.key, test_chunk(m)).is_ok());
-  s.mid->down = true;
-  auto loaded = s.store->load(metas);
+  // mid claims every chunk (so the plan sends the gets there) but fails them all.
+  for (const auto& m : metas) ASSERT_TRUE(s.mid->inner().put(m.key, test_chunk(m)).is_ok());
+  s.mid->gets_fail = true;
+  TieredStoreOptions one_at_a_time;
+  one_at_a_time.load_threads = 0;  // no read-ahead: exactly one get reaches mid before the skip
+  Stack t = make_stack(one_at_a_time);
+  for (const auto& m : metas) ASSERT_TRUE(t.slow->inner().put(m.key, test_chunk(m)).is_ok());
+  for (const auto& m : metas) ASSERT_TRUE(t.mid->inner().put(m.key, test_chunk(m)).is_ok());
+  t.mid->gets_fail = true;
+  auto loaded = t.store->load(metas);
   EXPECT_EQ(loaded.size(), 3u);
-  EXPECT_EQ(s.mid->gets, 1);  // asked once, then skipped
+  for (const auto& c : loaded) EXPECT_EQ(c.tier_index, 2u);
+  EXPECT_EQ(t.mid->gets, 1);  // asked once, then skipped
+  EXPECT_EQ(t.store->stats().tier_skips, 1u);
+  // With gets read ahead, more than one may have reached mid; it is still skipped, and the run
+  // still comes whole from slow.
+  loaded = s.store->load(metas);
+  EXPECT_EQ(loaded.size(), 3u);
   EXPECT_EQ(s.store->stats().tier_skips, 1u);
 }
 
@@ -314,7 +344,7 @@ TEST(TieredStore, ParallelDiskLoadReturnsExactlyTheStoredBytesInOrder) {
   ASSERT_EQ(loaded.size(), 40u);
   for (int i = 0; i < 40; ++i) {
     EXPECT_EQ(loaded[i].tier_index, 1u) << i;
-    EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i)) << i;
+    EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i)) << i;
     EXPECT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(kDiskPayload, i));
     EXPECT_EQ(loaded[i].view.header.meta.first_position, s->metas[i].first_position);
   }
@@ -327,8 +357,10 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstMissingChunk) {
   ASSERT_TRUE(s->disk->erase(s->metas[7].key).is_ok());
   auto loaded = s->store->load(s->metas);
   ASSERT_EQ(loaded.size(), 7u);
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
-  // Nothing past the gap is promoted, even what was read ahead of it.
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  // Nothing past the gap is promoted, even what was read ahead of it (promotions are written
+  // behind: flush first).
+  s->store->flush();
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s->memory->get(s->metas[i].key).has_value(), i < 7) << i;
   EXPECT_EQ(s->store->stats().chunks_loaded, 7u);
 }
@@ -341,10 +373,11 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
   ASSERT_TRUE(s->disk->put(s->metas[5].key, test_chunk(other, kDiskPayload, 5)).is_ok());
   auto loaded = s->store->load(s->metas);
   ASSERT_EQ(loaded.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(*loaded[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[5].key}), 0u);  // erased
   EXPECT_EQ(s->store->stats().chunks_rejected, 1u);
   EXPECT_EQ(s->store->tier_stats()[1].stats.rejected_chunks, 1u);
+  s->store->flush();
   for (int i = 5; i < 20; ++i) EXPECT_FALSE(s->memory->get(s->metas[i].key).has_value()) << i;
   for (int i = 6; i < 20; ++i) {  // read ahead perhaps, but neither rejected nor removed
     EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[i].key}), 1u) << i;
@@ -363,7 +396,8 @@ TEST(TieredStore, ParallelDiskLoadStopsAtFirstCorruptChunk) {
   ASSERT_TRUE(s->memory->clear().is_ok());
   auto again = s->store->load(s->metas);
   ASSERT_EQ(again.size(), 2u);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
+  s->store->flush();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(*again[i].bytes, test_chunk(s->metas[i], kDiskPayload, i));
   EXPECT_EQ(s->disk->contains(std::vector<ChunkKey>{s->metas[2].key}), 0u);
   EXPECT_FALSE(s->memory->get(s->metas[2].key).has_value());
 }
@@ -429,6 +463,124 @@ TEST(TieredStore, StoredPrefixIsEvictedFromItsTailOnDiskAlsoAfterRestart) {
   tiers.push_back(std::move(disk.value()));
   TieredStore store(std::move(tiers));
   EXPECT_EQ(leading_after_one_more_chunk(store, metas), 3u);
+}
+
+// Issue 10: one plan per request. Each tier is asked once for the whole prefix, and a load given
+// the plan asks no tier again.
+TEST(TieredStore, PlanAsksEachTierOnceAndLoadDoesNotPlanAgain) {
+  Stack s = make_stack();
+  auto metas = prefix_metas(6);
+  // chunks 0, 1 in memory; 2, 3 in mid; 4 in slow; 5 nowhere.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(s.memory->put(metas[i].key, test_chunk(metas[i])).is_ok());
+  for (int i = 2; i < 4; ++i) ASSERT_TRUE(s.mid->inner().put(metas[i].key, test_chunk(metas[i])).is_ok());
+  ASSERT_TRUE(s.slow->inner().put(metas[4].key, test_chunk(metas[4])).is_ok());
+  std::vector<ChunkKey> keys;
+  for (const auto& m : metas) keys.push_back(m.key);
+  LoadPlan plan = s.store->plan_load(keys);
+  ASSERT_EQ(plan.size(), 5u);
+  EXPECT_EQ(plan.full_chunks, 5u);
+  EXPECT_EQ(plan.tiers, (std::vector<std::size_t>{0, 0, 1, 1, 2}));
+  EXPECT_FALSE(plan.tail.has_value());
+  EXPECT_EQ(s.mid->holds_calls, 1);
+  EXPECT_EQ(s.slow->holds_calls, 1);
+  auto loaded = s.store->load(metas, plan);
+  ASSERT_EQ(loaded.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(loaded[i].tier_index, plan.tiers[i]) << i;
+  EXPECT_EQ(s.mid->holds_calls, 1);  // not planned again
+  EXPECT_EQ(s.slow->holds_calls, 1);
+  // A shorter expected list (the engine has room for fewer chunks) loads just those.
+  std::vector<ChunkMeta> first_three(metas.begin(), metas.begin() + 3);
+  EXPECT_EQ(s.store->load(first_three, plan).size(), 3u);
+  // A plan for other keys loads nothing.
+  auto other = prefix_metas(2, "someone-else");
+  EXPECT_TRUE(s.store->load(other, plan).empty());
+}
+
+// The prompt's partial last chunk (tail) is found in the same round trips as the full chunks: the
+// longest stored candidate wins, and only after a complete run of full chunks.
+TEST(TieredStore, PlanFindsTheLongestStoredTail) {
+  Stack s = make_stack();
+  auto metas = prefix_metas(2);
+  for (const auto& m : metas) ASSERT_TRUE(s.mid->inner().put(m.key, test_chunk(m)).is_ok());
+  std::vector<ChunkMeta> tails;
+  for (int i = 0; i < 3; ++i) tails.push_back(test_meta(test_key(900 + i), 32));
+  ASSERT_TRUE(s.slow->inner().put(tails[0].key, test_chunk(tails[0])).is_ok());
+  ASSERT_TRUE(s.slow->inner().put(tails[1].key, test_chunk(tails[1])).is_ok());
+  std::vector<ChunkKey> keys = {metas[0].key, metas[1].key};
+  std::vector<ChunkKey> candidates = {tails[0].key, tails[1].key, tails[2].key};
+  LoadPlan plan = s.store->plan_load(keys, candidates);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan.full_chunks, 2u);
+  ASSERT_TRUE(plan.tail.has_value());
+  EXPECT_EQ(*plan.tail, 1u);
+  EXPECT_EQ(plan.keys.back(), tails[1].key);
+  EXPECT_EQ(plan.tiers.back(), 2u);
+  EXPECT_EQ(s.mid->holds_calls, 1);
+  EXPECT_EQ(s.slow->holds_calls, 1);
+  std::vector<ChunkMeta> expected = {metas[0], metas[1], tails[1]};
+  auto loaded = s.store->load(expected, plan);
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded[2].view.header.meta.key, tails[1].key);
+  // Chunk 1 gone: no tail (it would not follow the run).
+  ASSERT_TRUE(s.mid->inner().erase(metas[1].key).is_ok());
+  plan = s.store->plan_load(keys, candidates);
+  EXPECT_EQ(plan.size(), 1u);
+  EXPECT_FALSE(plan.tail.has_value());
+}
+
+TEST(TieredStore, LoadStopsAtItsDeadline) {
+  Stack s = make_stack();
+  auto metas = prefix_metas(3);
+  ASSERT_TRUE(s.memory->put(metas[0].key, test_chunk(metas[0])).is_ok());
+  for (int i = 1; i < 3; ++i) ASSERT_TRUE(s.slow->inner().put(metas[i].key, test_chunk(metas[i])).is_ok());
+  s.slow->get_delay_ms = 400;
+  std::vector<ChunkKey> keys;
+  for (const auto& m : metas) keys.push_back(m.key);
+  LoadPlan plan = s.store->plan_load(keys);
+  ASSERT_EQ(plan.size(), 3u);
+  const auto start = std::chrono::steady_clock::now();
+  auto loaded = s.store->load(metas, plan, start + std::chrono::milliseconds(50));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(loaded.size(), 1u);  // the memory chunk; the slow ones missed the deadline
+  EXPECT_LT(took, std::chrono::milliseconds(300));
+  EXPECT_EQ(s.store->stats().load_deadlines, 1u);
+}
+
+// Issue 10: no tier i/o on the caller's thread. Tier 0's puts block; store() still returns at
+// once, and the chunks are found (from tier 0's queue) until the writer gets through.
+TEST(TieredStore, StoreNeverWritesOnTheCallersThreadAndReadsItsOwnWrites) {
+  auto gated = std::make_unique<GatedTier>("gated");
+  GatedTier* gated_ptr = gated.get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(gated));
+  tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+  TieredStore store(std::move(tiers));
+  gated_ptr->close_gate();
+  auto metas = prefix_metas(3);
+  auto stored = std::async(std::launch::async, [&] {
+    std::vector<ChunkKey> keys;
+    for (int i = 0; i < 3; ++i) {
+      if (!store.store(metas[i], test_payload(300, i), keys).is_ok()) return false;
+      keys.push_back(metas[i].key);
+    }
+    return true;
+  });
+  ASSERT_EQ(stored.wait_for(std::chrono::seconds(5)), std::future_status::ready);  // did not block
+  EXPECT_TRUE(stored.get());
+  std::vector<ChunkKey> keys;
+  for (const auto& m : metas) keys.push_back(m.key);
+  EXPECT_EQ(store.lookup(keys), 3u);
+  auto loaded = store.load(metas);
+  ASSERT_EQ(loaded.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(loaded[i].tier_index, 0u);
+    EXPECT_EQ(Bytes(loaded[i].view.payload.begin(), loaded[i].view.payload.end()), test_payload(300, i));
+  }
+  EXPECT_EQ(gated_ptr->inner().stats().entries, 0u);  // not written yet
+  gated_ptr->open_gate();
+  store.flush();
+  EXPECT_EQ(gated_ptr->inner().stats().entries, 3u);
+  EXPECT_EQ(store.load(metas).size(), 3u);
 }
 
 }  // namespace

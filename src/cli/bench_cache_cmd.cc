@@ -8,6 +8,11 @@
 // tier serves P' = P's first (prompt − uncached) tokens + different ones, so exactly the leading
 // chunks hit and `uncached` tokens are prefilled. The disk tier's files are evicted from the page
 // cache first (drop_caches if permitted, else posix_fadvise(DONTNEED) per file; the output says which).
+//
+// A load is timed as the engine will run it (issue 10): plan_load() over the prefix's keys (one
+// round trip per tier), then load(metas, plan). The redis limit is one GET of a value as large as
+// the whole load, through the same RedisClient (same connection pool) as the tier's loads.
+// --bandwidth-only skips the engine runs (TTFT) and stores synthetic chunks of the model's KV size.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,12 +23,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "cache/chunk_key.h"
 #include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
 #include "cache/redis_tier.h"
 #include "cache/store_options.h"
+#include "cli/bench_cache_stall.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
@@ -136,12 +143,9 @@ double disk_read_bandwidth(const std::string& dir, std::size_t bytes) {
   return best;
 }
 
-// Bytes per second of GET of one value of `bytes` (best of 3), the redis tier's limit.
-double redis_get_bandwidth(const std::vector<cache::RedisEndpoint>& seeds, std::size_t bytes) {
-  cache::RedisOptions o;
-  o.seeds = seeds;
-  o.command_timeout = std::chrono::milliseconds(30000);
-  cache::RedisClient client(o);
+// Bytes per second of GET of one value of `bytes` (best of 3) through `client`, the redis tier's
+// limit.
+double redis_get_bandwidth(cache::RedisClient& client, std::size_t bytes) {
   const std::string key = "kvstash:bench-cache-limit", value(bytes, 'x');
   if (!client.command(key, {"SET", key, value})) return 0;
   double best = 1e30;
@@ -163,7 +167,10 @@ int bench_cache_main(int argc, char** argv) {
                "each tier's load bandwidth against its medium's limit.",
                "kvstash bench-cache"};
   std::string model_path, disk_dir, redis_url;
+  std::string redis_cluster_url;
   int prompt_tokens = 4096, uncached_tokens = 64, chunk_tokens = 64, n_threads = 0, repeats = 3;
+  int load_threads = 4, load_depth = 8, redis_pool = 8, stall_streams = 0;
+  bool bandwidth_only = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--prompt-tokens", prompt_tokens, "prompt length")->capture_default_str();
   app.add_option("--uncached-tokens", uncached_tokens, "trailing tokens not in the store")->capture_default_str();
@@ -171,6 +178,17 @@ int bench_cache_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cache-disk", disk_dir, "disk tier directory (emptied first); default: a temp dir");
   app.add_option("--cache-redis", redis_url, "redis tier (flushed of kvstash chunks first); none = no redis row");
+  app.add_option("--cache-redis-cluster", redis_cluster_url,
+                 "a Redis Cluster (any node; flushed of kvstash chunks first); none = no redis-cluster row");
+  app.add_option("--load-threads", load_threads, "the store's I/O threads for loads (TieredStoreOptions)")
+      ->capture_default_str();
+  app.add_option("--load-depth", load_depth, "gets in flight per load")->capture_default_str();
+  app.add_option("--redis-pool", redis_pool, "connections per redis node")->capture_default_str();
+  app.add_flag("--bandwidth-only", bandwidth_only, "no engine runs: load bandwidth of synthetic chunks only");
+  app.add_option("--stall", stall_streams,
+                 "N > 0: N streams decode while a request loads the cached prefix from redis, then from disk; "
+                 "their inter-token latency with and without the load")
+      ->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_option("--repeats", repeats, "best of this many hits and loads per tier")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -183,11 +201,34 @@ int bench_cache_main(int argc, char** argv) {
     std::fprintf(stderr, "bench-cache: %s\n", st.to_string().c_str());
     return 1;
   };
+  if (load_threads < 0 || load_depth < 0 || redis_pool < 1) {
+    std::fprintf(stderr, "bench-cache: --load-threads, --load-depth >= 0, --redis-pool >= 1\n");
+    return 1;
+  }
+  cache::TieredStoreOptions store_options;
+  store_options.load_threads = static_cast<std::size_t>(load_threads);
+  store_options.load_depth = static_cast<std::size_t>(load_depth);
+  // The redis tiers as serve builds them (credentials from the URL), with a command timeout long
+  // enough for the one-value limit measurement.
+  auto redis_options = [&](const std::string& url) -> Expected<cache::RedisTierOptions> {
+    auto target = cache::parse_redis_target(url);
+    if (!target) return target.status();
+    cache::RedisTierOptions o;
+    o.client.seeds = target->nodes;
+    o.client.user = target->user;
+    o.client.password = target->password;
+    o.client.pool_size = static_cast<std::size_t>(redis_pool);
+    o.client.command_timeout = std::chrono::milliseconds(30000);
+    return o;
+  };
   std::vector<cache::RedisEndpoint> redis;
+  std::string redis_user, redis_password;
   if (!redis_url.empty()) {
-    auto parsed = cache::parse_redis_url(redis_url);
+    auto parsed = cache::parse_redis_target(redis_url);
     if (!parsed) return fail(parsed.status());
-    redis = *parsed;
+    redis = parsed->nodes;
+    redis_user = parsed->user;
+    redis_password = parsed->password;
   }
   if (disk_dir.empty()) disk_dir = (std::filesystem::temp_directory_path() / "kvstash-bench-cache").string();
   std::filesystem::remove_all(disk_dir);
@@ -196,7 +237,7 @@ int bench_cache_main(int argc, char** argv) {
   auto loaded = Model::load(model_path);
   if (!loaded) return fail(loaded.status());
   const Model& model = **loaded;
-  Bench bench{model, {}};
+  Bench bench{model, {}, {}};
   bench.engine_options.n_ctx = prompt_tokens + 16;
   bench.engine_options.kv_pool_tokens = prompt_tokens + 64;
   bench.engine_options.max_running = 1;
@@ -215,15 +256,44 @@ int bench_cache_main(int argc, char** argv) {
   all.ram_bytes = std::uint64_t{8} << 30;
   all.disk_dir = disk_dir;
   all.redis = redis;
+  all.redis_user = redis_user;
+  all.redis_password = redis_password;
+  all.redis_pool = static_cast<std::size_t>(redis_pool);
   all.chunk_tokens = static_cast<std::uint32_t>(chunk_tokens);
+  all.store = store_options;
   auto populated = cache::open_tiered_store(all);
   if (!populated) return fail(populated.status());
   if (!redis.empty()) (void)(*populated)->tier((*populated)->tier_count() - 1).clear();
-  std::fprintf(stderr, "… cold prefill of %d tokens\n", prompt_tokens);
-  auto cold = bench.ttft(populated->get(), prompt);
-  if (!cold) return fail(cold.status());
-  (*populated)->flush();
+  std::optional<GenerationResult> cold;
+  if (bandwidth_only) {
+    // The engine's kv_format without a run; chunks of the engine's payload size, stored as the
+    // engine stores them (each with its predecessors).
+    EngineOptions o = bench.engine_options;
+    auto engine = Engine::create(model, o);
+    if (!engine) return fail(engine.status());
+    bench.kv_format = (*engine)->kv_format();
+  } else {
+    std::fprintf(stderr, "… cold prefill of %d tokens\n", prompt_tokens);
+    auto cold_run = bench.ttft(populated->get(), prompt);
+    if (!cold_run) return fail(cold_run.status());
+    cold = std::move(*cold_run);
+  }
   const auto metas = chunk_metas(model, bench.kv_format, std::span<const TokenId>(hit_prompt.data(), static_cast<std::size_t>(cached / chunk_tokens * chunk_tokens)), chunk_tokens);
+  std::vector<cache::ChunkKey> keys;
+  for (const auto& m : metas) keys.push_back(m.key);
+  if (bandwidth_only) {
+    const ModelConfig& c = model.config();
+    const std::size_t payload = static_cast<std::size_t>(c.n_layers) * 2 * static_cast<std::size_t>(chunk_tokens) *
+                                static_cast<std::size_t>(c.n_kv_heads) * static_cast<std::size_t>(c.head_dim) * 2;
+    std::vector<std::uint8_t> bytes(payload);
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      for (std::size_t b = 0; b < payload; ++b) bytes[b] = static_cast<std::uint8_t>(b * 31 + i * 7);
+      Status st = (*populated)->store(metas[i], bytes, std::span<const cache::ChunkKey>(keys.data(), i));
+      if (!st) return fail(st);
+      (*populated)->flush();  // each write lands (the queue's bound is no part of this measurement)
+    }
+  }
+  (*populated)->flush();
 
   struct Row {
     std::string tier;
@@ -232,15 +302,19 @@ int bench_cache_main(int argc, char** argv) {
     double load_s = 0;
     std::uint64_t load_bytes = 0;
     double limit_bps = 0;
+    double plan_s = 0;
+    std::size_t chunks = 0;
     std::string note;
+    cache::RedisClient* client = nullptr;  // redis rows: the tier's client, for the limit
   };
   std::vector<Row> rows;
   // Best of `repeats` for both figures: the machine is shared, and the best run is the one the
   // least disturbed by others.
   auto measure = [&](const std::string& name, cache::TieredStore& store, auto before_each) -> Status {
-    Row row{name};
+    Row row;
+    row.tier = name;
     row.ttft_s = row.load_s = 1e30;
-    for (int r = 0; r < repeats; ++r) {
+    for (int r = 0; r < repeats && !bandwidth_only; ++r) {
       before_each();
       auto hit = bench.ttft(&store, hit_prompt);
       if (!hit) return hit.status();
@@ -248,13 +322,19 @@ int bench_cache_main(int argc, char** argv) {
       row.cached_tokens = hit->cached_tokens;
     }
     for (int r = 0; r < repeats; ++r) {
-      // The store's load alone (get + verify + decode of every chunk), timed from outside.
+      // The store's load alone, as the engine runs it: one plan (a round trip per tier), then the
+      // gets, verification and decode of every chunk; timed from outside.
       before_each();
       const auto t0 = Clock::now();
-      auto chunks = store.load(metas);
-      row.load_s = std::min(row.load_s, seconds_since(t0));
+      const cache::LoadPlan plan = store.plan_load(keys);
+      const double plan_s = seconds_since(t0);
+      auto chunks = store.load(metas, plan);
+      const double load_s = seconds_since(t0);
+      if (load_s < row.load_s) row.plan_s = plan_s;
+      row.load_s = std::min(row.load_s, load_s);
+      row.chunks = chunks.size();
       row.load_bytes = 0;
-      for (const auto& c : chunks) row.load_bytes += c.bytes.size();
+      for (const auto& c : chunks) row.load_bytes += c.bytes->size();
     }
     rows.push_back(std::move(row));
     return Status::ok();
@@ -272,18 +352,45 @@ int bench_cache_main(int argc, char** argv) {
     if (!disk) return fail(disk.status());
     std::vector<std::unique_ptr<cache::Tier>> tiers;
     tiers.push_back(std::move(*disk));
-    cache::TieredStore store(std::move(tiers));
+    cache::TieredStore store(std::move(tiers), store_options);
     Status st = measure("disk", store, [&] { evict_method = drop_page_cache(disk_dir); });
     if (!st) return fail(st);
   }
-  if (!redis.empty()) {
-    std::fprintf(stderr, "… redis tier\n");
-    cache::RedisTierOptions ro;
-    ro.client.seeds = redis;
+  // Redis tiers stay open until the limits are measured: the limit is a GET through the same client.
+  std::vector<std::unique_ptr<cache::TieredStore>> redis_stores;
+  std::vector<std::string> redis_store_names;
+  auto measure_redis = [&](const std::string& name, const std::string& url) -> Status {
+    std::fprintf(stderr, "… %s tier\n", name.c_str());
+    auto ro = redis_options(url);
+    if (!ro) return ro.status();
+    auto tier = std::make_unique<cache::RedisTier>(*ro);
+    auto connected = tier->client().connect_now();
+    if (!connected) return connected.status();
+    std::fprintf(stderr, "  %s\n", connected->c_str());
+    cache::RedisClient* client = &tier->client();
+    if (name == "redis-cluster") {
+      // Not populated by the cold run: copy the chunks over from the memory tier.
+      KVSTASH_RETURN_IF_ERROR(tier->clear());
+      for (const auto& m : metas) {
+        auto bytes = (*populated)->tier(0).get(m.key);
+        if (!bytes) return bytes.status();
+        KVSTASH_RETURN_IF_ERROR(tier->put(m.key, *bytes));
+      }
+    }
     std::vector<std::unique_ptr<cache::Tier>> tiers;
-    tiers.push_back(std::make_unique<cache::RedisTier>(ro));
-    cache::TieredStore store(std::move(tiers));
-    Status st = measure("redis", store, [] {});
+    tiers.push_back(std::move(tier));
+    redis_stores.push_back(std::make_unique<cache::TieredStore>(std::move(tiers), store_options));
+    redis_store_names.push_back(name);
+    KVSTASH_RETURN_IF_ERROR(measure(name, *redis_stores.back(), [] {}));
+    rows.back().client = client;
+    return Status::ok();
+  };
+  if (!redis.empty()) {
+    Status st = measure_redis("redis", redis_url);
+    if (!st) return fail(st);
+  }
+  if (!redis_cluster_url.empty()) {
+    Status st = measure_redis("redis-cluster", redis_cluster_url);
     if (!st) return fail(st);
   }
   std::fprintf(stderr, "… limits\n");
@@ -291,20 +398,53 @@ int bench_cache_main(int argc, char** argv) {
   for (Row& r : rows) {
     if (r.tier == "memory") r.limit_bps = memcpy_bandwidth(bytes), r.note = "memcpy";
     if (r.tier == "disk") r.limit_bps = disk_read_bandwidth(disk_dir, bytes), r.note = "sequential read, " + evict_method;
-    if (r.tier == "redis") r.limit_bps = redis_get_bandwidth(redis, bytes), r.note = "GET of one value";
+    if (r.client) r.limit_bps = redis_get_bandwidth(*r.client, bytes), r.note = "one GET of one value, same client";
   }
 
   std::printf("model %s, prompt %d tokens, %d cached (%zu chunks of %d, %.1f MiB), %d prefilled on a hit\n",
               model.config().name.c_str(), prompt_tokens, cached / chunk_tokens * chunk_tokens, metas.size(),
               chunk_tokens, static_cast<double>(bytes) / (1 << 20), prompt_tokens - cached / chunk_tokens * chunk_tokens);
-  std::printf("cold TTFT %.3f s\n\n", cold->ttft_s);
-  std::printf("| tier | TTFT (s) | TTFT / cold | cached tokens | load (ms) | load GB/s | limit GB/s | load / limit | limit measured by |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("store: load_threads %d, load_depth %d, redis pool %d per node\n", load_threads, load_depth, redis_pool);
+  if (cold) std::printf("cold TTFT %.3f s\n", cold->ttft_s);
+  std::printf("\n| tier | TTFT (s) | TTFT / cold | cached tokens | chunks loaded | plan (ms) | plan + load (ms) | load GB/s | limit GB/s | load / limit | limit measured by |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double bw = r.load_s > 0 ? static_cast<double>(r.load_bytes) / r.load_s : 0;
-    std::printf("| %s | %.3f | %.2f%% | %d | %.1f | %.2f | %.2f | %.0f%% | %s |\n", r.tier.c_str(), r.ttft_s,
-                100 * r.ttft_s / cold->ttft_s, r.cached_tokens, 1e3 * r.load_s, bw / 1e9, r.limit_bps / 1e9,
-                r.limit_bps > 0 ? 100 * bw / r.limit_bps : 0.0, r.note.c_str());
+    char ttft[32] = "-", ratio[32] = "-";
+    if (cold) {
+      std::snprintf(ttft, sizeof ttft, "%.3f", r.ttft_s);
+      std::snprintf(ratio, sizeof ratio, "%.2f%%", 100 * r.ttft_s / cold->ttft_s);
+    }
+    std::printf("| %s | %s | %s | %d | %zu | %.2f | %.1f | %.2f | %.2f | %.0f%% | %s |\n", r.tier.c_str(), ttft, ratio, cold ? r.cached_tokens : 0, r.chunks, 1e3 * r.plan_s, 1e3 * r.load_s, bw / 1e9,
+                r.limit_bps / 1e9, r.limit_bps > 0 ? 100 * bw / r.limit_bps : 0.0, r.note.c_str());
+  }
+  if (stall_streams > 0) {
+    std::printf("\n%d streams decoding while a request with %d cached tokens arrives and loads them\n",
+                stall_streams, cached / chunk_tokens * chunk_tokens);
+    std::printf("| tier | ITL p99 before (ms) | ITL p99 during (ms) | during / before | ITL max during (ms) | samples before / during | arrival TTFT (s) | cached tokens |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    auto stall_row = [&](const std::string& name, cache::TieredStore& store) -> Status {
+      std::fprintf(stderr, "… stall, %s\n", name.c_str());
+      auto r = measure_stall(model, bench.engine_options, &store, hit_prompt, stall_streams);
+      if (!r) return r.status();
+      std::printf("| %s | %.1f | %.1f | %.2f× | %.1f | %zu / %zu | %.3f | %d |\n", name.c_str(), 1e3 * r->itl_before_p99_s,
+                  1e3 * r->itl_during_p99_s, r->itl_before_p99_s > 0 ? r->itl_during_p99_s / r->itl_before_p99_s : 0.0,
+                  1e3 * r->itl_during_max_s, r->itl_before_n, r->itl_during_n, r->arrival_ttft_s, r->arrival_cached_tokens);
+      std::fflush(stdout);
+      return Status::ok();
+    };
+    for (std::size_t i = 0; i < redis_stores.size(); ++i) {
+      Status st = stall_row(redis_store_names[i], *redis_stores[i]);
+      if (!st) return fail(st);
+    }
+    auto disk = cache::DiskTier::open({.dir = disk_dir, .capacity_bytes = all.disk_bytes});
+    if (!disk) return fail(disk.status());
+    std::vector<std::unique_ptr<cache::Tier>> tiers;
+    tiers.push_back(std::move(*disk));
+    cache::TieredStore store(std::move(tiers), store_options);
+    (void)drop_page_cache(disk_dir);
+    Status st = stall_row("disk", store);
+    if (!st) return fail(st);
   }
   return 0;
 }

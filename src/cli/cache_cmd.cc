@@ -66,7 +66,7 @@ int cache_main(int argc, char** argv) {
   app.add_option("action", action, "stats | verify | clear")->required()->check(
       CLI::IsMember({"stats", "verify", "clear"}));
   app.add_option("--cache-disk", disk_dir, "the disk tier's directory");
-  app.add_option("--cache-redis", redis_url, "redis://HOST:PORT[,HOST:PORT...]");
+  app.add_option("--cache-redis", redis_url, "redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -90,14 +90,21 @@ int cache_main(int argc, char** argv) {
     tiers.push_back(std::move(*disk));
   }
   if (!redis_url.empty()) {
-    auto endpoints = cache::parse_redis_url(redis_url);
-    if (!endpoints) {
-      std::fprintf(stderr, "kvstash cache: %s\n", endpoints.status().to_string().c_str());
+    auto target = cache::parse_redis_target(redis_url);
+    if (!target) {
+      std::fprintf(stderr, "kvstash cache: %s\n", target.status().to_string().c_str());
       return 2;
     }
     cache::RedisTierOptions options;
-    options.client.seeds = *endpoints;
-    tiers.push_back(std::make_unique<cache::RedisTier>(options));
+    options.client.seeds = target->nodes;
+    options.client.user = target->user;
+    options.client.password = target->password;
+    auto tier = std::make_unique<cache::RedisTier>(options);
+    if (auto connected = tier->client().connect_now(); !connected) {
+      std::fprintf(stderr, "kvstash cache: %s\n", connected.status().to_string().c_str());
+      return 1;
+    }
+    tiers.push_back(std::move(tier));
   }
 
   int rc = 0;

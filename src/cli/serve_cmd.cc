@@ -89,6 +89,8 @@ struct CacheFlags {
   std::string disk_dir;
   std::string disk_size;  // empty = StoreOptions' default
   std::string redis;
+  std::string redis_ttl;  // empty = no expiry
+  int redis_pool = 8;
   int chunk_tokens = 256;
   bool disabled = false;  // --no-kv-store
 };
@@ -114,11 +116,7 @@ Expected<cache::StoreOptions> store_options_from(const CacheFlags& flags, int bl
     if (*disk == 0) return invalid_argument("--cache-disk-size must be > 0 (omit --cache-disk for no disk tier)");
     o.disk_bytes = *disk;
   }
-  if (!flags.redis.empty()) {
-    auto redis = cache::parse_redis_url(flags.redis);
-    if (!redis) return invalid_argument("--cache-redis: " + redis.status().message());
-    o.redis = std::move(*redis);
-  }
+  if (Status st = cache::apply_redis_flags(flags.redis, flags.redis_ttl, flags.redis_pool, o); !st) return st;
   return o;
 }
 
@@ -177,7 +175,10 @@ int serve_main(int argc, char** argv) {
   app.add_option("--cache-ram", cache_flags.ram, "Memory tier of the KV store, e.g. 4GiB; 0 = none (default: min(4 GiB, RAM/4))");
   app.add_option("--cache-disk", cache_flags.disk_dir, "Directory of the disk tier (survives restarts)");
   app.add_option("--cache-disk-size", cache_flags.disk_size, "Bound of the disk tier (default 50GiB)");
-  app.add_option("--cache-redis", cache_flags.redis, "Redis tier: redis://HOST:PORT[,HOST:PORT...] (a server or a cluster)");
+  app.add_option("--cache-redis", cache_flags.redis,
+                 "Redis tier: redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (a server or a cluster)");
+  app.add_option("--cache-redis-ttl", cache_flags.redis_ttl, "Expiry of chunks stored in redis: 3600, 30m, 12h, 7d (default: none)");
+  app.add_option("--cache-redis-pool", cache_flags.redis_pool, "Connections per redis node")->capture_default_str();
   app.add_option("--chunk-tokens", cache_flags.chunk_tokens, "Tokens per stored KV chunk (a multiple of 16)")
       ->capture_default_str();
   app.add_flag("--no-kv-store", cache_flags.disabled, "No tiered KV store (only the engine's pool)");
