@@ -61,9 +61,9 @@ void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool fro
       extend_chunk_keys(*seq, max_chunks);
       std::vector<cache::ChunkMeta> metas;
       for (int c = first; c < max_chunks; ++c) metas.push_back(chunk_meta(*seq, c));
-      seq->prefetch = prefetcher->submit(std::move(metas), std::move(tails));
-      seq->prefetch_first_chunk = first;
       seq->load_deadline = Clock::now() + options.store_load_timeout;
+      seq->prefetch = prefetcher->submit(std::move(metas), std::move(tails), seq->load_deadline);
+      seq->prefetch_first_chunk = first;
       loading.push_back(std::move(seq));
       return;
     }

@@ -17,8 +17,10 @@ Prefetcher::~Prefetcher() {
 }
 
 std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> metas,
-                                                std::vector<cache::ChunkMeta> tail_candidates) {
+                                                std::vector<cache::ChunkMeta> tail_candidates,
+                                                std::chrono::steady_clock::time_point deadline) {
   auto job = std::make_shared<PrefetchJob>();
+  job->deadline = deadline;
   job->metas = std::move(metas);
   job->tail_candidates = std::move(tail_candidates);
   {
@@ -29,16 +31,25 @@ std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> me
   return job;
 }
 
+// One plan for the request: the full chunks and, in the same round per tier, the longest stored
+// tail; then one load of what the plan found, cut at the job's deadline.
 void Prefetcher::load(PrefetchJob& job) {
-  if (!job.metas.empty()) job.chunks = store_.load(job.metas);
-  if (job.chunks.size() != job.metas.size()) return;  // the run broke off: no tail can follow it
-  for (const cache::ChunkMeta& candidate : job.tail_candidates) {
-    if (job.abandoned.load(std::memory_order_relaxed)) return;
-    if (store_.lookup(std::span<const cache::ChunkKey>(&candidate.key, 1)) == 0) continue;
-    auto loaded = store_.load(std::span<const cache::ChunkMeta>(&candidate, 1));
-    if (!loaded.empty()) job.tail = std::move(loaded.front());
-    return;
+  std::vector<cache::ChunkKey> keys, tails;
+  for (const auto& m : job.metas) keys.push_back(m.key);
+  // plan_load wants the candidates shortest first; the job lists them longest first.
+  for (auto it = job.tail_candidates.rbegin(); it != job.tail_candidates.rend(); ++it) tails.push_back(it->key);
+  const cache::LoadPlan plan = store_.plan_load(keys, tails);
+  if (plan.empty()) return;
+  std::vector<cache::ChunkMeta> expected(job.metas.begin(), job.metas.begin() + static_cast<std::ptrdiff_t>(plan.full_chunks));
+  if (plan.tail) expected.push_back(job.tail_candidates[job.tail_candidates.size() - 1 - *plan.tail]);
+  auto loaded = store_.load(expected, plan, job.deadline);
+  if (plan.tail && loaded.size() == expected.size()) {
+    job.tail = std::move(loaded.back());
+    loaded.pop_back();
+  } else if (loaded.size() > plan.full_chunks) {
+    loaded.resize(plan.full_chunks);
   }
+  job.chunks = std::move(loaded);
 }
 
 void Prefetcher::run() {

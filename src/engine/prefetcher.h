@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -31,6 +32,7 @@ struct PrefetchJob {
   std::vector<cache::ChunkMeta> tail_candidates;
   std::vector<cache::LoadedChunk> chunks;  // the leading ones found and verified; set before done
   std::optional<cache::LoadedChunk> tail;  // set before done
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();  // gets past it are abandoned
   std::atomic<bool> done{false};
   std::atomic<bool> abandoned{false};      // set by the engine: nobody will read the result
 };
@@ -43,7 +45,8 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas, std::vector<cache::ChunkMeta> tail_candidates);
+  std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas, std::vector<cache::ChunkMeta> tail_candidates,
+                                      std::chrono::steady_clock::time_point deadline);
 
  private:
   void run();
