@@ -80,12 +80,20 @@ void expect_chat_completion(const ServeProcess& server, int prompt_tokens) {
 
 std::string read_template() { return testing::read_text_file(kMistralTemplate); }
 
+// A fresh log path: ServeProcess reads the port from the log, and a previous run's log could be
+// read before the child truncates it.
+std::string fresh_log(const std::string& name) {
+  const std::string path = std::string(KVSTASH_BINARY_DIR) + "/" + name;
+  std::filesystem::remove(path);
+  return path;
+}
+
 TEST(SpmMistralChat, TemplateFromTheGguf) {
   const std::string tmpl = read_template();
   ASSERT_FALSE(tmpl.empty()) << "missing " << kMistralTemplate;
   const std::string model = spm_model(tmpl, "tiny-llama-spm-mistral");
   ASSERT_FALSE(model.empty());
-  ServeProcess server(model, {}, std::string(KVSTASH_BINARY_DIR) + "/spm-mistral-serve.log");
+  ServeProcess server(model, {}, fresh_log("spm-mistral-serve.log"));
   ASSERT_TRUE(server.ready()) << testing::read_text_file(std::string(KVSTASH_BINARY_DIR) + "/spm-mistral-serve.log");
   expect_chat_completion(server, expected_prompt_tokens(model));
   EXPECT_EQ(server.stop(), 0);
@@ -94,8 +102,7 @@ TEST(SpmMistralChat, TemplateFromTheGguf) {
 TEST(SpmMistralChat, TemplateFromChatTemplateFile) {
   const std::string model = spm_model("", "tiny-llama-spm-no-template");
   ASSERT_FALSE(model.empty());
-  ServeProcess server(model, {"--chat-template-file", kMistralTemplate},
-                      std::string(KVSTASH_BINARY_DIR) + "/spm-mistral-file-serve.log");
+  ServeProcess server(model, {"--chat-template-file", kMistralTemplate}, fresh_log("spm-mistral-file-serve.log"));
   ASSERT_TRUE(server.ready()) << testing::read_text_file(std::string(KVSTASH_BINARY_DIR) + "/spm-mistral-file-serve.log");
   expect_chat_completion(server, expected_prompt_tokens(model));
   EXPECT_EQ(server.stop(), 0);
