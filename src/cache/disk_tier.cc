@@ -114,7 +114,7 @@ Expected<Bytes> DiskTier::get(const ChunkKey& key) {
     }
   }
   const std::string path = path_of(key);
-  auto bytes = fs_->read_file(path);
+  auto bytes = fs_->read_file_once(path);
   if (!bytes) {
     // Evicted or erased between the index check and the read, or the file is gone under us.
     counters_.miss();

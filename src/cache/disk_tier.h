@@ -10,6 +10,9 @@
 // (rejected_chunks). get() checks the whole chunk (header, length, payload checksum) before
 // returning it; a damaged file is deleted, counted, and reported as kCorrupt.
 //
+// Reads: get() reads a file with FileSystem::read_file_once (page cache if there, else one
+// O_DIRECT read): a chunk loaded is promoted to the memory tier, so it is not cached twice.
+//
 // Bounds: the bytes of indexed files plus in-flight writes never exceed capacity_bytes; space is
 // reserved (evicting the least recently used files) before a write starts. Access time is the
 // file's mtime, set on every hit, so the LRU order survives a restart.

@@ -35,6 +35,12 @@ class FileSystem {
   // At most max_bytes from the start of the file.
   virtual Expected<Bytes> read_file(const std::string& path,
                                     std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max()) = 0;
+  // The whole file, for a file read once and then kept elsewhere (a chunk load: the store promotes
+  // it to the memory tier). The leading pages the page cache holds are copied from it; the rest is read
+  // from the device in one O_DIRECT request, neither waiting on the page cache's readahead steps
+  // nor caching the chunk a second time (BENCHMARKS.md, issue 10). Where O_DIRECT is refused
+  // (tmpfs), plain reads. Same errors as read_file(). The default is read_file(path).
+  virtual Expected<Bytes> read_file_once(const std::string& path) { return read_file(path); }
   // Creates or truncates path, writes all of bytes, fsyncs and closes. On error the file may be
   // left partially written; the caller removes it.
   virtual Status write_file_synced(const std::string& path, std::span<const std::uint8_t> bytes) = 0;

@@ -521,7 +521,10 @@ TEST(TieredStore, PlanFindsTheLongestStoredTail) {
   auto loaded = s.store->load(expected, plan);
   ASSERT_EQ(loaded.size(), 3u);
   EXPECT_EQ(loaded[2].view.header.meta.key, tails[1].key);
-  // Chunk 1 gone: no tail (it would not follow the run).
+  // Chunk 1 gone from every tier (the load promoted it into memory: written behind, so flush
+  // first): no tail (it would not follow the run).
+  s.store->flush();
+  ASSERT_TRUE(s.memory->erase(metas[1].key).is_ok());
   ASSERT_TRUE(s.mid->inner().erase(metas[1].key).is_ok());
   plan = s.store->plan_load(keys, candidates);
   EXPECT_EQ(plan.size(), 1u);

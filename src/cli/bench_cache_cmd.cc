@@ -423,9 +423,10 @@ int bench_cache_main(int argc, char** argv) {
                 stall_streams, cached / chunk_tokens * chunk_tokens);
     std::printf("| tier | ITL p99 before (ms) | ITL p99 during (ms) | during / before | ITL max during (ms) | samples before / during | arrival TTFT (s) | cached tokens |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
-    auto stall_row = [&](const std::string& name, cache::TieredStore& store) -> Status {
+    auto stall_row = [&](const std::string& name, cache::TieredStore& store,
+                         const std::vector<TokenId>* pool_prompt = nullptr) -> Status {
       std::fprintf(stderr, "… stall, %s\n", name.c_str());
-      auto r = measure_stall(model, bench.engine_options, &store, hit_prompt, stall_streams);
+      auto r = measure_stall(model, bench.engine_options, &store, hit_prompt, stall_streams, pool_prompt);
       if (!r) return r.status();
       std::printf("| %s | %.1f | %.1f | %.2f× | %.1f | %zu / %zu | %.3f | %d |\n", name.c_str(), 1e3 * r->itl_before_p99_s,
                   1e3 * r->itl_during_p99_s, r->itl_before_p99_s > 0 ? r->itl_during_p99_s / r->itl_before_p99_s : 0.0,
@@ -433,6 +434,12 @@ int bench_cache_main(int argc, char** argv) {
       std::fflush(stdout);
       return Status::ok();
     };
+    {
+      // Control: the prefix already in the engine's pool, nothing loaded; only the tail's prefill.
+      // The cold prompt shares the hit prompt's cached tokens, not its tail: the same tail prefill.
+      Status st = stall_row("control: pool hit, nothing loaded", **populated, &prompt);
+      if (!st) return fail(st);
+    }
     for (std::size_t i = 0; i < redis_stores.size(); ++i) {
       Status st = stall_row(redis_store_names[i], *redis_stores[i]);
       if (!st) return fail(st);

@@ -27,7 +27,7 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cache::TieredStore* store,
-                                    const std::vector<TokenId>& arrival_prompt, int streams, int warm_tokens,
+                                    const std::vector<TokenId>& arrival_prompt, int streams, const std::vector<TokenId>* pool_prompt, int warm_tokens,
                                     int before_tokens, int after_tokens, double limit_s) {
   constexpr int kStreamPrompt = 32;
   const int stream_max = 2048;  // far more than the run needs: streams are cancelled at the end
@@ -39,6 +39,13 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
                      static_cast<std::int64_t>(streams) * (kStreamPrompt + stream_max + 16);
   auto engine = Engine::create(model, o);
   if (!engine) return engine.status();
+  if (pool_prompt) {
+    GenerationRequest once;
+    once.prompt = *pool_prompt;
+    once.max_tokens = 1;
+    auto warmed = generate(**engine, std::move(once));
+    if (!warmed) return warmed.status();
+  }
 
   std::mutex mu;
   std::condition_variable cv;

@@ -22,10 +22,14 @@ struct StallResult {
 
 // `base` gives threads and chunk size; `store` holds the prefix of `arrival_prompt` (not owned).
 // The streams' prompts are 32 distinct tokens; they run until the arrival has its first token and
-// every stream has decoded `after_tokens` more, then are cancelled. Bounded: fails (kUnavailable)
+// every stream has decoded `after_tokens` more, then are cancelled. With `pool_prompt` (a prompt
+// sharing the arrival's cached prefix, not its tail), that prompt is run once before the streams
+// start, so the arrival finds its prefix in the engine's own pool and loads nothing: the control
+// that isolates the cost of its tail's prefill. Bounded: fails (kUnavailable)
 // if the run takes over `limit_s` seconds.
 Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cache::TieredStore* store,
                                     const std::vector<TokenId>& arrival_prompt, int streams,
+                                    const std::vector<TokenId>* pool_prompt = nullptr,
                                     int warm_tokens = 4, int before_tokens = 12, int after_tokens = 3,
                                     double limit_s = 1200);
 
