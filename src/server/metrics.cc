@@ -87,6 +87,10 @@ void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
   sample(out, "kvstash_kv_store_writes_queued_total", d(st.writes_queued));
   header(out, "kvstash_kv_store_writes_dropped_total", "counter", "Tier writes dropped because the queue was full.");
   sample(out, "kvstash_kv_store_writes_dropped_total", d(st.writes_dropped));
+  header(out, "kvstash_kv_store_load_plans_total", "counter", "Load plans made (one per request that looks the store up).");
+  sample(out, "kvstash_kv_store_load_plans_total", d(st.plans));
+  header(out, "kvstash_kv_store_load_deadlines_total", "counter", "Store loads cut short by their deadline.");
+  sample(out, "kvstash_kv_store_load_deadlines_total", d(st.load_deadlines));
   header(out, "kvstash_kv_store_write_errors_total", "counter", "Tier writes that failed (disk full, redis down).");
   sample(out, "kvstash_kv_store_write_errors_total", d(st.write_errors));
   header(out, "kvstash_kv_store_queue_bytes", "gauge", "Bytes waiting in the write-behind queue.");
