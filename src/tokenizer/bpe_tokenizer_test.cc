@@ -72,7 +72,7 @@ TEST(BpeTokenizer, FlagsAndEndOfGeneration) {
 }
 
 TEST(BpeTokenizer, Errors) {
-  EXPECT_EQ(BpeTokenizer::create(small_vocab("falcon")).status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(BpeTokenizer::create(small_vocab("no-such-pre-tokenizer")).status().code(), StatusCode::kUnsupported);
   BpeVocabulary v = small_vocab("gpt2");
   v.types.pop_back();
   EXPECT_EQ(BpeTokenizer::create(std::move(v)).status().code(), StatusCode::kCorrupt);
