@@ -117,7 +117,7 @@ inline void q8_pair_step(const std::uint8_t* const* rows, std::int64_t b, const 
       dx = _mm_load_ss(sb);
     } else {
       xv = _mm512_loadu_si512(xb);
-      dx = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sb)));
+      dx = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb)));  // two floats; no alignment needed
     }
     const __m512 dxv = pair_scales(dx);
     const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv));
@@ -285,7 +285,7 @@ struct Ops {
   static F dot(I u, I x) { return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x)); }
   static F per_slice(const float* v, int n) {
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m128 two = n == 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(v))) : _mm_load_ss(v);
+    const __m128 two = n == 2 ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))) : _mm_load_ss(v);
     return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(two));
   }
   using Groups = __m512;
