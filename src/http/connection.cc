@@ -114,13 +114,18 @@ void ExchangeImpl::connection_closed() {
 
 Connection::Connection(HttpServer::Impl* server, tcp::socket socket, std::string address)
     : server_(server),
+      life_(server->life),
       strand_(asio::make_strand(server->io)),
       socket_(std::move(socket)),
       address_(std::move(address)),
       read_timer_(server->io),
       write_timer_(server->io) {}
 
-Connection::~Connection() { server_->forget(this, address_); }
+Connection::~Connection() {
+  // A connection that outlives its server (held by a handler past stop()) has nothing to tell it.
+  std::lock_guard<std::mutex> lock(life_->mutex);
+  if (life_->alive) server_->forget(this, address_);
+}
 
 void Connection::start() {
   asio::dispatch(strand_, [self = shared_from_this()] {

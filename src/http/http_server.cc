@@ -201,8 +201,10 @@ void HttpServer::stop() {
   }
   for (auto& c : s.live_connections()) c->close_from_outside();
   s.work.reset();
-  // Closed connections finish their handlers quickly; what is left (a posted function of a
-  // handler that outlives us) is dropped with the io_context.
+  // With every connection closed (their exchanges' close callbacks run, so handlers let go of
+  // them) and the listener shut, the I/O threads run out of work and return. The io_context is
+  // stopped by force only if that takes too long (bounded).
+  for (int i = 0; i < kStopFlush / kStopPoll && !s.io.stopped(); ++i) std::this_thread::sleep_for(kStopPoll);
   s.io.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();

@@ -130,7 +130,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool can_read_more() const;
   void arm_idle_deadline();
 
-  HttpServer::Impl* server_;  // outlives every connection (see Impl's member order)
+  HttpServer::Impl* server_;  // valid while life_->alive (see Impl's member order)
+  std::shared_ptr<LifeGuard> life_;
   asio::strand<asio::io_context::executor_type> strand_;
   tcp::socket socket_;
   std::string address_;
