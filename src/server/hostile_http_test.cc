@@ -388,6 +388,21 @@ TEST_F(HostileHttpTest, ASlowReaderIsCutAndNeverBlocksTheEngine) {
   expect_still_serving();
 }
 
+TEST_F(HostileHttpTest, RequestTimeLimitEndsWithAbort) {
+  start([](ServerOptions& o) { o.request_timeout_s = 0.3; });
+  RawHttpClient whole(port());
+  whole.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
+  RawResponse r = whole.read_response();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["finish_reason"], "abort");
+  RawHttpClient stream(port());
+  stream.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
+  RawResponse s = stream.read_response();
+  EXPECT_NE(s.body.find("\"code\":\"request_timeout\""), std::string::npos) << s.body.substr(s.body.size() - 500);
+  EXPECT_EQ(s.body.find("\"finish_reason\":\"length\""), std::string::npos);
+  expect_still_serving();
+}
+
 TEST_F(HostileHttpTest, ApiKeyCorsAndReadiness) {
   start([](ServerOptions& o) {
     o.api_keys = {"sk-test"};
