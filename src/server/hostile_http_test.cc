@@ -27,8 +27,12 @@ constexpr std::size_t kHeaderLimit = 8 << 10;
 
 template <typename Pred>
 bool eventually(Pred done) {
-  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return done();
+  // The answer of the call that succeeded counts: asking again could see another state.
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 void expect_openai_error(const RawResponse& r, int status, const std::string& mentions = "") {
@@ -157,9 +161,8 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
 
 TEST_F(HostileHttpTest, ContentTypes) {
   // curl -d's form type with a JSON body over 8 KiB: parsed as JSON, no false 413.
-  std::string words;
-  while (words.size() < 10000) words += "word ";
-  const std::string body = json{{"prompt", words}, {"max_tokens", 1}}.dump();
+  // (The bulk is in "user", a field the server ignores, so the test does not time a long prefill.)
+  const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}, {"user", std::string(10000, 'u')}}.dump();
   RawHttpClient c(port());
   c.send(RawHttpClient::post("/v1/completions", body, "Content-Type: application/x-www-form-urlencoded\r\n"));
   EXPECT_EQ(c.read_response().status, 200);

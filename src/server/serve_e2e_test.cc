@@ -34,8 +34,12 @@ class ServeE2ETest : public ::testing::Test {
 // Bounded poll (~10 s), never a timing assertion.
 template <typename Pred>
 bool eventually(Pred done) {
-  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return done();
+  // The answer of the call that succeeded counts: asking again could see another state.
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
