@@ -8,11 +8,18 @@ scripts/install-deps.sh
 scripts/build.sh
 mkdir -p models
 MODEL=models/qwen2.5-0.5b-q8_0.gguf
+VOCAB=../shared/vocab/ggml-vocab-qwen2.gguf
 if [ ! -f "$MODEL" ]; then
-  build/kvstash gen-model --preset qwen2.5-0.5b --type q8_0 --vocab ../shared/vocab/ggml-vocab-qwen2.gguf --out "$MODEL"
+  if [ -f "$VOCAB" ]; then
+    build/kvstash gen-model --preset qwen2.5-0.5b --type q8_0 --vocab "$VOCAB" --out "$MODEL"
+  else
+    echo "no $VOCAB beside this clone: the model gets the generator's built-in vocabulary instead of Qwen2's"
+    build/kvstash gen-model --preset qwen2.5-0.5b --type q8_0 --out "$MODEL"
+  fi
 fi
 PORT=${PORT:-18080}
-build/kvstash serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --ctx 4096 > models/demo-server.log 2>&1 &
+# --alias kvstash: the name demo_client.py asks for (another name would get 404 model_not_found).
+build/kvstash serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --ctx 4096 --alias kvstash > models/demo-server.log 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do

@@ -81,8 +81,9 @@ class ServerProcess {
       dup2(log, 1);
       dup2(log, 2);
       const std::string bin = kvstash_binary(), port = std::to_string(port_);
+      // --alias tiny: the tests name the model "tiny" (a request naming another model gets 404).
       execl(bin.c_str(), bin.c_str(), "serve", "-m", model_path.c_str(), "--host", "127.0.0.1", "--port",
-            port.c_str(), static_cast<char*>(nullptr));
+            port.c_str(), "--alias", "tiny", static_cast<char*>(nullptr));
       _exit(127);
     }
     OpenAiClient probe(*parse_url(url()), ClientOptions{});

@@ -128,10 +128,12 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
   const Clock::time_point deadline = sent + std::chrono::microseconds(static_cast<std::int64_t>(options_.timeout_s * 1e6));
   StreamCollector collector(sent);
   int status = 0;
+  bool answered = false;  // a status line came back
   std::string error_body;
   bool past_deadline = false;
   request.response_handler = [&](const httplib::Response& response) {
     status = response.status;
+    answered = true;
     return true;
   };
   request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
@@ -150,7 +152,19 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
 
   httplib::Response response;
   httplib::Error error = httplib::Error::Success;
-  const bool sent_ok = impl_->client.send(request, response, error);
+  bool sent_ok = impl_->client.send(request, response, error);
+  if (!sent_ok && !answered && (error == httplib::Error::Read || error == httplib::Error::Write) &&
+      reused_connection_) {
+    // The server closed the kept-alive connection while the request was on its way (servers on
+    // cpp-httplib close one after a few requests or a short idle time): nothing came back, so
+    // the request was not served. Send it once more on a new connection, as curl and urllib do.
+    ++retries_;
+    impl_->client.stop();
+    response = httplib::Response();
+    error = httplib::Error::Success;
+    sent_ok = impl_->client.send(request, response, error);
+  }
+  reused_connection_ = sent_ok;  // the next request may find this connection closed
   const Clock::time_point end = Clock::now();
 
   RequestRecord record;

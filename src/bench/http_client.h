@@ -57,7 +57,14 @@ class OpenAiClient {
   std::string request_body(const std::vector<ChatMessage>& messages, int max_tokens) const;
 
  private:
+  // Requests sent again after the server closed a kept-alive connection before answering.
+ public:
+  int retries() const { return retries_; }
+
+ private:
   struct Impl;
+  bool reused_connection_ = false;  // the last request left a connection that may be reused
+  int retries_ = 0;
   Endpoint endpoint_;
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;

@@ -162,5 +162,62 @@ TEST(OpenAiClientFaultTest, StreamCutBeforeDoneIsTruncated) {
   EXPECT_EQ(r.error, error_kind::kTruncated) << r.error_detail;
 }
 
+// A server that answers one request per connection as keep-alive (no "Connection: close"), then
+// takes the next request and closes without a byte of answer, as a server that ends keep-alive
+// connections early does when the close crosses the client's next request.
+class EarlyCloser {
+ public:
+  explicit EarlyCloser(int connections) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 4);
+    thread_ = std::thread([this, connections] {
+      const std::string body = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n";
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body;
+      for (int i = 0; i < connections; ++i) {
+        const int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) return;
+        char buffer[4096];
+        (void)!read(client, buffer, sizeof buffer);
+        (void)!write(client, answer.data(), answer.size());
+        (void)!read(client, buffer, sizeof buffer);  // the next request: dropped
+        close(client);
+      }
+    });
+  }
+  ~EarlyCloser() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(OpenAiClientFaultTest, KeepAliveClosedEarlyIsRetriedNotAnError) {
+  constexpr int kRequests = 4;
+  EarlyCloser server(kRequests + 1);
+  ClientOptions options;
+  options.timeout_s = 5;
+  OpenAiClient client(*parse_url(server.url()), options);
+  for (int i = 0; i < kRequests; ++i) {
+    const RequestRecord r = client.stream({{"user", "hello"}}, 4, std::chrono::steady_clock::now());
+    EXPECT_EQ(r.error, "") << "request " << i << ": " << r.error_detail;
+    EXPECT_EQ(r.http_status, 200);
+  }
+  EXPECT_GE(client.retries(), 1);  // the dropped requests were sent again, none was lost
+}
+
 }  // namespace
 }  // namespace kvstash::bench

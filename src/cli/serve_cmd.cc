@@ -11,7 +11,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <vector>
 
 #include "cache/store_options.h"
 #include "cli/commands.h"
@@ -134,6 +139,78 @@ std::string describe_store(const cache::StoreOptions& o, bool ram_defaulted) {
   return "kv store: " + out + ", chunks of " + std::to_string(o.chunk_tokens) + " tokens";
 }
 
+// The HTTP front's flags, as given.
+struct HttpFlags {
+  std::string api_key_file;
+  double drain_seconds = 10;
+  std::string log_format = "text";
+  double header_timeout_s = 10, body_timeout_s = 60, idle_timeout_s = 60, write_timeout_s = 30;
+  int header_limit_kib = 16;
+  int stream_buffer_kib = 1024;
+};
+
+void add_http_flags(CLI::App& app, server::ServerOptions& o, HttpFlags& f) {
+  app.add_option("--http-threads", o.http_threads, "I/O threads of the HTTP front (all connections)")->capture_default_str();
+  app.add_option("--max-connections", o.http.max_connections, "Open connections at most; beyond: 503")->capture_default_str();
+  app.add_option("--max-connections-per-client", o.http.max_connections_per_client,
+                 "Open connections per client address at most (0 = no bound); beyond: 503")
+      ->capture_default_str();
+  app.add_option("--header-limit-kib", f.header_limit_kib, "Request line + headers, KiB; beyond: 431")->capture_default_str();
+  app.add_option("--header-timeout", f.header_timeout_s, "Seconds to receive a request's header; else 408")->capture_default_str();
+  app.add_option("--body-timeout", f.body_timeout_s, "Seconds to receive a request's body; else 408")->capture_default_str();
+  app.add_option("--idle-timeout", f.idle_timeout_s, "Seconds a keep-alive connection may idle")->capture_default_str();
+  app.add_option("--write-timeout", f.write_timeout_s, "Seconds one write may take (a stalled reader is cut)")->capture_default_str();
+  app.add_option("--stream-buffer-kib", f.stream_buffer_kib,
+                 "Unsent bytes of one stream, KiB; beyond: the request is cancelled")->capture_default_str();
+  app.add_option("--api-key", o.api_keys, "Require 'Authorization: Bearer KEY' on /v1/* (repeatable)");
+  app.add_option("--api-key-file", f.api_key_file, "A file of API keys, one a line");
+  app.add_option("--cors-origin", o.cors_origin, "Allow browser calls from this origin (\"*\" = any), with preflight");
+  app.add_option("--request-timeout", o.request_timeout_s, "Seconds a generation may run; then it ends with \"abort\" (0 = none)")
+      ->capture_default_str();
+  app.add_option("--drain-seconds", f.drain_seconds, "On SIGTERM: seconds in-flight requests get to finish")->capture_default_str();
+  app.add_option("--log-format", f.log_format, "Request log lines: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+Status apply_http_flags(const HttpFlags& f, server::ServerOptions& o) {
+  if (f.header_timeout_s <= 0 || f.body_timeout_s <= 0 || f.idle_timeout_s <= 0 || f.write_timeout_s <= 0 ||
+      f.drain_seconds < 0 || f.header_limit_kib < 1 || f.stream_buffer_kib < 1 || o.http_threads < 1 ||
+      o.http.max_connections < 1 || o.http.max_connections_per_client < 0 || o.request_timeout_s < 0) {
+    return invalid_argument("HTTP limits and timeouts must be positive (--max-connections-per-client >= 0)");
+  }
+  o.http.header_timeout = millis(f.header_timeout_s);
+  o.http.body_timeout = millis(f.body_timeout_s);
+  o.http.idle_timeout = millis(f.idle_timeout_s);
+  o.http.write_timeout = millis(f.write_timeout_s);
+  o.http.header_limit = static_cast<std::size_t>(f.header_limit_kib) << 10;
+  o.http.stream_buffer_limit = static_cast<std::size_t>(f.stream_buffer_kib) << 10;
+  o.log_json = f.log_format == "json";
+  if (!f.api_key_file.empty()) {
+    std::ifstream in(f.api_key_file);
+    if (!in) return invalid_argument("--api-key-file: cannot read " + f.api_key_file);
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty() && line[0] != '#') o.api_keys.push_back(line);
+    }
+    if (o.api_keys.empty()) return invalid_argument("--api-key-file: no keys in " + f.api_key_file);
+  }
+  return Status::ok();
+}
+
+// Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 int serve_main(int argc, char** argv) {
@@ -159,8 +236,12 @@ int serve_main(int argc, char** argv) {
   app.add_option("--chat-template-file", chat_template_file, "Use the Jinja chat template in FILE.jinja instead of the model's")
       ->check(CLI::ExistingFile)
       ->excludes("--chat-template");
-  app.add_option("--alias", server_options.model_id, "Model name in the API (default: the model's name)");
-  app.add_option("--max-body-mib", max_body_mib, "Largest request body, MiB")->capture_default_str();
+  std::vector<std::string> aliases;
+  app.add_option("--alias", aliases,
+                 "Model name in the API (default: the model's name); more --alias: other names a request may use");
+  app.add_option("--max-body-mib", max_body_mib, "Largest request body by any framing, MiB")->capture_default_str();
+  HttpFlags http_flags;
+  add_http_flags(app, server_options, http_flags);
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
   add_kv_budget_flags(app, engine_options.kv_budget);
@@ -220,8 +301,15 @@ int serve_main(int argc, char** argv) {
     server_options.chat_template = text.str();  // a template's text is an override as a name is
   }
   server_options.max_body_bytes = static_cast<std::size_t>(max_body_mib) << 20;
-  // Each open request holds an HTTP worker while it waits; leave room for health checks too.
-  server_options.http_threads = server_options.max_active_requests + 8;
+  if (!aliases.empty()) {
+    server_options.model_id = aliases.front();
+    server_options.aliases.assign(aliases.begin() + 1, aliases.end());
+  }
+  if (Status st = apply_http_flags(http_flags, server_options); !st.is_ok()) {
+    std::fprintf(stderr, "serve: %s\n", st.message().c_str());
+    return 1;
+  }
+  raise_descriptor_limit();
 
   if (model_path.empty()) {
     Expected<std::string> demo = ensure_demo_model();
@@ -285,8 +373,10 @@ int serve_main(int argc, char** argv) {
            std::to_string(engine_options.max_running) + ")");
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  log_line(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
-  (*http)->stop();
+  log_line(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", draining for up to " +
+           std::to_string(http_flags.drain_seconds) + " s");
+  // Stop accepting; in-flight requests finish within --drain-seconds, the rest end with "abort".
+  (*http)->drain(std::chrono::milliseconds(static_cast<std::int64_t>(http_flags.drain_seconds * 1000)));
   return 0;
 }
 

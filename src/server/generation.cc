@@ -14,11 +14,13 @@ Generation::~Generation() {
   if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
 }
 
-std::optional<ApiError> Generation::start(GenerationRequest request) {
+std::optional<ApiError> Generation::start(GenerationRequest request, std::function<void()> on_event) {
   stop_tokens_ = request.stop_tokens;
   std::shared_ptr<EventQueue> queue = queue_;
-  Expected<std::uint64_t> id =
-      backend_.submit(std::move(request), [queue](const TokenEvent& e) { queue->push(e); });
+  Expected<std::uint64_t> id = backend_.submit(std::move(request), [queue, on_event](const TokenEvent& e) {
+    queue->push(e);
+    if (on_event) on_event();
+  });
   if (!id) return from_status(id.status());
   request_id_ = *id;
   return std::nullopt;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,8 +53,10 @@ class Generation {
   Generation(GenerationBackend& backend, std::vector<std::string> stop, bool want_logprobs);
   ~Generation();  // cancels the engine's side if still running
 
-  // Submits. Errors: the backend's (400 for invalid, 429 when the queue is full, else 500).
-  std::optional<ApiError> start(GenerationRequest request);
+  // Submits. `on_event`, if set, runs on the engine thread after each event is queued (quick: it
+  // only schedules a poll()). Errors: the backend's (400 for invalid, 429 when the queue is full,
+  // else 500).
+  std::optional<ApiError> start(GenerationRequest request, std::function<void()> on_event = {});
   // Waits up to `wait` for events and returns what they add to the output.
   Delta poll(std::chrono::milliseconds wait);
   bool done() const { return !outcome_.finish_reason.empty(); }

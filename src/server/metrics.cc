@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace kvstash::server {
@@ -105,11 +106,15 @@ void Metrics::count_request(const std::string& endpoint, int http_status) {
 }
 
 void Metrics::observe_generation(int prompt_tokens, int cached_tokens, int generated_tokens,
-                                 double ttft_s) {
+                                 double ttft_s, double e2e_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   prompt_tokens_ += prompt_tokens;
   cached_tokens_ += cached_tokens;
   generated_tokens_ += generated_tokens;
+  if (e2e_s >= 0) e2e_.observe(kE2eBuckets, e2e_s);
+  if (e2e_s >= 0 && ttft_s >= 0 && generated_tokens > 1) {
+    tpot_.observe(kTpotBuckets, std::max(0.0, e2e_s - ttft_s) / (generated_tokens - 1));
+  }
   if (ttft_s < 0) return;
   ++ttft_count_;
   ttft_sum_ += ttft_s;
@@ -121,7 +126,48 @@ void Metrics::observe_generation(int prompt_tokens, int cached_tokens, int gener
   }
 }
 
-std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& store) const {
+namespace {
+
+template <std::size_t N>
+void render_histogram(std::string& out, const char* name, const char* help, const std::array<double, N>& bounds,
+                      const Metrics::Histogram<N>& h) {
+  header(out, name, "histogram", help);
+  std::int64_t cumulative = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    cumulative += h.counts[i];
+    out += std::string(name) + "_bucket{le=\"" + number(bounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += std::string(name) + "_bucket{le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+  out += std::string(name) + "_sum " + number(h.sum) + "\n";
+  out += std::string(name) + "_count " + std::to_string(h.count) + "\n";
+}
+
+void render_http(std::string& out, const http::HttpStats& h) {
+  auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  header(out, "kvstash_http_connections_open", "gauge", "Client connections open.");
+  sample(out, "kvstash_http_connections_open", d(h.connections_open));
+  header(out, "kvstash_http_connections_accepted_total", "counter", "Client connections accepted (before the caps).");
+  sample(out, "kvstash_http_connections_accepted_total", d(h.connections_accepted));
+  header(out, "kvstash_http_connections_rejected_total", "counter", "Connections answered 503 and closed, by reason.");
+  out += "kvstash_http_connections_rejected_total{reason=\"max_connections\"} " + number(d(h.rejected_total_limit)) + "\n";
+  out += "kvstash_http_connections_rejected_total{reason=\"max_connections_per_client\"} " + number(d(h.rejected_per_client_limit)) + "\n";
+  header(out, "kvstash_http_refused_total", "counter", "Requests the HTTP layer refused or cut, by reason.");
+  const std::pair<const char*, std::int64_t> reasons[] = {
+      {"draining", h.rejected_draining},      {"bad_framing", h.bad_request},
+      {"header_too_large", h.header_too_large}, {"body_too_large", h.body_too_large},
+      {"header_timeout", h.header_timeout},   {"body_timeout", h.body_timeout},
+      {"write_timeout", h.write_timeout},     {"slow_reader", h.slow_reader}};
+  for (const auto& [reason, count] : reasons) {
+    out += std::string("kvstash_http_refused_total{reason=\"") + reason + "\"} " + number(d(count)) + "\n";
+  }
+  header(out, "kvstash_http_idle_closed_total", "counter", "Keep-alive connections closed after the idle timeout.");
+  sample(out, "kvstash_http_idle_closed_total", d(h.idle_closed));
+}
+
+}  // namespace
+
+std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& store,
+                            const http::HttpStats* http) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   header(out, "kvstash_requests_total", "counter", "HTTP requests by endpoint and status.");
@@ -146,6 +192,12 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   out += "kvstash_ttft_seconds_bucket{le=\"+Inf\"} " + std::to_string(ttft_count_) + "\n";
   sample(out, "kvstash_ttft_seconds_sum", ttft_sum_);
   sample(out, "kvstash_ttft_seconds_count", static_cast<double>(ttft_count_));
+
+  render_histogram(out, "kvstash_e2e_request_latency_seconds", "Request latency, arrival to last token.",
+                   kE2eBuckets, e2e_);
+  render_histogram(out, "kvstash_time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+                   kTpotBuckets, tpot_);
+  if (http) render_http(out, *http);
 
   header(out, "kvstash_prefill_seconds_total", "counter", "Engine time spent in prefill.");
   sample(out, "kvstash_prefill_seconds_total", engine.prefill_seconds);

@@ -256,7 +256,30 @@ std::optional<ApiError> parse_logprobs(const json& body, ParsedRequest& out) {
   return std::nullopt;
 }
 
+// Fields of OpenAI's request that this server does not implement. A request that sets one gets
+// a 400 naming it rather than an answer that silently ignores it. A value that means "off"
+// (null, 0 for the penalties, {} for logit_bias, [] for tools, "none"/"auto" with no tools for
+// tool_choice, {"type": "text"} for response_format) changes nothing and is accepted.
+std::optional<ApiError> reject_unsupported(const json& body) {
+  static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
+                                  "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                  "best_of", "echo", "suffix", "parallel_tool_calls", "audio", "modalities",
+                                  "prediction", "reasoning_effort", "web_search_options", "min_p"};
+  for (const char* name : kFields) {
+    const json* v = field(body, name);
+    if (!v) continue;
+    const bool off = (v->is_number() && v->get<double>() == 0.0) || (v->is_boolean() && !v->get<bool>()) ||
+                     ((v->is_object() || v->is_array()) && v->empty()) ||
+                     (v->is_string() && (*v == "none" || *v == "auto") && std::string(name) == "tool_choice") ||
+                     (std::string(name) == "response_format" && v->is_object() && v->value("type", "") == "text");
+    if (off) continue;
+    return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
+  if (auto err = reject_unsupported(body)) return err;
   if (auto err = get_string(body, "model", out.model)) return err;
   if (out.endpoint == Endpoint::kChatCompletions) {
     if (auto err = parse_messages(body, out)) return err;
@@ -301,6 +324,9 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
     bool utf8 = what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos;
     return bad_request(std::string(utf8 ? "invalid UTF-8 in request body: " : "malformed JSON: ") + what,
                        "", utf8 ? "invalid_utf8" : "invalid_json");
+  } catch (const json::exception& e) {
+    // A number too large for a double (1e400) is out_of_range, not a parse_error.
+    return bad_request(std::string("invalid JSON value: ") + e.what(), "", "invalid_json");
   }
   if (!parsed.is_object()) {
     return bad_request(std::string("request body must be a JSON object, got ") + type_name(parsed), "",

@@ -11,7 +11,10 @@
 // every output runs to max_tokens).
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
-// Other fields are ignored, as OpenAI-compatible servers commonly do.
+// Fields of OpenAI's API this server does not implement (tools, tool_choice, response_format,
+// logit_bias, presence_penalty, frequency_penalty, ...) get a 400 with code
+// "unsupported_parameter" naming the field, unless their value means "off" (null, 0, {}, []).
+// Other unknown fields (user, metadata, ...) are ignored.
 //
 // Thread safety: pure functions.
 #pragma once

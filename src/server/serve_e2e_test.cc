@@ -34,12 +34,17 @@ class ServeE2ETest : public ::testing::Test {
 // Bounded poll (~10 s), never a timing assertion.
 template <typename Pred>
 bool eventually(Pred done) {
-  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return done();
+  // The answer of the call that succeeded counts: asking again could see another state.
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
-  auto s = serve("sigterm", {"--ctx", "8192", "--kv-pool-tokens", "20000", "--no-kv-store", "--parallel", "4"});
+  auto s = serve("sigterm", {"--ctx", "8192", "--kv-pool-tokens", "20000", "--no-kv-store", "--parallel", "4",
+                             "--drain-seconds", "0"});
   ASSERT_TRUE(s->ready());
   RawRequest whole(s->port(), "/v1/completions", long_request(false));
   RawRequest stream(s->port(), "/v1/completions", long_request(true));
@@ -63,6 +68,22 @@ TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
   EXPECT_NE(stream_response.find("\"code\":\"shutdown\""), std::string::npos) << stream_response.substr(stream_response.size() - std::min<std::size_t>(stream_response.size(), 2000));
   EXPECT_EQ(stream_response.find("\"finish_reason\":\"stop\""), std::string::npos);
   EXPECT_EQ(stream_response.find("\"finish_reason\":\"length\""), std::string::npos);
+}
+
+TEST_F(ServeE2ETest, SigtermDrainsInFlightRequestsThenExits) {
+  auto s = serve("drain", {"--ctx", "8192", "--no-kv-store", "--drain-seconds", "60"});
+  ASSERT_TRUE(s->ready());
+  const std::string body =
+      json{{"prompt", "x"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}}.dump();
+  RawRequest stream(s->port(), "/v1/completions", body);
+  ASSERT_NE(stream.read_at_least(1).find("HTTP/1.1 200"), std::string::npos);
+  s->terminate();
+  // The request in flight finishes whole within the drain time, then the server exits.
+  const std::string response = stream.read_at_least(std::string::npos);
+  EXPECT_NE(response.find("\"finish_reason\":\"length\""), std::string::npos) << response.substr(0, 500);
+  EXPECT_NE(response.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(response.find("\"code\":\"shutdown\""), std::string::npos);
+  EXPECT_EQ(s->wait_exit(), 0) << s->log();
 }
 
 TEST_F(ServeE2ETest, QueueZeroFillsTheBatchAndRefusesTheNext) {

@@ -1,25 +1,32 @@
 // The OpenAI-compatible HTTP server:
 //   POST /v1/chat/completions, POST /v1/completions (streaming as SSE or not),
-//   GET /v1/models, GET /health, GET /metrics (Prometheus text).
-// Errors are OpenAI-style JSON: 400 invalid request, 404 unknown endpoint, 405 wrong method,
-// 413 body too large, 429 engine queue full, 500 internal.
+//   GET /v1/models, GET /health (liveness), GET /ready (503 while draining), GET /metrics
+//   (Prometheus text), OPTIONS (CORS preflight, with --cors-origin).
+// Errors are OpenAI-style JSON: 400 invalid request (and unsupported parameters), 401 bad API key,
+// 404 unknown endpoint or model, 405 wrong method, 408/413/431 from the HTTP layer's limits,
+// 415 multipart bodies, 429 at capacity, 500 internal, 503 over the connection caps or draining.
 //
-// Each HTTP request runs on one of the server's worker threads; it submits to the backend and
-// waits on its own event queue (see Generation). A client that disconnects has its request
-// cancelled in the engine: a streaming one is noticed when a write fails, a non-streaming one by
-// peeking at its socket between waits (see ClientConnection); the latter is logged and counted
-// with status 499.
+// It is a Handler on the event-driven HTTP layer (http/http_server.h): no thread waits for a
+// request. A generation request submits to the backend and then runs on its connection's strand:
+// the engine's callback only queues the event and schedules a poll (GenerationTask), which turns
+// events into the answer or the SSE stream. A client that disconnects has its request cancelled
+// in the engine (logged and counted with status 499); a stream whose client reads too slowly is
+// cut once its unsent bytes pass the layer's stream_buffer_limit.
 //
 // Engine-side limits (context length, running batch, queue size) are the backend's options;
 // the server reads the context length from ModelInfo.
 //
-// Thread safety: start() and stop() from one controlling thread; port() and metrics() from any.
+// Thread safety: start(), drain() and stop() from one controlling thread; port() and metrics()
+// from any.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "http/http_server.h"
 #include "kvstash/status.h"
 #include "server/backend.h"
 #include "server/metrics.h"
@@ -29,15 +36,23 @@ namespace kvstash::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";          // address to listen on
   int port = 8080;                         // 0 = any free port (see port())
-  std::size_t max_body_bytes = 8u << 20;   // larger request bodies get 413; default 8 MiB
-  int http_threads = 64;                   // worker threads: each open request holds one
+  std::size_t max_body_bytes = 8u << 20;   // larger request bodies get 413 (any framing); default 8 MiB
+  int http_threads = 2;                    // I/O threads of the HTTP layer (all connections)
+  // The HTTP layer's other limits (header section, deadlines, connection caps, stream buffer);
+  // its host, port, body_limit, io_threads and error_body are set from the fields here.
+  http::HttpServerOptions http;
+  std::string model_id;                    // model name in the API; "" = the model's own
+  std::vector<std::string> aliases;        // other names a request's `model` may use
+  std::string chat_template;               // "chatml" / "llama3" / a Jinja template overrides the GGUF's; "" = the GGUF's
+  bool log_requests = true;                // one stderr line per request
+  bool log_json = false;                   // that line as a JSON object
   // Generation requests admitted at once (running in the engine's batch or waiting for it); one
   // more gets 429. `kvstash serve` sets it to --parallel + --queue, so --queue 0 means "fill the
   // batch, queue nothing". 0 = no bound here (the backend's own queue bound still applies).
   int max_active_requests = 0;
-  std::string model_id;                    // model name in the API; "" = the model's own
-  std::string chat_template;               // "chatml" / "llama3" / a Jinja template overrides the GGUF's; "" = the GGUF's
-  bool log_requests = true;                // one stderr line per request
+  std::vector<std::string> api_keys;       // non-empty: /v1/* need "Authorization: Bearer KEY"
+  std::string cors_origin;                 // non-empty: CORS headers and preflight for this origin ("*" = any)
+  double request_timeout_s = 0;            // a generation running longer ends with "abort"; 0 = none
 };
 
 class Server {
@@ -46,19 +61,24 @@ class Server {
   static Expected<std::unique_ptr<Server>> create(GenerationBackend& backend, const ServerOptions& options);
   ~Server();  // stop()
 
-  // Binds and starts serving on a background thread. Errors: kIoError when the address cannot
-  // be bound.
+  // Binds and starts serving on the HTTP layer's threads. Errors: kIoError when the address
+  // cannot be bound.
   Status start();
-  // Stops accepting, ends open streams, joins. Idempotent.
+  // Graceful shutdown: stops accepting, lets generations finish for up to `grace`, then ends the
+  // rest with finish_reason "abort" (an error event when streaming), then stop().
+  void drain(std::chrono::milliseconds grace);
+  // Ends open generations with "abort", lets their answers go out (bounded), closes every
+  // connection and joins. Idempotent.
   void stop();
   // The bound port (the chosen one when options.port was 0); valid after start().
   int port() const;
   const Metrics& metrics() const;
 
+  struct Impl;
+
  private:
   Server() = default;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace kvstash::server

@@ -182,7 +182,7 @@ TEST_F(ServerTest, ChatCompletionShape) {
   start();
   json body = chat_body("hi", 12);
   Reference ref = reference(Endpoint::kChatCompletions, body);
-  body["model"] = "whatever";  // any name is accepted; responses name the served model
+  body["model"] = model_->config().name;  // the served model (another name gets 404 model_not_found)
   json r = post_ok(kChat, body);
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);

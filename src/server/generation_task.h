@@ -1,0 +1,89 @@
+// One generation request in flight on the event-driven HTTP layer: it owns the Generation, the
+// admission slot and the Exchange, and turns engine events into the JSON answer or the SSE stream.
+//
+// Flow: start() submits; every engine event schedules one pump() on the exchange's strand (the
+// engine thread only queues the event and posts, coalesced by `pump_scheduled_`); pump() polls
+// the Generation without waiting and writes what it adds. The client going away (the exchange's
+// close callback) cancels the engine's side; abort() (drain deadline, request time limit) ends
+// it with finish_reason "abort".
+//
+// Thread safety: start() runs on the exchange's strand (inside Handler::handle); pump(),
+// client_gone() and abort() run there too (abort() is posted). schedule_pump() is safe from any
+// thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http/http_server.h"
+#include "server/generation.h"
+#include "server/request_parser.h"
+#include "server/response_json.h"
+
+namespace kvstash::server {
+
+class Metrics;
+
+// What one generation request's log line reports.
+struct RequestRecord {
+  std::string id;
+  std::string endpoint;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  bool stream = false;
+};
+
+// What a task needs from the server around it.
+struct TaskHost {
+  Metrics& metrics;
+  const Tokenizer& tokenizer;
+  std::function<void(const RequestRecord&, int status, const Outcome&, const std::string& note)> log;
+  std::function<void()> finished;  // the task is over (slot freed); called once
+};
+
+class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
+ public:
+  GenerationTask(TaskHost host, std::shared_ptr<http::Exchange> exchange, std::unique_ptr<Generation> gen,
+                 ParsedRequest parsed, ResponseMeta meta, RequestRecord record)
+      : host_(std::move(host)),
+        exchange_(std::move(exchange)),
+        gen_(std::move(gen)),
+        parsed_(std::move(parsed)),
+        meta_(std::move(meta)),
+        record_(std::move(record)) {}
+
+  // Replaces host.finished (set before start()).
+  void set_finished_callback(std::function<void()> finished) { host_.finished = std::move(finished); }
+  // Submits `request`. On error answers it (400/429/500) and returns false.
+  bool start(GenerationRequest request);
+  // Posts an abort to the strand; `why` is "shutdown" or "request_timeout".
+  void abort_later(std::string why);
+  bool finished() const { return finished_; }
+  std::chrono::steady_clock::time_point started() const { return record_.start; }
+
+ private:
+  void schedule_pump();
+  void pump();
+  void complete();
+  void client_gone();
+  void abort(const std::string& why);
+  void answer_error(const ApiError& error);
+  void end_task();
+
+  TaskHost host_;
+  std::shared_ptr<http::Exchange> exchange_;
+  std::unique_ptr<Generation> gen_;
+  ParsedRequest parsed_;
+  ResponseMeta meta_;
+  RequestRecord record_;
+  std::atomic<bool> pump_scheduled_{false};
+  std::atomic<bool> finished_{false};
+  std::string abort_reason_;             // why abort() ended it
+  std::string text_;                     // whole answers: the output so far
+  std::vector<LogprobEntry> logprobs_;   // whole answers
+};
+
+}  // namespace kvstash::server
