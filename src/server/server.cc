@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/chat_template.h"
+#include "server/tokenize_api.h"
 #include "server/generation_task.h"
 #include "server/log.h"
 #include "server/prompt_builder.h"
@@ -33,7 +34,8 @@ constexpr std::chrono::milliseconds kAbortFlush{2000};
 const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models"};
 
 std::string known_endpoint(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready",
+                        "/metrics"}) {
     if (path == p) return p;
   }
   return "other";
@@ -162,6 +164,17 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
     if (req.method == "POST") {
       return handle_generation(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, req,
                                std::move(exchange));
+    }
+    allowed = "POST";
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    if (req.method == "POST") {
+      std::string body;
+      const Tokenizer& tokenizer = *backend.model_info().tokenizer;
+      auto err = path == "/tokenize" ? tokenize_request(req.body, tokenizer, &body) : detokenize_request(req.body, tokenizer, &body);
+      if (err) return respond_error(*exchange, path, *err);
+      http::Response r;
+      r.body = std::move(body);
+      return respond(*exchange, path, std::move(r));
     }
     allowed = "POST";
   } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics") {

@@ -178,6 +178,21 @@ TEST_F(ServerTest, HealthModelsAndMetrics) {
   EXPECT_NE(metrics.find("kvstash_generated_tokens_total 3\n"), std::string::npos) << metrics;
 }
 
+// llama-server's /tokenize and /detokenize, over the socket: the ids are the tokenizer's, and they
+// decode back; a malformed body is a 400 and the server keeps serving.
+TEST_F(ServerTest, TokenizeAndDetokenizeRoutes) {
+  start();
+  json t = post_ok("/tokenize", {{"content", "hello world"}});
+  std::vector<TokenId> ids = t["tokens"].get<std::vector<TokenId>>();
+  EXPECT_EQ(ids, tokenizer().encode("hello world", false));
+  json d = post_ok("/detokenize", {{"tokens", ids}});
+  EXPECT_EQ(d["content"], "hello world");
+  auto bad = post_as_is("/tokenize", "{\"content\": 7}");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
 TEST_F(ServerTest, ChatCompletionShape) {
   start();
   json body = chat_body("hi", 12);
