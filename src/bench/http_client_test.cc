@@ -104,10 +104,16 @@ class RawSocketServer {
     char buffer[4096];
     (void)!read(client, buffer, sizeof buffer);  // the request; its content does not matter
     (void)!write(client, response_.data(), response_.size());
-    if (stall_) {
-      // Hold the connection until the client gives up and closes it.
-      while (read(client, buffer, sizeof buffer) > 0) {
-      }
+    if (!stall_) {
+      // End our side, then read what is left of the request until the client closes: closing with
+      // unread bytes would send a reset, which the client may see before our data (a flaky
+      // "read" error instead of the truncation the test expects).
+      shutdown(client, SHUT_WR);
+    }
+    // Stall: hold the connection until the client gives up and closes it.
+    timeval limit{10, 0};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    while (read(client, buffer, sizeof buffer) > 0) {
     }
     close(client);
   }

@@ -144,7 +144,7 @@ TEST(WorkloadTest, LongDocOrders) {
     EXPECT_EQ(w.size(), 6);
     std::vector<std::string> docs;
     for (int i = 0; i < 6; ++i) {
-      const std::string& text = w.session(i)->messages[0].content;
+      const std::string text = w.session(i)->messages[0].content;  // a copy: session(i) is a temporary
       docs.push_back(text.substr(0, text.find("Question:")));
     }
     return docs;
