@@ -93,6 +93,9 @@ struct Engine::Impl {
   // Stores the computed full blocks past the last full chunk as one partial chunk keyed by its last
   // block's prefix key, so at most one block of a stored prefix is ever recomputed.
   void store_tail(Sequence& seq);
+  // Copies n_blocks of the sequence's blocks from first_block into one record and hands it to the
+  // store, with its first n_predecessors chunk keys; true if queued.
+  bool store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks, int n_predecessors);
   void extend_chunk_keys(Sequence& seq, int n_chunks) const;
   cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
   // The partial chunk of n_blocks blocks starting at full chunk `chunk` (a stored tail).

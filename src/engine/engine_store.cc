@@ -143,18 +143,22 @@ void Engine::Impl::store_tail(Sequence& seq) {
   if (n_blocks == 0 || full_blocks <= seq.stored_tail_end) return;
   extend_block_keys(seq, full_blocks);
   extend_chunk_keys(seq, chunk);
+  if (store_blocks(seq, tail_meta(seq, chunk, n_blocks), chunk * bpc, n_blocks, chunk)) seq.stored_tail_end = full_blocks;
+}
+
+bool Engine::Impl::store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks,
+                                int n_predecessors) {
   const std::size_t block_bytes = pool.view().block_bytes();
   std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(n_blocks));
   for (int j = 0; j < n_blocks; ++j) {
-    auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(chunk * bpc + j)]);
+    auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(first_block + j)]);
     std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
   }
-  const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(chunk));
-  if (options.kv_store->store(tail_meta(seq, chunk, n_blocks), payload, predecessors).is_ok()) {
-    seq.stored_tail_end = full_blocks;
-    std::lock_guard<std::mutex> lock(mu);
-    ++stats.chunks_stored;
-  }
+  const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(n_predecessors));
+  if (!options.kv_store->store(meta, payload, predecessors).is_ok()) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.chunks_stored;
+  return true;
 }
 
 // Hands every newly computed full chunk to the store's write-behind queue (never blocks), with its
@@ -165,19 +169,9 @@ void Engine::Impl::store_full_chunks(Sequence& seq) {
   const int full = seq.num_computed_tokens / options.chunk_tokens;
   if (seq.num_stored_chunks >= full) return;
   extend_chunk_keys(seq, full);
-  const std::size_t block_bytes = pool.view().block_bytes();
-  std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(bpc));
   for (; seq.num_stored_chunks < full; ++seq.num_stored_chunks) {
     const int c = seq.num_stored_chunks;
-    for (int j = 0; j < bpc; ++j) {
-      auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(c * bpc + j)]);
-      std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
-    }
-    const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(c));
-    if (options.kv_store->store(chunk_meta(seq, c), payload, predecessors).is_ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.chunks_stored;
-    }
+    store_blocks(seq, chunk_meta(seq, c), c * bpc, bpc, c);
   }
 }
 
