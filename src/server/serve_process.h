@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -131,18 +132,18 @@ class ServeProcess {
     json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logprobs", 1}};
     if (!salt.empty()) body["cache_salt"] = salt;
     auto r = client()->Post("/v1/completions", body.dump(), "application/json");
-    if (!r) {
-      last_error_ = "http error " + httplib::to_string(r.error());
-      return json();
-    }
-    if (r->status != 200) {
-      last_error_ = "status " + std::to_string(r->status) + ": " + r->body;
+    if (!r || r->status != 200) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      last_error_ = !r ? "http error " + httplib::to_string(r.error()) : "status " + std::to_string(r->status) + ": " + r->body;
       return json();
     }
     return json::parse(r->body);
   }
-  // Why the last complete() returned null.
-  const std::string& last_error() const { return last_error_; }
+  // Why the last complete() returned null (complete() may run on several threads at once).
+  std::string last_error() const {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    return last_error_;
+  }
 
   std::string metrics() const {
     auto r = client()->Get("/metrics");
@@ -180,6 +181,7 @@ class ServeProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_code_ = -1;
+  mutable std::mutex error_mutex_;
   mutable std::string last_error_;
 };
 

@@ -57,6 +57,9 @@ struct Server::Impl : http::Handler {
   ChatTemplateKind chat_template = ChatTemplateKind::kChatML;
   Metrics metrics;
   std::unique_ptr<http::HttpServer> http;
+  // What handlers read: set once `http` is in place. A request can arrive (on an I/O thread) before
+  // start() has stored the server it came through.
+  std::atomic<const http::HttpServer*> http_view{nullptr};
   std::atomic<bool> draining{false};
   std::atomic<int> active{0};  // admitted generation requests (see ServerOptions::max_active_requests)
 
@@ -198,7 +201,8 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
         }
         r.body = dump_json({{"object", "list"}, {"data", models}});
       } else {
-        const http::HttpStats hs = http ? http->stats() : http::HttpStats{};
+        const http::HttpServer* front = http_view.load(std::memory_order_acquire);
+        const http::HttpStats hs = front ? front->stats() : http::HttpStats{};
         r.content_type = "text/plain; version=0.0.4";
         r.body = metrics.render(backend.stats(), backend.kv_store_stats(), &hs);
       }
@@ -333,6 +337,7 @@ Status Server::start() {
   Expected<std::unique_ptr<http::HttpServer>> started = http::HttpServer::start(o, s);
   if (!started) return started.status();
   s.http = std::move(*started);
+  s.http_view.store(s.http.get(), std::memory_order_release);
   s.time_keeper = std::thread([&s] { s.keep_time(); });
   return Status::ok();
 }
@@ -367,6 +372,7 @@ void Server::stop() {
   }
   s.tasks_changed.notify_all();
   if (s.time_keeper.joinable()) s.time_keeper.join();
+  s.http_view.store(nullptr, std::memory_order_release);
   s.http.reset();
 }
 
