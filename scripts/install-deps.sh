@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libboost-dev               # Boost.Beast / Asio (header-only): the server's HTTP layer
   libhiredis-dev libxxhash-dev libzstd-dev
+  libsodium-dev              # ed25519 node identity: signed response records and manifests
   libgtest-dev
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
   chromium                   # renders the bench report in its screenshot test
