@@ -66,6 +66,36 @@ Expected<std::string> ensure_demo_model() {
   return path.string();
 }
 
+// Where the node's key lives when --identity is not given: $XDG_STATE_HOME/kvstash, else
+// ~/.local/state/kvstash, else the system temp directory.
+std::filesystem::path default_identity_path() {
+  std::filesystem::path dir;
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg) {
+    dir = std::filesystem::path(xdg) / "kvstash";
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = std::filesystem::path(home) / ".local" / "state" / "kvstash";
+  } else {
+    dir = std::filesystem::temp_directory_path() / "kvstash";
+  }
+  return dir / "node.key";
+}
+
+// The node's ed25519 identity and the producers it trusts (itself, plus --trust-keys).
+Status load_identity(const std::string& key_path, const std::string& trust_file, server::ServerOptions& o) {
+  const std::string path = key_path.empty() ? default_identity_path().string() : key_path;
+  Expected<identity::NodeIdentity> id = identity::NodeIdentity::load_or_create(path);
+  if (!id) return Status(id.status().code(), "--identity: " + id.status().message());
+  auto trust = std::make_shared<identity::TrustList>(id->public_key());
+  if (!trust_file.empty()) {
+    if (Status st = trust->add_file(trust_file); !st) return Status(st.code(), "--trust-keys: " + st.message());
+  }
+  log_line("identity: ed25519 " + id->public_key_hex() + " (" + path + "); trusts " +
+           std::to_string(trust->size() - 1) + " other producer(s)" + (trust_file.empty() ? "" : " from " + trust_file));
+  o.identity = std::make_shared<const identity::NodeIdentity>(std::move(*id));
+  o.trust = std::move(trust);
+  return Status::ok();
+}
+
 // The memory tier's size when --cache-ram is not given: a quarter of the machine's RAM, at most
 // 4 GiB, so that a default server neither hogs a small machine nor starves a big one.
 std::uint64_t default_cache_ram() {
@@ -252,6 +282,11 @@ int serve_main(int argc, char** argv) {
   app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,
                  "Engine KV pool capacity, tokens (0 = parallel * ctx / 2)")
       ->capture_default_str();
+  std::string identity_path, trust_keys_file;
+  app.add_option("--identity", identity_path,
+                 "The node's ed25519 key file, created at first start (default: " + default_identity_path().string() + ")");
+  app.add_option("--trust-keys", trust_keys_file,
+                 "Producers whose signed records this node accepts: a file of hex public keys, one a line (itself is always trusted)");
   CacheFlags cache_flags;
   app.add_option("--cache-ram", cache_flags.ram, "Memory tier of the KV store, e.g. 4GiB; 0 = none (default: min(4 GiB, RAM/4))");
   app.add_option("--cache-disk", cache_flags.disk_dir, "Directory of the disk tier (survives restarts)");
@@ -310,6 +345,10 @@ int serve_main(int argc, char** argv) {
     return 1;
   }
   raise_descriptor_limit();
+  if (Status st = load_identity(identity_path, trust_keys_file, server_options); !st) {
+    log_line("serve: " + st.to_string());
+    return 1;
+  }
 
   if (model_path.empty()) {
     Expected<std::string> demo = ensure_demo_model();

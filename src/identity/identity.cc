@@ -2,6 +2,9 @@
 
 #include <sodium.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cctype>
 #include <cstdio>
@@ -98,21 +101,22 @@ Expected<NodeIdentity> NodeIdentity::load_or_create(const std::string& path) {
   std::string hex(65, '\0');
   sodium_bin2hex(hex.data(), hex.size(), seed.data(), seed.size());
   hex.back() = '\n';
-  // Written to a temporary file with mode 0600 and renamed, so a crash leaves no half key file.
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wx");
+  sodium_memzero(seed.data(), seed.size());
+  // Written whole to a private temporary file (mode 0600), then linked into place: link() fails when
+  // the key file exists, so two processes starting at once agree on one key (the loser reads the
+  // winner's), and a crash never leaves a half-written key file.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) return io_error("identity key file " + path + ": cannot create " + tmp);
   ::chmod(tmp.c_str(), 0600);
   const bool wrote = std::fwrite(hex.data(), 1, hex.size(), f) == hex.size();
   const bool closed = std::fclose(f) == 0;
   sodium_memzero(hex.data(), hex.size());
-  if (!wrote || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return io_error("identity key file " + path + ": cannot write");
-  }
-  NodeIdentity id = from_seed(seed);
-  sodium_memzero(seed.data(), seed.size());
-  return id;
+  const bool linked = wrote && closed && ::link(tmp.c_str(), path.c_str()) == 0;
+  const int link_errno = errno;
+  std::remove(tmp.c_str());
+  if (!linked && !(wrote && closed && link_errno == EEXIST)) return io_error("identity key file " + path + ": cannot write");
+  return load_or_create(path);  // ours, or the one another process linked first
 }
 
 Signature NodeIdentity::sign(std::string_view domain, std::string_view message) const {

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -38,7 +39,7 @@ Expected<PublicKey> parse_public_key(std::string_view hex);
 class NodeIdentity {
  public:
   // Loads the key file at `path`, or creates it (mode 0600, parent directories too) when it does not
-  // exist. The file holds the 32-byte seed as 64 hex digits and a newline. Errors: kIoError (cannot
+  // exist; processes that start at once on one path end up with the same key. The file holds the 32-byte seed as 64 hex digits and a newline. Errors: kIoError (cannot
   // read or write), kCorrupt (the file exists but is not a key file; it is never overwritten).
   static Expected<NodeIdentity> load_or_create(const std::string& path);
   // A fresh identity that lives only in memory (tests, `--identity ''`).

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include <filesystem>
 #include <fstream>
@@ -48,6 +51,29 @@ TEST(Identity, KeyFileIsCreatedOnceWithMode0600AndReloadedAsTheSameKey) {
   ASSERT_TRUE(second);
   EXPECT_EQ(first->public_key(), second->public_key());
   EXPECT_TRUE(verify(first->public_key(), "d", "m", second->sign("d", "m")));
+}
+
+TEST(Identity, ProcessesCreatingOneKeyFileAtOnceAgreeOnOneKey) {
+  TempDir dir;
+  const std::string path = dir.file("race.key");
+  constexpr int kProcesses = 6;
+  std::vector<pid_t> children;
+  for (int i = 0; i < kProcesses; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) _exit(NodeIdentity::load_or_create(path) ? 0 : 1);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  auto a = NodeIdentity::load_or_create(path), b = NodeIdentity::load_or_create(path);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->public_key(), b->public_key());
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);  // no temporary file left behind
 }
 
 TEST(Identity, DamagedKeyFileIsAnErrorNamingItAndIsNotOverwritten) {

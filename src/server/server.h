@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "http/http_server.h"
+#include "identity/identity.h"
 #include "kvstash/status.h"
 #include "server/backend.h"
 #include "server/metrics.h"
@@ -53,6 +54,10 @@ struct ServerOptions {
   std::vector<std::string> api_keys;       // non-empty: /v1/* need "Authorization: Bearer KEY"
   std::string cors_origin;                 // non-empty: CORS headers and preflight for this origin ("*" = any)
   double request_timeout_s = 0;            // a generation running longer ends with "abort"; 0 = none
+  // The node's ed25519 identity (signs the records it produces) and the producers it trusts (itself
+  // included). kvstash serve always sets both; null in servers built without them (tests).
+  std::shared_ptr<const identity::NodeIdentity> identity;
+  std::shared_ptr<const identity::TrustList> trust;
 };
 
 class Server {
