@@ -19,11 +19,12 @@ import time
 import urllib.parse
 
 
-def stream_ttft(url, prompt):
-    """Sends a streaming completion; returns (ttft_s, usage) for its first token."""
+def stream_ttft(url, prompt, max_tokens=2, want_tokens=False):
+    """Sends a streaming greedy completion; returns (ttft_s, usage), plus the streamed texts when
+    want_tokens."""
     u = urllib.parse.urlparse(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
-    body = json.dumps({"prompt": prompt, "max_tokens": 2, "ignore_eos": True, "temperature": 0,
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
                        "stream": True, "stream_options": {"include_usage": True}})
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -32,17 +33,20 @@ def stream_ttft(url, prompt):
         raise RuntimeError("HTTP %d: %s" % (resp.status, resp.read()[:300]))
     ttft = None
     usage = None
+    texts = []
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
         event = json.loads(line[6:])
-        if ttft is None and event.get("choices"):
-            ttft = time.perf_counter() - t0
+        if event.get("choices"):
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            texts.append(event["choices"][0].get("text", ""))
         if event.get("usage"):
             usage = event["usage"]
     conn.close()
-    return ttft, usage
+    return (ttft, usage, texts) if want_tokens else (ttft, usage)
 
 
 def main():

@@ -6,6 +6,7 @@
 #include <optional>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "model/model.h"
 
@@ -98,6 +99,24 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
     cv.notify_all();
   });
   if (!arrival_id) return arrival_id.status();
+  // The load's end: the first poll after the arrival was seen loading that sees no request loading
+  // (the arrival is the only request that ever loads here). When its first token comes before any
+  // poll saw it loading, no load window is reported.
+  Clock::time_point load_done_at = submitted;
+  bool loaded_something = false;
+  while (Clock::now() < deadline) {
+    const int loading = (*engine)->stats().loading;
+    if (loading > 0) loaded_something = true;
+    if (loading == 0 && loaded_something) {
+      load_done_at = Clock::now();
+      break;
+    }
+    {
+      std::lock_guard l(mu);
+      if (arrival_first) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
   lock.lock();
   if (!cv.wait_until(lock, deadline, [&] { return arrival_ended; }) || !arrival_first) {
     return unavailable("bench-cache --stall: the arriving request did not finish in time");
@@ -117,12 +136,13 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
   // "during" = every ITL whose interval overlaps [arrival submitted, arrival's first token].
   StallResult out;
   out.streams = streams;
-  std::vector<double> before, during;
+  std::vector<double> before, during, during_load;
   for (const auto& t : times) {
     for (std::size_t j = static_cast<std::size_t>(warm_tokens) + 1; j < t.size(); ++j) {
       const double itl = seconds(t[j] - t[j - 1]);
       if (t[j] <= submitted) before.push_back(itl);
       if (t[j] > submitted && t[j - 1] <= arrival_first_at) during.push_back(itl);
+      if (loaded_something && t[j] > submitted && t[j - 1] <= load_done_at) during_load.push_back(itl);
     }
   }
   out.itl_before_n = before.size();
@@ -131,6 +151,9 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
   out.itl_during_p99_s = percentile(during, 99);
   out.itl_before_max_s = before.empty() ? 0 : *std::max_element(before.begin(), before.end());
   out.itl_during_max_s = during.empty() ? 0 : *std::max_element(during.begin(), during.end());
+  out.itl_load_n = during_load.size();
+  out.itl_load_p99_s = percentile(during_load, 99);
+  out.load_s = loaded_something ? seconds(load_done_at - submitted) : 0;
   out.arrival_ttft_s = seconds(arrival_first_at - submitted);
   out.arrival_cached_tokens = arrival_first->cached_tokens;
   return out;

@@ -1,7 +1,7 @@
 // The "no stall" measurement of `kvstash bench-cache --stall` (issue 10): N streams decode while
 // one more request, whose prefix sits in the KV store, arrives and loads it. Compares the streams'
-// inter-token latency (ITL) while that request is loading and prefilling its tail with their ITL
-// just before it arrived.
+// inter-token latency (ITL) while that request is loading, and while it is loading and prefilling
+// its tail, with their ITL just before it arrived.
 #pragma once
 
 #include <vector>
@@ -15,7 +15,12 @@ struct StallResult {
   int streams = 0;
   std::size_t itl_before_n = 0, itl_during_n = 0;  // samples in each window (all streams)
   double itl_before_p99_s = 0, itl_before_max_s = 0;
-  double itl_during_p99_s = 0, itl_during_max_s = 0;
+  double itl_during_p99_s = 0, itl_during_max_s = 0;  // [arrival submitted, its first token]
+  // [arrival submitted, its KV loaded]: the load alone (issue 10's "no stall" window). The end is
+  // when a poll of the engine's stats (every 0.5 ms) first sees no request loading; 0 samples when
+  // nothing was loaded (the control).
+  std::size_t itl_load_n = 0;
+  double itl_load_p99_s = 0, load_s = 0;
   double arrival_ttft_s = 0;  // submit to first token of the arriving request
   int arrival_cached_tokens = 0;
 };

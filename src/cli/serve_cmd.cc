@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/kv_budget_flags.h"
 #include "engine/engine.h"
+#include "kernels/simd_dispatch.h"
 #include "model/model.h"
 #include "modelgen/modelgen.h"
 #include "server/backend.h"
@@ -279,6 +280,13 @@ int serve_main(int argc, char** argv) {
         engine_options.store_load_timeout = std::chrono::milliseconds(std::stoll(r[0]));
         return true;
       }, "a request whose KV is loading from the store waits this long at most, then recomputes (default 2000)");
+  int sgemm_prefill_min_tokens = 0;
+  app.add_option("--sgemm-prefill-min-tokens", sgemm_prefill_min_tokens,
+                 "Compute steps of at least N tokens with OpenBLAS sgemm: faster prefill of f16/bf16/f32 weights on "
+                 "some CPUs, but a token's result then depends on its batch, so a cache hit or a busy server can "
+                 "change greedy output in the last bits (0 = never: every token computes the same whatever the batch)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,
                  "Engine KV pool capacity, tokens (0 = parallel * ctx / 2)")
       ->capture_default_str();
@@ -345,6 +353,7 @@ int serve_main(int argc, char** argv) {
     return 1;
   }
   raise_descriptor_limit();
+  kernels::set_sgemm_prefill_min_tokens(sgemm_prefill_min_tokens);
   if (Status st = load_identity(identity_path, trust_keys_file, server_options); !st) {
     log_line("serve: " + st.to_string());
     return 1;

@@ -270,5 +270,54 @@ TEST_F(EngineTest, EvictionKeepsTheLongestPrefixUsable) {
   EXPECT_LT(again->cached_tokens, 20 * 16) << "the test must evict part of the prefix";
 }
 
+// A token's result must not depend on how many tokens its step held: the prompt prefilled in one
+// step, in 16-token chunks, or as the tail of a prefix-cache hit gives bit-identical logprobs.
+// Regression (issue 10's restart bench): matmuls of >= 128 tokens took OpenBLAS sgemm and smaller
+// ones the row kernels, which round differently, so a cache hit could change greedy output.
+TEST(BatchInvariance, OneStepChunksAndCacheHitGiveBitIdenticalLogprobs) {
+  for (gguf::TensorType type : {gguf::TensorType::kF16, gguf::TensorType::kQ8_0}) {
+    SCOPED_TRACE(gguf::tensor_type_name(type));
+    auto model = Model::load(testing::test_model_path("tiny", type));
+    ASSERT_TRUE(model.has_value()) << model.status().to_string();
+    const int nv = (*model)->config().n_vocab;
+    std::vector<TokenId> p;
+    for (int i = 0; i < 300; ++i) p.push_back(static_cast<TokenId>((i * 37 + 11) % nv));
+    GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = 8;
+    r.stop_at_end_of_generation = false;
+    auto run = [&](EngineOptions o, bool warm_prefix) {
+      o.n_ctx = 512;
+      o.n_threads = 2;
+      auto engine = Engine::create(**model, o);
+      EXPECT_TRUE(engine.has_value());
+      if (warm_prefix) {
+        GenerationRequest head = r;
+        head.prompt.resize(256);
+        head.max_tokens = 1;
+        EXPECT_TRUE(generate(**engine, head).has_value());
+      }
+      auto out = generate(**engine, r);
+      EXPECT_TRUE(out.has_value());
+      if (warm_prefix) EXPECT_EQ(out->cached_tokens, 256);
+      return *out;
+    };
+    EngineOptions one_step;
+    one_step.prefix_cache = false;
+    one_step.prefill_chunk = 512;  // the whole prompt in one 300-token step
+    EngineOptions chunked = one_step;
+    chunked.prefill_chunk = 16;
+    const GenerationResult a = run(one_step, false), b = run(chunked, false), c = run(EngineOptions{}, true);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.tokens, c.tokens);
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+    ASSERT_EQ(a.logprobs.size(), c.logprobs.size());
+    for (std::size_t i = 0; i < a.logprobs.size(); ++i) {
+      EXPECT_EQ(a.logprobs[i], b.logprobs[i]) << "token " << i << ": one step vs 16-token chunks";
+      EXPECT_EQ(a.logprobs[i], c.logprobs[i]) << "token " << i << ": one step vs a 256-token cache hit";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvstash

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -14,14 +15,20 @@
 namespace kvstash::kernels {
 namespace {
 
-// From n_tokens on, converting weights to f32 and calling sgemm beats the row kernels. Measured in
-// the whole model with `kvstash bench-engine --prefill-context N --prefill-step S
-// --prefill-min-tokens {0,100000}` (2 shared Zen 5 cores, qwen2.5-0.5b): at S = 64 the row kernels
-// took 0.45-0.57x the time of the sgemm path for both f16 and q8_0; for f16 they still won by 13-20% at
-// 96-192 tokens, sgemm won at 512; q8_0 (VNNI) won at every size tried. The old default (48,
-// from `kernels_bench --crossover` on isolated shapes) missed the conversion of whole weight
-// panels for few rows. 128 keeps every measured case on the faster side.
-constexpr int kDefaultPrefillMinTokens = 128;
+// From n_tokens on, matmul converts weights to f32 and calls sgemm; below, the row kernels run.
+// The two paths round differently (sgemm sums in its own blocked order over f32 activations; the
+// quantized row kernels quantize the activations), so with a threshold a token's result depends on
+// how many tokens its step held: the same prompt prefilled in one step, in chunks, after a cache hit
+// or beside other requests gives last-bit differences, and greedy decoding can pick another token
+// at a near tie (seen: 1 of 6 prompts of a qwen2.5-0.5b q8_0 model after a disk-tier hit, issue 10's
+// restart bench). The row kernels give each token the same result whatever the batch, so they are
+// the default at every size: a cache hit is token-for-token the uncached output. sgemm stays as an
+// opt-in (`--sgemm-prefill-min-tokens`) for f16/bf16/f32 models where it is faster at large batches.
+// Measured with `kvstash bench-engine --prefill-context N --prefill-step S --prefill-min-tokens
+// {0,100000}` (2 shared Zen 5 cores, qwen2.5-0.5b): at S = 64 the row kernels took 0.45-0.57x the
+// time of the sgemm path for both f16 and q8_0; for f16 they won by 13-20% at 96-192 tokens and
+// sgemm won at 512; q8_0 (VNNI) won at every size tried.
+constexpr int kDefaultPrefillMinTokens = std::numeric_limits<int>::max();
 std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // Rows of a decode task: a multiple of the row kernels' register block (4) and big enough that a
 // task's weights (>= 64 rows) cost far more to stream than the task costs to hand out.
@@ -144,6 +151,7 @@ int prefill_min_tokens() { return g_prefill_min_tokens.load(std::memory_order_re
 void set_prefill_min_tokens_for_testing(int n_tokens) {
   g_prefill_min_tokens.store(n_tokens < 1 ? kDefaultPrefillMinTokens : n_tokens, std::memory_order_relaxed);
 }
+void set_sgemm_prefill_min_tokens(int n_tokens) { set_prefill_min_tokens_for_testing(n_tokens); }
 
 void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
   matmul_many(std::span<const WeightView>(&w, 1), x, n_tokens, std::span<float* const>(&y, 1), pool);

@@ -78,9 +78,14 @@ bool set_simd_path_for_testing(SimdPath path);
 // Back to the choice made from the CPU and the environment.
 void reset_simd_path_for_testing();
 
-// matmul() uses the sgemm path from this many tokens on (matmul.cc explains the default). Tests
-// and the crossover benchmark move it to run either path at any n_tokens; < 1 restores the default.
+// matmul() uses the sgemm path from this many tokens on; by default never, because a token's result
+// would then depend on its batch's size (matmul.cc explains). Tests and the crossover benchmark move
+// it to run either path at any n_tokens; < 1 restores the default.
 int prefill_min_tokens();
 void set_prefill_min_tokens_for_testing(int n_tokens);
+// The same, for `--sgemm-prefill-min-tokens`: an operator's opt-in to sgemm for steps of at least
+// n_tokens tokens (faster prefill of f16/bf16/f32 weights at large batches, not batch-invariant);
+// 0 = never (the default). Process-wide; set before the first request.
+void set_sgemm_prefill_min_tokens(int n_tokens);
 
 }  // namespace kvstash::kernels
