@@ -16,22 +16,9 @@ using nlohmann::json;
 constexpr std::chrono::milliseconds kWaitSlice{200};
 constexpr int kWireVersion = 1;
 
-// The value of `name` in a query string ("a=1&b=2"), "" when absent.
-std::string query_value(const std::string& query, std::string_view name) {
-  std::string_view q = query;
-  while (!q.empty()) {
-    const std::size_t amp = q.find('&');
-    std::string_view part = q.substr(0, amp);
-    if (part.size() > name.size() && part.substr(0, name.size()) == name && part[name.size()] == '=') {
-      return std::string(part.substr(name.size() + 1));
-    }
-    if (amp == std::string_view::npos) break;
-    q.remove_prefix(amp + 1);
-  }
-  return "";
-}
-
-std::string sse(const char* event, const json& data) {
+// One SSE message; the data object names its type too (subscribers may ignore `event:` lines).
+std::string sse(const char* event, json data) {
+  data["type"] = event;
   return std::string("event: ") + event + "\ndata: " + dump_json(data) + "\n\n";
 }
 
@@ -86,7 +73,7 @@ void KvEventsApi::handle_info(http::Exchange& exchange) const {
 void KvEventsApi::handle_events(const http::Request& request, std::shared_ptr<http::Exchange> exchange) {
   auto sub = std::make_shared<Subscriber>();
   sub->exchange = exchange;
-  const std::string since = query_value(request.query, "since");
+  const std::string since = http::query_param(request.query, "since");
   if (!since.empty()) {
     auto [end, ec] = std::from_chars(since.data(), since.data() + since.size(), sub->since);
     if (ec != std::errc() || end != since.data() + since.size()) {
@@ -96,7 +83,7 @@ void KvEventsApi::handle_events(const http::Request& request, std::shared_ptr<ht
       return;
     }
     sub->resume = true;
-    sub->asked_epoch = query_value(request.query, "epoch");
+    sub->asked_epoch = http::query_param(request.query, "epoch");
   }
   {
     std::lock_guard lock(mu_);
