@@ -48,12 +48,13 @@ class RouterE2E : public ::testing::Test {
       ASSERT_TRUE(workers_.back()->ready()) << workers_.back()->log();
     }
   }
-  std::unique_ptr<Router> start_router(Policy policy = Policy::kCacheAware, std::vector<std::string> urls = {}) {
+  std::unique_ptr<Router> start_router(Policy policy = Policy::kCacheAware, std::vector<std::string> urls = {},
+                                       std::chrono::milliseconds health_interval = std::chrono::milliseconds(200)) {
     RouterOptions o;
     o.port = 0;
     o.model_path = model_path_;
     o.policy = policy;
-    o.health_interval = std::chrono::milliseconds(200);
+    o.health_interval = health_interval;
     o.worker.backoff_min = std::chrono::milliseconds(100);
     o.proxy_threads = 8;
     if (urls.empty()) {
@@ -268,7 +269,8 @@ TEST_F(RouterE2E, StreamsPassThroughByteForByte) {
 
 TEST_F(RouterE2E, AKilledWorkersRequestsGoElsewhereAndNoneFails) {
   start_workers(3);
-  auto router = start_router();
+  // Health checks far apart: only the failed requests themselves can take the worker out.
+  auto router = start_router(Policy::kCacheAware, {}, std::chrono::milliseconds(600000));
   ASSERT_TRUE(router);
   const auto p = prompt(9, 150);
   ASSERT_FALSE(workers_[0]->complete(p, 2).is_null());
@@ -305,6 +307,7 @@ TEST_F(RouterE2E, AKilledWorkersRequestsGoElsewhereAndNoneFails) {
   EXPECT_EQ(to_dead_after_kill.load(), 0);
   EXPECT_FALSE(status_of(*router, dead).up);
   EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
+  EXPECT_GE(metric(*router, "kvstash_router_retries_total"), 1) << "a request sent to the dead worker was sent again";
   // Its next requests: elsewhere.
   Answer a = post(router->port(), "/v1/completions", completion(extend(p, 77, 8), 2));
   ASSERT_EQ(a.status, 200);
