@@ -15,8 +15,8 @@ KV="$BUILD/kvstash"
 mkdir -p "$OUT"
 MODEL="$OUT/$PRESET.gguf"
 [ -f "$MODEL" ] || "$KV" gen-model --preset "$PRESET" --out "$MODEL" >/dev/null
-WORKLOAD=(--workload multi-turn --users 16 --rounds 6 --input-len "${INPUT_LEN:-512}" --question-len 32
-          --output-len 16 --ignore-eos --api chat --concurrency 16 --no-progress --timeout 600)
+WORKLOAD=(--workload multi-turn --users "${USERS:-16}" --rounds "${ROUNDS:-6}" --input-len "${INPUT_LEN:-512}" --question-len 32
+          --output-len 16 --ignore-eos --api chat --concurrency "${USERS:-16}" --no-progress --timeout 600)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 trap cleanup EXIT
@@ -47,7 +47,7 @@ start_workers 1
 "$KV" bench --url http://127.0.0.1:18611 "${WORKLOAD[@]}" --out "$OUT/single.json"
 cleanup
 
-for policy in cache-aware round-robin least-loaded prefix-hash; do
+for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
   echo "== 4 workers, router --policy $policy"
   start_workers 4
   start_router "$policy"
