@@ -52,7 +52,8 @@ for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
   start_workers 4
   start_router "$policy"
   "$KV" bench --url http://127.0.0.1:18610 "${WORKLOAD[@]}" --out "$OUT/$policy.json"
-  curl -fs http://127.0.0.1:18610/metrics | grep -E '^kvstash_router_(requests_total|predicted|actual|overhead_quantile)' || true
+  curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-$policy.txt" || echo "no /metrics" >&2
+  grep -E '^kvstash_router_(requests_total|predicted|actual|overhead_quantile)' "$OUT/metrics-$policy.txt" || true
   cleanup
 done
 
@@ -61,6 +62,7 @@ start_workers 4
 start_router cache-aware
 "$KV" bench --url http://127.0.0.1:18610 --workload random --input-len 16 --output-len 1 --ignore-eos \
   --api completions --rate 200 --requests "${OVERHEAD_REQUESTS:-2000}" --no-progress --out "$OUT/overhead.json"
-curl -fs http://127.0.0.1:18610/metrics | grep -E '^kvstash_router_overhead' || true
+curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-overhead.txt" || echo "no /metrics" >&2
+grep -E '^kvstash_router_overhead' "$OUT/metrics-overhead.txt" || true
 cleanup
 echo "uptime: $(uptime)"

@@ -35,6 +35,10 @@ int route_main(int argc, char** argv) {
   app.add_option("--w-load", o.weights.load,
                  "Score subtracted per token of work in flight at the worker (uncached prompt + max_tokens of its open requests)")
       ->capture_default_str();
+  app.add_option("--hash-prefix-tokens", o.hash_prefix_tokens,
+                 "prefix-hash: hash the prompt's first N tokens (rounded down to 16-token blocks; past a shared system prompt)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--health-interval-ms", health_ms, "Between health checks (GET /health) of the workers")->capture_default_str();
   app.add_option("--backoff-max-ms", backoff_max_ms, "Longest wait before a failed worker is checked again (doubling from 250 ms)")
       ->capture_default_str();

@@ -99,8 +99,13 @@ Choice choose_worker(Policy policy, const ScoreWeights& weights, const std::vect
   return out;
 }
 
-std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt) {
-  if (!keys.block_keys.empty()) return fnv1a(keys.block_keys.front().bytes.data(), keys.block_keys.front().bytes.size());
+std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt,
+                             int hash_prefix_tokens, int block_size) {
+  if (!keys.block_keys.empty()) {
+    const std::size_t blocks = static_cast<std::size_t>(std::max(1, hash_prefix_tokens / std::max(1, block_size)));
+    const cache::ChunkKey& key = keys.block_keys[std::min(blocks, keys.block_keys.size()) - 1];
+    return fnv1a(key.bytes.data(), key.bytes.size());
+  }
   std::uint64_t h = fnv1a(salt.data(), salt.size());
   return fnv1a(tokens.data(), tokens.size() * sizeof(std::int32_t), h);
 }

@@ -10,9 +10,11 @@
 //   over its open requests. The highest score wins; a tie (scores within 0.5 token) goes to the
 //   lower load_tokens, then the fewer open requests, then the next in round-robin order.
 // round-robin: the next worker in turn. least-loaded: the lowest load_tokens (ties as above).
-// prefix-hash: rendezvous hashing of the prompt's first block key (its first 16 tokens and cache
-//   salt; the whole prompt when shorter) over the workers' URLs: one prefix, one worker, while it
-//   is up; when it is not, the next in that prefix's order.
+// prefix-hash: rendezvous hashing of the prompt's block key at hash_prefix_tokens (default 256:
+//   the key names the first 256 tokens and the cache salt; a shorter prompt's last full block; the
+//   whole prompt when it has no full block) over the workers' URLs: one prefix, one worker, while
+//   it is up; when it is not, the next in that prefix's order. Hashing 256 tokens rather than the
+//   first block keeps conversations that share a system prompt apart.
 //
 // Thread safety: choose_worker is a pure function.
 #pragma once
@@ -59,8 +61,9 @@ double score(const ScoreWeights& w, const Candidate& c);
 Choice choose_worker(Policy policy, const ScoreWeights& weights, const std::vector<Candidate>& candidates,
                      std::uint64_t turn, std::uint64_t prefix_hash);
 
-// The prefix-hash policy's hash of a request: FNV-1a over its first block key (or, when the prompt
-// has no full block, over its tokens and salt).
-std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt);
+// The prefix-hash policy's hash of a request: FNV-1a over its block key at hash_prefix_tokens (see
+// the file comment), or over its tokens and salt when it has no full block.
+std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt,
+                             int hash_prefix_tokens = 256, int block_size = 16);
 
 }  // namespace kvstash::router

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 
 namespace kvstash::router {
 namespace {
@@ -122,6 +123,30 @@ TEST(Policy, PrefixHashKeepsAPrefixOnOneWorkerAndMovesOnlyItsShareWhenOneGoes) {
   }
   for (int n : counts) EXPECT_GT(n, 20);  // spread over all four
   EXPECT_EQ(moved, counts[3]);
+}
+
+}  // namespace
+}  // namespace kvstash::router
+
+namespace kvstash::router {
+namespace {
+
+TEST(Policy, PrefixHashLooksPastASharedSystemPrompt) {
+  const WorkerKvInfo info = layout();
+  const auto system = tokens(64, 99);
+  std::set<std::uint64_t> hashes;
+  for (int user = 0; user < 8; ++user) {
+    std::vector<std::int32_t> t = system;
+    const auto own = tokens(300, user);
+    t.insert(t.end(), own.begin(), own.end());
+    const std::uint64_t h = prefix_hash_of(compute_request_keys(info, t, ""), t, "");
+    hashes.insert(h);
+    // The conversation's next turn (a longer prompt with the same start) keeps its hash.
+    std::vector<std::int32_t> longer = t;
+    longer.insert(longer.end(), own.begin(), own.begin() + 50);
+    EXPECT_EQ(prefix_hash_of(compute_request_keys(info, longer, ""), longer, ""), h);
+  }
+  EXPECT_EQ(hashes.size(), 8u);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct RouterOptions {
   std::vector<std::string> workers;  // http://HOST:PORT each
   Policy policy = Policy::kCacheAware;
   ScoreWeights weights;
+  int hash_prefix_tokens = 256;    // prefix-hash: the prefix hashed (router/policy.h)
   std::chrono::milliseconds health_interval{1000};  // between health checks of up workers
   int max_attempts = 3;            // workers tried for one request that fails before its first byte
   int proxy_threads = 64;          // requests proxied at once (each holds a thread while it runs)

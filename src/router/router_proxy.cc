@@ -113,7 +113,7 @@ void Router::Impl::route(http::Request req, std::shared_ptr<http::Exchange> ex, 
         if (std::optional<WorkerKvInfo> info = w->kv_info()) {
           const RequestKeys& keys = keys_for(*info);
           if (policy == Policy::kCacheAware) c.match = w->index().match(*info, keys);
-          if (!hashed) prefix_hash = prefix_hash_of(keys, prompt.tokens, prompt.cache_salt);
+          if (!hashed) prefix_hash = prefix_hash_of(keys, prompt.tokens, prompt.cache_salt, options.hash_prefix_tokens, info->block_size);
           hashed = true;
         }
       }
