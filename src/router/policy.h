@@ -37,7 +37,10 @@ struct ScoreWeights {
   double pool = 1.0;    // per prompt token held in the engine pool (no load at all)
   double memory = 0.9;  // per token in the memory tier (a copy into the pool)
   double disk = 0.7;    // per token on disk (a read, then a copy)
-  double load = 0.5;    // per token of work in flight at the worker
+  // Per token of work in flight at the worker. 0.1: a held prefix wins unless its holder has 10x
+  // its tokens queued. 0.5 moved conversations off busy holders so often that the multi-turn
+  // benchmark's cached-token ratio fell to 92% of one worker's (BENCHMARKS.md, issue 12).
+  double load = 0.1;
 };
 
 // One worker that may take the request, as the chooser sees it.

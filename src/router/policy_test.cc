@@ -73,7 +73,8 @@ TEST(PrefixIndex, FindsAStoredTailAfterTheFullChunks) {
 }
 
 TEST(Policy, CacheAwareScoresHeldTokensByPlaceMinusLoad) {
-  ScoreWeights w;  // pool 1, memory 0.9, disk 0.7, load 0.5
+  ScoreWeights w;  // pool 1, memory 0.9, disk 0.7
+  w.load = 0.5;
   std::vector<Candidate> c(3);
   c[0] = {"a", {0, 0, 0}, 0, 0};
   c[1] = {"b", {160, 0, 0}, 100, 1};  // 160 - 50 = 110
