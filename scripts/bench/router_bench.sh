@@ -5,7 +5,7 @@
 #
 #   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
 #
-# Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
+# ONLY_OVERHEAD=1 runs the last part only. Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
 # JSON results land in OUT_DIR.
 set -euo pipefail
 BUILD=${1:-build}
@@ -42,6 +42,7 @@ start_router() {  # $1 = policy
   sleep 1  # the event subscriptions connect
 }
 
+if [ -z "${ONLY_OVERHEAD:-}" ]; then
 echo "== single worker, direct"
 start_workers 1
 "$KV" bench --url http://127.0.0.1:18611 "${WORKLOAD[@]}" --out "$OUT/single.json" || echo "(bench: some requests failed)"
@@ -56,6 +57,8 @@ for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
   grep -E '^kvstash_router_(requests_total|predicted|actual|overhead_quantile)' "$OUT/metrics-$policy.txt" || true
   cleanup
 done
+
+fi  # ONLY_OVERHEAD
 
 echo "== routing overhead: 200 req/s of short requests (max_tokens 1), cache-aware"
 start_workers 4
