@@ -5,7 +5,9 @@
 #include <set>
 #include <thread>
 
+#include "cache/disk_tier.h"
 #include "cache/memory_tier.h"
+#include "cache/test_util.h"
 #include "cache/tiered_store.h"
 
 namespace kvstash::cache {
@@ -109,6 +111,37 @@ TEST(KvEventLog, MemoryTierReportsPutsEvictionsAndErases) {
   for (const KvEvent& e : *events) seen.emplace_back(e.change.stored, e.change.key.bytes[0]);
   const std::vector<std::pair<bool, int>> expected = {{true, 2}, {true, 3}, {false, 1}, {true, 4}, {false, 3}};
   EXPECT_EQ(seen, expected);
+}
+
+TEST(KvEventLog, DiskTierReportsWhatItFoundAtStartThenItsChanges) {
+  testing::ScratchDir dir;
+  const Bytes chunk1 = testing::test_chunk(testing::test_meta(testing::test_key(1)));
+  const Bytes chunk2 = testing::test_chunk(testing::test_meta(testing::test_key(2)));
+  {
+    auto disk = DiskTier::open({.dir = dir.path()});
+    ASSERT_TRUE(disk);
+    ASSERT_TRUE((*disk)->put(testing::test_key(1), chunk1));
+  }
+  // A restart: the index is rebuilt from the files, and the log learns of them at attach.
+  auto disk = DiskTier::open({.dir = dir.path(), .capacity_bytes = chunk1.size() + chunk2.size()});
+  ASSERT_TRUE(disk);
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(*disk));
+  TieredStore store(std::move(tiers));
+  KvEventLog log;
+  attach_tier_events(store, log);
+  KvSnapshot snap = log.snapshot();
+  ASSERT_EQ(snap.keys[static_cast<int>(KvSource::kDisk)].size(), 1u);
+  EXPECT_EQ(snap.keys[static_cast<int>(KvSource::kDisk)][0], testing::test_key(1));
+  ASSERT_TRUE(store.tier(0).put(testing::test_key(2), chunk2));
+  ASSERT_TRUE(store.tier(0).erase(testing::test_key(1)));
+  auto events = log.events_after(snap.seq, 10);
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_TRUE((*events)[0].change.stored);
+  EXPECT_EQ((*events)[0].change.key, testing::test_key(2));
+  EXPECT_FALSE((*events)[1].change.stored);
+  EXPECT_EQ((*events)[1].change.key, testing::test_key(1));
 }
 
 }  // namespace

@@ -85,9 +85,10 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
 
 void Router::Impl::route(http::Request req, std::shared_ptr<http::Exchange> ex, std::shared_ptr<std::atomic<bool>> gone,
                          Clock::time_point arrived) {
-  const Prompt prompt = tokenize(req);
   const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
   const Policy policy = generation ? options.policy : Policy::kLeastLoaded;
+  // Round-robin needs neither keys nor load: it skips the tokenizer.
+  const Prompt prompt = policy == Policy::kRoundRobin ? Prompt{} : tokenize(req);
   std::vector<std::string> tried;
   // The request's keys per distinct KV layout (workers of one model share one).
   std::vector<std::pair<WorkerKvInfo, RequestKeys>> keys_by_layout;
