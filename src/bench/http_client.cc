@@ -131,9 +131,11 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
   bool answered = false;  // a status line came back
   std::string error_body;
   bool past_deadline = false;
+  std::string worker;
   request.response_handler = [&](const httplib::Response& response) {
     status = response.status;
     answered = true;
+    worker = response.get_header_value("x-kvstash-worker");
     return true;
   };
   request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
@@ -170,6 +172,7 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
   RequestRecord record;
   record.start_s = seconds(sent - run_start);
   record.http_status = status;
+  record.worker = std::move(worker);
   collector.finish(record, end);
   if (!record.usage_reported) record.prompt_tokens = approx_token_count(flatten_messages(messages));
   if (!sent_ok && !collector.failed()) {

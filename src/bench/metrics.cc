@@ -91,6 +91,7 @@ Summary summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
   std::int64_t cached_prompt_tokens = 0;
   bool cached_reported = false;
   for (const auto& r : records) {
+    if (!r.worker.empty()) ++s.per_worker[r.worker];
     first_start = std::min(first_start, r.start_s);
     last_end = std::max(last_end, r.start_s + r.e2e_s);
     if (!r.ok()) {

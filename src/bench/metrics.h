@@ -66,6 +66,8 @@ struct Summary {
   std::int64_t good_requests = 0;  // meeting every SLO (all completed ones when there is no SLO)
   double goodput = 0;              // good_requests / duration
   std::vector<RoundStats> rounds;  // one per round seen, in order; empty for single-round runs
+  // Requests per worker (x-kvstash-worker, set by a kvstash router); empty without a router.
+  std::map<std::string, std::int64_t> per_worker;
 };
 
 // The p-th percentile (p in [0, 100]) of `values` with linear interpolation; 0 when empty.

@@ -42,6 +42,7 @@ struct RequestRecord {
   std::string error;            // an error_kind, "" = ok
   std::string error_detail;     // a human-readable explanation
   std::string output_text;      // what the server generated (kept in memory, not written to --out)
+  std::string worker;           // the x-kvstash-worker header (a kvstash router's choice); "" = none
 
   bool ok() const { return error.empty(); }
 };

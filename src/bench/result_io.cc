@@ -101,7 +101,8 @@ json summary_to_json(const Summary& s) {
           {"cached_token_ratio", ratio_to_json(s.cached_token_ratio)},
           {"slo", {{"ttft_ms", slo_value(s.slo.ttft_ms)}, {"tpot_ms", slo_value(s.slo.tpot_ms)},
                    {"e2e_ms", slo_value(s.slo.e2e_ms)}}},
-          {"good_requests", s.good_requests}, {"goodput", s.goodput}, {"rounds", rounds}};
+          {"good_requests", s.good_requests}, {"goodput", s.goodput}, {"rounds", rounds},
+          {"per_worker", s.per_worker}};
 }
 
 Expected<Summary> summary_from_json(const json& j) {
@@ -125,6 +126,11 @@ Expected<Summary> summary_from_json(const json& j) {
     for (const auto& [kind, count] : errors.items()) {
       if (!count.is_number_integer()) return corrupt("summary.errors." + kind + " is not an integer");
       s.errors[kind] = count.get<std::int64_t>();
+    }
+  }
+  if (const json& per_worker = r.child("per_worker"); per_worker.is_object()) {
+    for (const auto& [worker, count] : per_worker.items()) {
+      if (count.is_number_integer()) s.per_worker[worker] = count.get<std::int64_t>();
     }
   }
   s.cached_tokens = r.integer("cached_tokens");
@@ -160,7 +166,8 @@ json record_to_json(const RequestRecord& rec) {
           {"prompt_tokens", rec.prompt_tokens}, {"output_tokens", rec.output_tokens},
           {"cached_tokens", rec.cached_tokens < 0 ? json(nullptr) : json(rec.cached_tokens)},
           {"usage_reported", rec.usage_reported}, {"http_status", rec.http_status},
-          {"error", rec.error.empty() ? json(nullptr) : json(rec.error)}, {"error_detail", rec.error_detail}};
+          {"error", rec.error.empty() ? json(nullptr) : json(rec.error)}, {"error_detail", rec.error_detail},
+          {"worker", rec.worker}};
 }
 
 Expected<RequestRecord> record_from_json(const json& j) {
@@ -189,6 +196,7 @@ Expected<RequestRecord> record_from_json(const json& j) {
   else if (!error.is_null()) return corrupt("record.error is neither null nor a string");
   const json& detail = r.child("error_detail");
   if (detail.is_string()) rec.error_detail = detail.get<std::string>();
+  if (const json& worker = r.child("worker"); worker.is_string()) rec.worker = worker.get<std::string>();
   if (!r.error().empty()) return corrupt(r.error());
   return rec;
 }

@@ -70,6 +70,11 @@ std::string format_summary(const Summary& s) {
   for (const auto& row : summary_rows(s)) {
     out += pad(row.label, width, false) + pad(format_value(row.value, row.unit), 16, true) + "\n";
   }
+  if (!s.per_worker.empty()) {
+    out += "requests per worker:";
+    for (const auto& [worker, count] : s.per_worker) out += " " + worker + "=" + std::to_string(count);
+    out += "\n";
+  }
   if (!s.errors.empty()) {
     out += "errors:";
     for (const auto& [kind, count] : s.errors) out += " " + kind + "=" + std::to_string(count);

@@ -183,6 +183,7 @@ Status DiskTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
   if (auto it = index_.find(key); it != index_.end()) drop_locked(it->second);  // a racing put
   lru_.push_front({key, bytes.size()});
   index_[key] = lru_.begin();
+  key_changed(true, key);
   bytes_used_ += bytes.size();
   counters_.written(bytes.size());
   return Status::ok();
@@ -230,6 +231,7 @@ bool DiskTier::writes_disabled() const {
 
 void DiskTier::drop_locked(Lru::iterator it) {
   bytes_used_ -= it->size;
+  key_changed(false, it->key);
   index_.erase(it->key);
   lru_.erase(it);
 }
@@ -270,6 +272,7 @@ Status DiskTier::clear() {
     Status st = fs_->remove(path_of(e.key));
     if (!st && first.is_ok()) first = st;
   }
+  for (const Entry& e : lru_) key_changed(false, e.key);
   lru_.clear();
   index_.clear();
   bytes_used_ = 0;

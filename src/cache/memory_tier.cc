@@ -62,6 +62,7 @@ Status MemoryTier::put_shared(const ChunkKey& key, SharedBytes bytes) {
   bytes_used_ += size;
   lru_.push_front(Entry{key, std::move(bytes)});
   index_[key] = lru_.begin();
+  key_changed(true, key);
   counters_.written(size);
   return Status::ok();
 }
@@ -81,6 +82,7 @@ void MemoryTier::touch(std::span<const ChunkKey> keys) {
 
 void MemoryTier::erase_locked(Lru::iterator it) {
   bytes_used_ -= it->bytes->size();
+  key_changed(false, it->key);
   index_.erase(it->key);
   lru_.erase(it);
 }
@@ -104,6 +106,7 @@ Expected<std::vector<ChunkKey>> MemoryTier::list_keys() {
 
 Status MemoryTier::clear() {
   std::lock_guard lock(mu_);
+  for (const Entry& e : lru_) key_changed(false, e.key);
   lru_.clear();
   index_.clear();
   bytes_used_ = 0;

@@ -101,6 +101,20 @@ class Tier {
   // of every kvstash chunk this tier holds.
   virtual Expected<std::vector<ChunkKey>> list_keys() = 0;
   virtual Status clear() = 0;
+
+  // KV events (cache/kv_events.h): `observer` hears every key this tier starts (true) or stops
+  // (false) holding, with the tier's lock held: it must be quick and must not call into the tier.
+  // Set it before the tier is shared between threads. Tiers that cannot know (redis) never call it.
+  using KeyObserver = std::function<void(bool held, const ChunkKey& key)>;
+  void set_key_observer(KeyObserver observer) { key_observer_ = std::move(observer); }
+
+ protected:
+  void key_changed(bool held, const ChunkKey& key) const {
+    if (key_observer_) key_observer_(held, key);
+  }
+
+ private:
+  KeyObserver key_observer_;
 };
 
 }  // namespace kvstash::cache

@@ -9,6 +9,7 @@ int tokenize_main(int argc, char** argv);      // src/cli/tokenize_cmd.cc
 int run_main(int argc, char** argv);           // src/cli/run_cmd.cc
 int bench_engine_main(int argc, char** argv);  // src/cli/bench_engine_cmd.cc
 int serve_main(int argc, char** argv);         // src/cli/serve_cmd.cc
+int route_main(int argc, char** argv);         // src/cli/route_cmd.cc
 int bench_main(int argc, char** argv);         // src/cli/bench_cmd.cc
 int cache_main(int argc, char** argv);         // src/cli/cache_cmd.cc
 int bench_cache_main(int argc, char** argv);   // src/cli/bench_cache_cmd.cc

@@ -15,6 +15,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"serve", kvstash::cli::serve_main, "OpenAI-compatible server with continuous batching and KV caching"},
+    {"route", kvstash::cli::route_main, "cache-aware router: each request to the serve worker that holds its prefix"},
     {"run", kvstash::cli::run_main, "generate text from a prompt and print timings"},
     {"tokenize", kvstash::cli::tokenize_main, "print the token ids of stdin's text"},
     {"gen-model", kvstash::cli::gen_model_main, "write a GGUF model with random weights in a real model's shapes"},

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <vector>
 
+#include "cache/kv_events.h"
 #include "cache/store_options.h"
 #include "cli/commands.h"
 #include "cli/kv_budget_flags.h"
@@ -306,6 +307,13 @@ int serve_main(int argc, char** argv) {
   app.add_option("--chunk-tokens", cache_flags.chunk_tokens, "Tokens per stored KV chunk (a multiple of 16)")
       ->capture_default_str();
   app.add_flag("--no-kv-store", cache_flags.disabled, "No tiered KV store (only the engine's pool)");
+  cache::KvEventLogOptions kv_event_options;
+  bool no_kv_events = false;
+  app.add_option("--kv-events-retained", kv_event_options.retained,
+                 "KV events kept for routers that resume (GET /v1/kv/events?since=N); older: a gap, then a snapshot")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-kv-events", no_kv_events, "Do not serve /v1/kv/info and /v1/kv/events (for cache-aware routers)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -372,6 +380,9 @@ int serve_main(int argc, char** argv) {
     log_line("serve: " + model.status().to_string());
     return 1;
   }
+  // The event log outlives the store and the engine that publish to it (declared before both).
+  std::unique_ptr<cache::KvEventLog> kv_events;
+  if (!no_kv_events) kv_events = std::make_unique<cache::KvEventLog>(kv_event_options);
   // The store outlives the engine (declared first, destroyed last); its destructor finishes the
   // queued writes.
   std::unique_ptr<cache::TieredStore> store;
@@ -386,13 +397,28 @@ int serve_main(int argc, char** argv) {
     engine_options.kv_store = store.get();
     engine_options.chunk_tokens = static_cast<int>(store_options->chunk_tokens);
     log_line(describe_store(*store_options, cache_flags.ram.empty()));
+    if (kv_events) {
+      cache::attach_tier_events(*store, *kv_events);
+      server_options.kv_info.chunk_tokens = engine_options.chunk_tokens;
+      for (std::size_t i = 0; i < store->tier_count(); ++i) {
+        if (cache::kv_source_from_name(store->tier(i).name())) server_options.kv_info.tiers.push_back(store->tier(i).name());
+      }
+    }
   } else {
     log_line("kv store: off (--no-kv-store)");
   }
+  engine_options.kv_events = kv_events.get();
   Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);
   if (!engine) {
     log_line("serve: " + engine.status().to_string());
     return 1;
+  }
+  if (kv_events) {
+    server_options.kv_events = kv_events.get();
+    server_options.kv_info.model_fingerprint = (*model)->fingerprint_hex();
+    server_options.kv_info.kv_format = (*engine)->kv_format();
+    server_options.kv_info.block_size = engine_options.block_size;
+    server_options.kv_info.prefix_cache = engine_options.prefix_cache;
   }
   std::unique_ptr<server::GenerationBackend> backend = server::make_engine_backend(**engine, server_options.model_id);
   Expected<std::unique_ptr<server::Server>> http = server::Server::create(*backend, server_options);

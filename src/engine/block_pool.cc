@@ -26,6 +26,7 @@ Expected<std::int32_t> BlockPool::allocate() {
     block = lru_.front();
     lru_.pop_front();
     BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+    key_changed(false, *m.key);
     by_key_.erase(*m.key);
     m.key.reset();
   } else {
@@ -72,12 +73,14 @@ void BlockPool::register_block(std::int32_t block, const cache::ChunkKey& key) {
   if (m.key || by_key_.count(key)) return;
   m.key = key;
   by_key_.emplace(key, block);
+  key_changed(true, key);
 }
 
 void BlockPool::unregister(std::int32_t block) {
   BlockMeta& m = meta_[static_cast<std::size_t>(block)];
   assert(m.refs > 0);
   if (!m.key) return;
+  key_changed(false, *m.key);
   by_key_.erase(*m.key);
   m.key.reset();
 }

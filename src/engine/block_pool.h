@@ -15,9 +15,11 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/chunk_key.h"
+#include "cache/kv_events.h"
 #include "kvstash/status.h"
 #include "model/model.h"
 
@@ -64,6 +66,12 @@ class BlockPool {
   // Whether the block is registered under a prefix key (its KV must then stay that prefix's).
   bool is_registered(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].key.has_value(); }
 
+  // KV events: while on, every key the pool starts or stops holding (register, eviction,
+  // unregister) is appended to a list that take_key_changes() hands over (the engine publishes it
+  // once per step). Off by default.
+  void record_key_changes(bool on) { record_changes_ = on; }
+  std::vector<cache::KvChange> take_key_changes() { return std::exchange(changes_, {}); }
+
  private:
   struct BlockMeta {
     int refs = 0;
@@ -76,6 +84,12 @@ class BlockPool {
   std::vector<std::int32_t> free_;
   std::list<std::int32_t> lru_;  // cached blocks, least recently used first
   std::unordered_map<cache::ChunkKey, std::int32_t> by_key_;
+  bool record_changes_ = false;
+  std::vector<cache::KvChange> changes_;
+
+  void key_changed(bool stored, const cache::ChunkKey& key) {
+    if (record_changes_) changes_.push_back({stored, cache::KvSource::kPool, key});
+  }
 };
 
 }  // namespace kvstash

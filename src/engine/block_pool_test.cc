@@ -123,5 +123,32 @@ TEST(BlockPool, ReleasedTableIsEvictedFromItsTail) {
   EXPECT_FALSE(pool.contains(key(3)));
 }
 
+TEST(BlockPool, RecordsEveryKeyItStartsOrStopsHolding) {
+  BlockPool pool(small_config(), 16, 2);
+  pool.record_key_changes(true);
+  auto a = pool.allocate();
+  auto b = pool.allocate();
+  ASSERT_TRUE(a && b);
+  pool.register_block(*a, key(1));
+  pool.register_block(*b, key(1));  // already named by a: no change
+  pool.register_block(*b, key(2));
+  pool.unregister(*b);              // a copy-on-write: the pool forgets key 2
+  pool.release(*a);                 // cached: still held
+  pool.release(*b);                 // unregistered: free
+  auto c = pool.allocate();         // the free block first: key 1 stays
+  auto d = pool.allocate();         // evicts key 1
+  ASSERT_TRUE(c && d);
+  std::vector<std::pair<bool, int>> seen;
+  for (const cache::KvChange& ch : pool.take_key_changes()) {
+    EXPECT_EQ(ch.source, cache::KvSource::kPool);
+    seen.emplace_back(ch.stored, ch.key.bytes[0]);
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<bool, int>>{{true, 1}, {true, 2}, {false, 2}, {false, 1}}));
+  EXPECT_TRUE(pool.take_key_changes().empty());
+  BlockPool quiet(small_config(), 16, 1);  // off by default
+  quiet.register_block(*quiet.allocate(), key(3));
+  EXPECT_TRUE(quiet.take_key_changes().empty());
+}
+
 }  // namespace
 }  // namespace kvstash

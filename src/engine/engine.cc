@@ -28,6 +28,7 @@ constexpr int kPrefetchThreads = 2;
 Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
     : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
       kv_format("f16-blk" + std::to_string(o.block_size) + "-v1") {
+  pool.record_key_changes(o.kv_events != nullptr);
   if (o.kv_store && o.prefix_cache) {
     prefetcher = std::make_unique<Prefetcher>(*o.kv_store, kPrefetchThreads, [this] {
       {
@@ -171,6 +172,7 @@ void Engine::Impl::loop() {
       if (stopping) break;
     }
     step();
+    publish_key_changes();
   }
   // Shutting down: every request still known gets its final event.
   take_new_work();
@@ -334,6 +336,13 @@ void Engine::Impl::step() {
     return;
   }
   run_batch(plan, prefill_tokens);
+}
+
+// The pool's key changes of the step just run, in one publish (one lock hold of the log).
+void Engine::Impl::publish_key_changes() {
+  if (!options.kv_events) return;
+  std::vector<cache::KvChange> changes = pool.take_key_changes();
+  if (!changes.empty()) options.kv_events->publish(changes);
 }
 
 // Admits waiting requests, oldest first, while the running batch has room and the pool can hold

@@ -24,6 +24,7 @@ namespace kvstash {
 class Model;
 namespace cache {
 class TieredStore;
+class KvEventLog;
 }
 
 struct SamplingParams {
@@ -91,6 +92,9 @@ struct EngineOptions {
   // (after the pool's own prefix cache) and written there once computed.
   cache::TieredStore* kv_store = nullptr;
   int chunk_tokens = 256;           // a multiple of block_size
+  // KV events (cache/kv_events.h): the pool's block keys are published here once per step, or
+  // nullptr for none. Not owned; must outlive the engine.
+  cache::KvEventLog* kv_events = nullptr;
   // A request whose prompt has chunks in the store waits (off the batch) while they load; past
   // this it stops waiting and computes them instead. Default: well above a 4,000-token load from
   // any local tier or Redis, well below the prefill it saves.

@@ -79,6 +79,7 @@ struct Engine::Impl {
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
   void publish_stats(double prefill_s, double decode_s);
+  void publish_key_changes();
 
   // engine_store.cc
   // A sequence about to wait for admission: starts its store prefetch (then it waits in `loading`)

@@ -229,4 +229,28 @@ HttpStats HttpServer::stats() const {
   return out;
 }
 
+std::string query_param(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    if (part.size() > name.size() && part.substr(0, name.size()) == name && part[name.size()] == '=') {
+      const std::string_view raw = part.substr(name.size() + 1);
+      std::string out;
+      for (std::size_t i = 0; i < raw.size(); ++i) {
+        const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+        if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+          out += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+          i += 2;
+        } else {
+          out += raw[i] == '+' ? ' ' : raw[i];
+        }
+      }
+      return out;
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return "";
+}
+
 }  // namespace kvstash::http

@@ -156,4 +156,8 @@ class HttpServer {
 // The reason phrase of a status code ("Not Found"), "" for unknown codes.
 const char* reason_phrase(int status);
 
+// The value of parameter `name` in a query string ("a=1&b=2"), percent-decoded ('+' is a space);
+// "" when absent.
+std::string query_param(std::string_view query, std::string_view name);
+
 }  // namespace kvstash::http

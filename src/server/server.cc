@@ -31,7 +31,7 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 // stop(): how long aborted generations get to send their last bytes.
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
-const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models"};
+const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events"};
 
 std::string known_endpoint(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready",
@@ -69,8 +69,14 @@ struct Server::Impl : http::Handler {
   std::map<GenerationTask*, std::shared_ptr<GenerationTask>> tasks;  // guarded by tasks_mutex
   bool keeper_stop = false;                                         // guarded by tasks_mutex
   std::thread time_keeper;
+  std::unique_ptr<KvEventsApi> kv_events;  // set when options.kv_events is
 
-  Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {}
+  Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {
+    if (options.kv_events) {
+      kv_events = std::make_unique<KvEventsApi>(*options.kv_events, options.kv_info, backend.model_info().id,
+                                                options.identity ? options.identity->public_key_hex() : "");
+    }
+  }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
   void handle_generation(Endpoint endpoint, const http::Request& req, std::shared_ptr<http::Exchange> exchange);
@@ -163,6 +169,14 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                          {{"WWW-Authenticate", "Bearer"}});
   }
   const char* allowed = nullptr;  // the method a known path takes
+  if (kv_events && (path == "/v1/kv/info" || path == "/v1/kv/events")) {
+    if (req.method == "GET") {
+      metrics.count_request(path, 200);
+      if (path == "/v1/kv/info") return kv_events->handle_info(*exchange);
+      return kv_events->handle_events(req, std::move(exchange));
+    }
+    allowed = "GET";
+  }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (req.method == "POST") {
       return handle_generation(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, req,
@@ -358,6 +372,7 @@ void Server::stop() {
   Impl& s = *impl_;
   s.draining = true;
   s.http->stop_accepting();
+  if (s.kv_events) s.kv_events->stop();  // event streams end; their threads join
   // Open generations end with "abort" (an error event when streaming) and their last bytes go
   // out before the connections close (bounded).
   s.abort_all("shutdown");

@@ -1,7 +1,8 @@
 // The OpenAI-compatible HTTP server:
 //   POST /v1/chat/completions, POST /v1/completions (streaming as SSE or not),
 //   GET /v1/models, GET /health (liveness), GET /ready (503 while draining), GET /metrics
-//   (Prometheus text), OPTIONS (CORS preflight, with --cors-origin).
+//   (Prometheus text), OPTIONS (CORS preflight, with --cors-origin), and with a KV event log
+//   GET /v1/kv/info and GET /v1/kv/events (server/kv_events_api.h).
 // Errors are OpenAI-style JSON: 400 invalid request (and unsupported parameters), 401 bad API key,
 // 404 unknown endpoint or model, 405 wrong method, 408/413/431 from the HTTP layer's limits,
 // 415 multipart bodies, 429 at capacity, 500 internal, 503 over the connection caps or draining.
@@ -30,6 +31,7 @@
 #include "identity/identity.h"
 #include "kvstash/status.h"
 #include "server/backend.h"
+#include "server/kv_events_api.h"
 #include "server/metrics.h"
 
 namespace kvstash::server {
@@ -58,6 +60,10 @@ struct ServerOptions {
   // included). kvstash serve always sets both; null in servers built without them (tests).
   std::shared_ptr<const identity::NodeIdentity> identity;
   std::shared_ptr<const identity::TrustList> trust;
+  // KV events for routers (server/kv_events_api.h): with a log, GET /v1/kv/info and
+  // GET /v1/kv/events are served. Not owned; must outlive the server. nullptr = no such endpoints.
+  cache::KvEventLog* kv_events = nullptr;
+  KvNodeInfo kv_info;
 };
 
 class Server {

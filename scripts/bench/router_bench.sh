@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 12's figures: four `kvstash serve` workers behind `kvstash route`, a multi-turn workload
+# (16 users x 6 rounds) per policy against fresh workers each time, the same workload against one
+# worker directly, and the routing overhead at 200 requests/s of short requests.
+#
+#   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
+#
+# ONLY_OVERHEAD=1 runs the last part only. Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
+# JSON results land in OUT_DIR.
+set -euo pipefail
+BUILD=${1:-build}
+PRESET=${2:-tiny}
+OUT=${3:-/tmp/r12}
+KV="$BUILD/kvstash"
+mkdir -p "$OUT"
+MODEL="$OUT/$PRESET.gguf"
+[ -f "$MODEL" ] || "$KV" gen-model --preset "$PRESET" --out "$MODEL" >/dev/null
+WORKLOAD=(--workload multi-turn --users "${USERS:-16}" --rounds "${ROUNDS:-6}" --input-len "${INPUT_LEN:-512}" --question-len 32
+          --output-len 16 --ignore-eos --api chat --concurrency "${USERS:-16}" --no-progress --timeout 600)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+trap cleanup EXIT
+
+wait_port() {  # bounded: 300 x 0.1 s
+  for _ in $(seq 300); do curl -fs "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "port $1 never answered" >&2; return 1
+}
+start_workers() {  # $1 = how many
+  for i in $(seq 1 "$1"); do
+    "$KV" serve -m "$MODEL" --port $((18610 + i)) --threads 1 --parallel 16 --cache-ram 256MiB \
+      --identity "$OUT/w$i.key" >"$OUT/w$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in $(seq 1 "$1"); do wait_port $((18610 + i)); done
+}
+start_router() {  # $1 = policy
+  local workers=()
+  for i in 1 2 3 4; do workers+=(--worker "http://127.0.0.1:$((18610 + i))"); done
+  "$KV" route -m "$MODEL" --port 18610 --policy "$1" "${workers[@]}" ${ROUTE_FLAGS:-} >"$OUT/router-$1.log" 2>&1 &
+  pids+=($!)
+  wait_port 18610
+  sleep 1  # the event subscriptions connect
+}
+
+if [ -z "${ONLY_OVERHEAD:-}" ]; then
+echo "== single worker, direct"
+start_workers 1
+"$KV" bench --url http://127.0.0.1:18611 "${WORKLOAD[@]}" --out "$OUT/single.json" || echo "(bench: some requests failed)"
+cleanup
+
+for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
+  echo "== 4 workers, router --policy $policy"
+  start_workers 4
+  start_router "$policy"
+  "$KV" bench --url http://127.0.0.1:18610 "${WORKLOAD[@]}" --out "$OUT/$policy.json" || echo "(bench: some requests failed)"
+  curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-$policy.txt" || echo "no /metrics" >&2
+  grep -E '^kvstash_router_(requests_total|predicted|actual|overhead_quantile)' "$OUT/metrics-$policy.txt" || true
+  cleanup
+done
+
+fi  # ONLY_OVERHEAD
+
+echo "== routing overhead: 200 req/s of short requests (max_tokens 1), cache-aware"
+start_workers 4
+start_router cache-aware
+"$KV" bench --url http://127.0.0.1:18610 --workload random --input-len 16 --output-len 1 --ignore-eos \
+  --api completions --rate 200 --requests "${OVERHEAD_REQUESTS:-2000}" --no-progress --out "$OUT/overhead.json" ||
+  echo "(bench: some requests failed)"
+curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-overhead.txt" || echo "no /metrics" >&2
+grep -E '^kvstash_router_overhead' "$OUT/metrics-overhead.txt" || true
+cleanup
+echo "uptime: $(uptime)"

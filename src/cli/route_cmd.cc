@@ -1,0 +1,86 @@
+// `kvstash route`: the cache-aware router in front of `kvstash serve` workers (router/router.h,
+// docs/router.md). Serves until SIGINT/SIGTERM.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "router/router.h"
+#include "server/log.h"
+
+namespace kvstash::cli {
+
+int route_main(int argc, char** argv) {
+  CLI::App app("Cache-aware router: sends each OpenAI request to the kvstash serve worker that holds its prefix",
+               "kvstash route");
+  router::RouterOptions o;
+  std::string policy = "cache-aware";
+  int health_ms = static_cast<int>(o.health_interval.count());
+  int backoff_max_ms = static_cast<int>(o.worker.backoff_max.count());
+  app.add_option("--worker", o.workers, "A worker's URL, http://HOST:PORT (repeatable; more via POST /admin/workers)");
+  app.add_option("-m,--model", o.model_path,
+                 "The workers' GGUF: its vocabulary and chat template (metadata only) tokenize requests; without it "
+                 "requests are routed by load alone");
+  app.add_option("--chat-template", o.chat_template, "The chat template the workers use when it is not the GGUF's (as serve's flag)");
+  app.add_option("--policy", policy, "cache-aware, round-robin, least-loaded or prefix-hash")
+      ->check(CLI::IsMember({"cache-aware", "round-robin", "least-loaded", "prefix-hash"}))
+      ->capture_default_str();
+  app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "Port (0 = any free port)")->capture_default_str();
+  app.add_option("--w-pool", o.weights.pool, "Score per prompt token a worker holds in its engine pool")->capture_default_str();
+  app.add_option("--w-memory", o.weights.memory, "Score per prompt token in its memory tier")->capture_default_str();
+  app.add_option("--w-disk", o.weights.disk, "Score per prompt token in its disk tier")->capture_default_str();
+  app.add_option("--w-load", o.weights.load,
+                 "Score subtracted per token of work in flight at the worker (uncached prompt + max_tokens of its open requests)")
+      ->capture_default_str();
+  app.add_option("--hash-prefix-tokens", o.hash_prefix_tokens,
+                 "prefix-hash: hash the prompt's first N tokens (rounded down to 16-token blocks; past a shared system prompt)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--health-interval-ms", health_ms, "Between health checks (GET /health) of the workers")->capture_default_str();
+  app.add_option("--backoff-max-ms", backoff_max_ms, "Longest wait before a failed worker is checked again (doubling from 250 ms)")
+      ->capture_default_str();
+  app.add_option("--max-attempts", o.max_attempts, "Workers tried for a request that fails before its first byte")
+      ->capture_default_str();
+  app.add_option("--proxy-threads", o.proxy_threads, "Requests proxied at once (one thread each while it runs)")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front")->capture_default_str();
+  app.add_flag("--log-requests", o.log_requests, "One stderr line per routed request (worker, decision, predicted cached tokens)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
+  }
+  o.policy = *router::policy_from_name(policy);
+  if (health_ms <= 0 || backoff_max_ms <= 0) {
+    std::fprintf(stderr, "route: --health-interval-ms and --backoff-max-ms must be positive\n");
+    return 1;
+  }
+  o.health_interval = std::chrono::milliseconds(health_ms);
+  o.worker.backoff_max = std::chrono::milliseconds(backoff_max_ms);
+  o.worker.subscribe_events = o.policy == router::Policy::kCacheAware || o.policy == router::Policy::kPrefixHash;
+  Expected<std::unique_ptr<router::Router>> r = router::Router::create(o);
+  if (!r) {
+    server::log_line("route: " + r.status().to_string());
+    return 1;
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (Status st = (*r)->start(); !st) {
+    server::log_line("route: " + st.to_string());
+    return 1;
+  }
+  server::log_line("routing on http://" + o.host + ":" + std::to_string((*r)->port()) + " to " + std::to_string(o.workers.size()) +
+                   " worker(s), policy " + policy + (o.model_path.empty() ? " (no -m: by load only)" : ""));
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  server::log_line("route: stopping");
+  (*r)->stop();
+  return 0;
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,63 @@
+// The router's /metrics (Prometheus text):
+//   kvstash_router_requests_total{worker,decision}            requests sent, by why
+//   kvstash_router_responses_total{worker,status}             answers by HTTP status
+//   kvstash_router_retries_total                              requests sent again after a failure before the first byte
+//   kvstash_router_failed_total                               requests no worker could take (503)
+//   kvstash_router_predicted_cached_tokens_total{worker}      what the index predicted
+//   kvstash_router_actual_cached_tokens_total{worker}         what usage.prompt_tokens_details.cached_tokens said
+//   kvstash_router_prompt_tokens_total{worker}                prompt tokens of those answers (usage)
+//   kvstash_router_overhead_seconds (histogram) and _quantile{quantile} over the last samples:
+//     router-added latency to the first byte (arrival → sent upstream, plus upstream first byte →
+//     handed to the client's connection)
+//   kvstash_router_worker_up / _in_flight / _load_tokens / _kv_keys{worker,source}
+//
+// Thread safety: every method is safe from any thread (one mutex).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "router/worker.h"
+
+namespace kvstash::router {
+
+class RouterMetrics {
+ public:
+  // Histogram bounds, seconds.
+  static constexpr std::array<double, 10> kBounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                     0.0025, 0.005, 0.01, 0.05, 0.25};
+  void count_request(const std::string& worker, const std::string& decision);
+  void count_response(const std::string& worker, int status);
+  void count_retry();
+  void count_failed();
+  // predicted: what the index said; actual: from usage (-1 when the answer had none).
+  void count_cached(const std::string& worker, std::int64_t predicted, std::int64_t actual, std::int64_t prompt_tokens);
+  void observe_overhead(double seconds);
+  // Quantile q (0..1) of the overhead samples kept (the last kMaxSamples); 0 when none.
+  double overhead_quantile(double q) const;
+  std::string render(const std::vector<WorkerStatus>& workers) const;
+
+  static constexpr std::size_t kMaxSamples = 1 << 17;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::int64_t> requests_;  // (worker, decision)
+  std::map<std::pair<std::string, int>, std::int64_t> responses_;         // (worker, status)
+  std::int64_t retries_ = 0, failed_ = 0;
+  struct Cached {
+    std::int64_t predicted = 0, actual = 0, prompt = 0, answers_with_usage = 0;
+  };
+  std::map<std::string, Cached> cached_;
+  std::vector<std::int64_t> buckets_ = std::vector<std::int64_t>(kBounds.size() + 1, 0);
+  double overhead_sum_ = 0;
+  std::int64_t overhead_count_ = 0;
+  std::vector<double> samples_;  // ring of the last kMaxSamples
+  std::size_t next_sample_ = 0;
+};
+
+}  // namespace kvstash::router

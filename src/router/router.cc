@@ -1,0 +1,276 @@
+// The router's front: routes, the admin endpoint, health checks and the proxy threads. One
+// proxied request is route() on a proxy thread (router_proxy.cc does the upstream exchange).
+#include "router/router.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "router/router_impl.h"
+#include "server/api_error.h"
+#include "server/log.h"
+
+namespace kvstash::router {
+
+using nlohmann::json;
+
+JobQueue::JobQueue(int n_threads) {
+  for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+JobQueue::~JobQueue() { stop(); }
+
+void JobQueue::push(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void JobQueue::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void JobQueue::run() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response r) {
+  ex->post([ex, r = std::move(r)]() mutable { ex->respond(std::move(r)); });
+}
+
+void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code) {
+  respond_on_strand(ex, {status, "application/json", {},
+                         server::ApiError{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code}.to_json()});
+}
+
+std::vector<std::shared_ptr<Worker>> Router::Impl::worker_list() const {
+  std::lock_guard lock(workers_mu);
+  return workers;
+}
+
+std::shared_ptr<Worker> Router::Impl::find_worker(const std::string& url) const {
+  std::lock_guard lock(workers_mu);
+  for (const auto& w : workers) {
+    if (w->url() == url) return w;
+  }
+  return nullptr;
+}
+
+Status Router::Impl::add_worker(const std::string& url) {
+  std::string host;
+  int port = 0;
+  if (Status st = parse_worker_url(url, &host, &port); !st) return st;
+  std::string normal = "http://" + host + ":" + std::to_string(port);
+  auto worker = std::make_shared<Worker>(normal, host, port, options.worker);
+  {
+    std::lock_guard lock(workers_mu);
+    for (const auto& w : workers) {
+      if (w->url() == normal) return invalid_argument("worker " + normal + " is already routed to");
+    }
+    workers.push_back(worker);
+  }
+  if (started) worker->start();
+  return Status::ok();
+}
+
+Status Router::Impl::remove_worker(const std::string& url) {
+  std::shared_ptr<Worker> removed;
+  {
+    std::lock_guard lock(workers_mu);
+    auto it = std::find_if(workers.begin(), workers.end(), [&](const auto& w) { return w->url() == url; });
+    if (it == workers.end()) return not_found("no worker " + url);
+    removed = *it;
+    workers.erase(it);
+  }
+  removed->set_draining(true);
+  removed->stop();  // its events thread; requests in flight keep their reference and finish
+  return Status::ok();
+}
+
+void Router::Impl::health_loop() {
+  std::unique_lock lock(health_mu);
+  while (!health_stop) {
+    lock.unlock();
+    for (const auto& w : worker_list()) {
+      if (w->check_due()) w->check_health();
+    }
+    lock.lock();
+    health_cv.wait_for(lock, options.health_interval, [&] { return health_stop; });
+  }
+}
+
+void Router::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exchange) {
+  const auto arrived = Clock::now();
+  const std::string& path = req.path;
+  if (path == "/health" && req.method == "GET") {
+    int up = 0;
+    for (const auto& w : worker_list()) up += w->eligible() ? 1 : 0;
+    exchange->respond({up > 0 ? 200 : 503, "application/json", {},
+                       json{{"status", up > 0 ? "ok" : "no worker available"}, {"workers_up", up}}.dump()});
+    return;
+  }
+  if (path == "/metrics" && req.method == "GET") {
+    exchange->respond({200, "text/plain; version=0.0.4", {}, metrics_text()});
+    return;
+  }
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  exchange->on_close([gone] { gone->store(true); });
+  if (path == "/admin/workers" || path == "/admin/workers/drain") {
+    jobs->push([self = shared_from_this(), req = std::move(req), exchange] { self->handle_admin(req, exchange); });
+    return;
+  }
+  jobs->push([self = shared_from_this(), req = std::move(req), exchange, gone, arrived]() mutable {
+    self->route(std::move(req), exchange, gone, arrived);
+  });
+}
+
+json worker_json(const WorkerStatus& s) {
+  return {{"url", s.url},
+          {"up", s.up},
+          {"draining", s.draining},
+          {"in_flight", s.in_flight},
+          {"load_tokens", s.load_tokens},
+          {"events_connected", s.events_connected},
+          {"events_last_seq", s.events_last_seq},
+          {"events_applied", s.events_applied},
+          {"events_gaps", s.events_gaps},
+          {"kv_keys", {{"pool", s.pool_keys}, {"memory", s.memory_keys}, {"disk", s.disk_keys}}}};
+}
+
+void Router::Impl::handle_admin(const http::Request& req, const std::shared_ptr<http::Exchange>& ex) {
+  auto url_from_body = [&]() -> std::string {
+    json j = json::parse(req.body, nullptr, false);
+    return j.is_object() && j.contains("url") && j["url"].is_string() ? j["url"].get<std::string>() : "";
+  };
+  auto done = [&](const Status& st) {
+    if (st) {
+      json list = json::array();
+      for (const auto& w : worker_list()) list.push_back(worker_json(w->status()));
+      respond_on_strand(ex, {200, "application/json", {}, json{{"workers", list}}.dump()});
+    } else {
+      respond_error(ex, st.code() == StatusCode::kNotFound ? 404 : 400, st.message(), "invalid_value");
+    }
+  };
+  if (req.path == "/admin/workers") {
+    if (req.method == "GET") return done(Status::ok());
+    if (req.method == "POST") return done(add_worker(url_from_body()));
+    if (req.method == "DELETE") {
+      std::string url = http::query_param(req.query, "url");
+      if (url.empty()) url = url_from_body();
+      return done(remove_worker(url));
+    }
+  } else if (req.method == "POST") {  // /admin/workers/drain
+    json j = json::parse(req.body, nullptr, false);
+    const bool drain = !(j.is_object() && j.contains("drain") && j["drain"].is_boolean()) || j["drain"].get<bool>();
+    auto w = find_worker(url_from_body());
+    return done(w ? (w->set_draining(drain), Status::ok()) : not_found("no worker " + url_from_body()));
+  }
+  respond_error(ex, 405, "method " + req.method + " is not allowed on " + req.path, "method_not_allowed");
+}
+
+std::string Router::Impl::metrics_text() const {
+  std::vector<WorkerStatus> status;
+  for (const auto& w : worker_list()) status.push_back(w->status());
+  return metrics.render(status);
+}
+
+Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
+  if (options.max_attempts < 1 || options.proxy_threads < 1 || options.http_threads < 1 ||
+      options.health_interval.count() <= 0) {
+    return invalid_argument("router: --max-attempts, --proxy-threads, --http-threads and --health-interval must be positive");
+  }
+  std::unique_ptr<Router> router(new Router());
+  router->impl_ = std::make_shared<Impl>();
+  Impl& s = *router->impl_;
+  s.options = options;
+  if (!options.model_path.empty()) {
+    Expected<std::unique_ptr<RouterModel>> model = load_router_model(options.model_path, options.chat_template);
+    if (!model) return model.status();
+    s.model = std::move(*model);
+  }
+  for (const std::string& url : options.workers) {
+    if (Status st = s.add_worker(url); !st) return st;
+  }
+  return router;
+}
+
+Router::~Router() { stop(); }
+
+Status Router::start() {
+  Impl& s = *impl_;
+  http::HttpServerOptions o;
+  o.host = s.options.host;
+  o.port = s.options.port;
+  o.io_threads = s.options.http_threads;
+  o.idle_timeout = std::chrono::milliseconds(600000);
+  s.jobs = std::make_unique<JobQueue>(s.options.proxy_threads);  // before the first request can arrive
+  Expected<std::unique_ptr<http::HttpServer>> started = http::HttpServer::start(o, s);
+  if (!started) {
+    s.jobs->stop();
+    return started.status();
+  }
+  s.started = true;
+  for (const auto& w : s.worker_list()) w->start();
+  s.health = std::thread([&s] { s.health_loop(); });
+  s.http = std::move(*started);
+  return Status::ok();
+}
+
+void Router::stop() {
+  if (!impl_ || !impl_->started) return;
+  Impl& s = *impl_;
+  s.started = false;
+  if (s.http) s.http->stop();  // closes every client connection: proxied requests see it and end
+  if (s.jobs) s.jobs->stop();
+  {
+    std::lock_guard lock(s.health_mu);
+    s.health_stop = true;
+  }
+  s.health_cv.notify_all();
+  if (s.health.joinable()) s.health.join();
+  for (const auto& w : s.worker_list()) w->stop();
+}
+
+int Router::port() const { return impl_->http ? impl_->http->port() : 0; }
+Status Router::add_worker(const std::string& url) { return impl_->add_worker(url); }
+Status Router::remove_worker(const std::string& url) { return impl_->remove_worker(url); }
+Status Router::set_draining(const std::string& url, bool drain) {
+  auto w = impl_->find_worker(url);
+  if (!w) return not_found("no worker " + url);
+  w->set_draining(drain);
+  return Status::ok();
+}
+std::vector<WorkerStatus> Router::workers() const {
+  std::vector<WorkerStatus> out;
+  for (const auto& w : impl_->worker_list()) out.push_back(w->status());
+  return out;
+}
+std::string Router::metrics_text() const { return impl_->metrics_text(); }
+
+}  // namespace kvstash::router

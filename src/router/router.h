@@ -1,0 +1,77 @@
+// The cache-aware router (`kvstash route`): an OpenAI-compatible front that sends each request to
+// the worker (`kvstash serve` node) that already holds the most of its prefix, or by another
+// policy (router/policy.h). docs/router.md describes it for operators.
+//
+//   POST /v1/chat/completions, /v1/completions: tokenized here (the GGUF's vocabulary and chat
+//     template, the server's own prompt code), keyed (block and chunk chains with the request's
+//     cache_salt), scored, and proxied; the answer (stream or not, error or not) comes back
+//     unchanged, plus the header x-kvstash-worker. A request that fails before the worker's first
+//     byte (connection refused or cut) is sent to another worker; the failed one is taken out
+//     and checked again with backoff.
+//   GET /health (200 while a worker takes requests, else 503), GET /metrics (router/metrics.h),
+//   GET /admin/workers, POST /admin/workers {"url"}, DELETE /admin/workers?url=U,
+//   POST /admin/workers/drain {"url", "drain": true|false}; any other path is proxied to the
+//   least-loaded worker (/v1/models, /tokenize, ...).
+//
+// Threads: the HTTP layer's I/O threads read requests and write answers; a fixed set of proxy
+// threads (RouterOptions::proxy_threads) runs each request's routing and its blocking upstream
+// exchange; one health thread; one events thread per worker (router/worker.h).
+//
+// Thread safety: start() and stop() from one controlling thread; the rest from any.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http/http_server.h"
+#include "kvstash/status.h"
+#include "router/policy.h"
+#include "router/worker.h"
+
+namespace kvstash::router {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";  // address to listen on
+  int port = 8090;                 // 0 = any free port
+  std::string model_path;          // GGUF whose vocabulary and chat template the workers serve ("" = route without keys)
+  std::string chat_template;       // as serve's --chat-template ("" = the GGUF's)
+  std::vector<std::string> workers;  // http://HOST:PORT each
+  Policy policy = Policy::kCacheAware;
+  ScoreWeights weights;
+  int hash_prefix_tokens = 256;    // prefix-hash: the prefix hashed (router/policy.h)
+  std::chrono::milliseconds health_interval{1000};  // between health checks of up workers
+  int max_attempts = 3;            // workers tried for one request that fails before its first byte
+  int proxy_threads = 64;          // requests proxied at once (each holds a thread while it runs)
+  int http_threads = 2;            // I/O threads of the router's HTTP front
+  WorkerOptions worker;
+  bool log_requests = false;       // one stderr line per request
+};
+
+class Router {
+ public:
+  // Loads the tokenizer and chat template (when model_path is set) and checks the worker URLs.
+  static Expected<std::unique_ptr<Router>> create(const RouterOptions& options);
+  ~Router();  // stop()
+
+  // Binds, starts the workers' event subscriptions, the health checks and the proxy threads.
+  Status start();
+  void stop();
+  int port() const;
+
+  // The admin endpoint's operations, also for tests.
+  Status add_worker(const std::string& url);
+  Status remove_worker(const std::string& url);
+  Status set_draining(const std::string& url, bool drain);
+  std::vector<WorkerStatus> workers() const;
+  std::string metrics_text() const;
+
+  struct Impl;
+
+ private:
+  Router() = default;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvstash::router

@@ -1,0 +1,109 @@
+// The router's private state, shared by router.cc (routes, admin, health, lifecycle) and
+// router_proxy.cc (tokenizing, choosing a worker, the upstream exchange).
+//
+// Lock order: workers_mu, health_mu and each Worker's own lock are never held together.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf.h"
+#include "router/metrics.h"
+#include "router/router.h"
+#include "server/backend.h"
+#include "server/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash::router {
+
+using Clock = std::chrono::steady_clock;
+
+// A fixed set of threads running queued jobs, oldest first. stop() drops the jobs not started and
+// joins. Thread safety: push() from any thread.
+class JobQueue {
+ public:
+  explicit JobQueue(int n_threads);
+  ~JobQueue();
+  void push(std::function<void()> job);
+  void stop();
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+// The vocabulary and chat template the workers use, from the GGUF's metadata.
+struct RouterModel {
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  server::ChatTemplate chat_template = server::ChatTemplate::kChatML;
+  server::ModelInfo info;
+};
+Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override);
+
+void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response r);
+void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code);
+nlohmann::json worker_json(const WorkerStatus& s);
+
+struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> {
+  RouterOptions options;
+  std::unique_ptr<RouterModel> model;  // null: route without keys
+  RouterMetrics metrics;
+  std::unique_ptr<http::HttpServer> http;
+  std::unique_ptr<JobQueue> jobs;
+  std::atomic<bool> started{false};
+  std::atomic<std::uint64_t> turn{0};
+
+  mutable std::mutex workers_mu;
+  std::vector<std::shared_ptr<Worker>> workers;  // guarded by workers_mu
+
+  std::mutex health_mu;
+  std::condition_variable health_cv;
+  bool health_stop = false;  // guarded by health_mu
+  std::thread health;
+
+  // router.cc
+  void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
+  void handle_admin(const http::Request& req, const std::shared_ptr<http::Exchange>& ex);
+  std::vector<std::shared_ptr<Worker>> worker_list() const;
+  std::shared_ptr<Worker> find_worker(const std::string& url) const;
+  Status add_worker(const std::string& url);
+  Status remove_worker(const std::string& url);
+  void health_loop();
+  std::string metrics_text() const;
+
+  // router_proxy.cc
+  // What routing needs of a request: its prompt's tokens and salt (when it could be tokenized)
+  // and the work it adds.
+  struct Prompt {
+    bool tokenized = false;
+    std::vector<std::int32_t> tokens;
+    std::string cache_salt;
+    int max_tokens = 0;
+  };
+  Prompt tokenize(const http::Request& req) const;
+  // Routes and proxies one request, trying other workers when one fails before its first byte.
+  void route(http::Request req, std::shared_ptr<http::Exchange> ex, std::shared_ptr<std::atomic<bool>> gone,
+             Clock::time_point arrived);
+  enum class Outcome { kAnswered, kFailedBeforeFirstByte };
+  struct Attempt {
+    std::int64_t predicted_cached = 0;
+    Clock::time_point arrived;
+  };
+  Outcome forward(Worker& worker, const http::Request& req, const std::shared_ptr<http::Exchange>& ex,
+                  const std::shared_ptr<std::atomic<bool>>& gone, const Attempt& attempt);
+};
+
+}  // namespace kvstash::router

@@ -1,0 +1,133 @@
+// One worker (a `kvstash serve` node) as the router sees it: its URL, health, load, a pool of
+// kept-alive HTTP connections for proxied requests, and its KV index, kept current by a thread
+// that subscribes to the worker's KV events (GET /v1/kv/info, then GET /v1/kv/events as SSE;
+// after a disconnect it resumes with ?since=N&epoch=E and, on a gap, starts from a snapshot).
+//
+// Health: a worker is up until a request to it fails in transport or a health check fails; then
+// it is down and checked again after a backoff that doubles per failure (WorkerOptions). Draining:
+// no new requests; those in flight finish.
+//
+// Thread safety: every method is safe from any thread. The events thread is started by start()
+// and joined by stop() (idempotent; the destructor calls it).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvstash/status.h"
+#include "router/prefix_index.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace kvstash::router {
+
+struct WorkerOptions {
+  std::chrono::milliseconds backoff_min{250};      // first wait before a failed worker is checked again
+  std::chrono::milliseconds backoff_max{8000};     // the longest wait (doubling per failure up to it)
+  std::chrono::milliseconds connect_timeout{1000}; // to connect to the worker (proxy and events)
+  std::chrono::milliseconds read_timeout{600000};  // between bytes of a proxied answer
+  std::chrono::milliseconds events_read_timeout{10000};  // between bytes of the event stream (the worker sends keepalives)
+  std::size_t max_idle_connections = 64;           // kept-alive connections kept per worker
+  bool subscribe_events = true;                    // false: no KV index (policies that need none)
+};
+
+struct WorkerStatus {
+  std::string url;
+  bool up = false;
+  bool draining = false;
+  int in_flight = 0;
+  std::int64_t load_tokens = 0;
+  bool events_connected = false;
+  bool kv_info_known = false;
+  std::uint64_t events_last_seq = 0;
+  std::uint64_t events_applied = 0;
+  std::uint64_t events_gaps = 0;
+  std::size_t pool_keys = 0, memory_keys = 0, disk_keys = 0;
+  int failures = 0;  // consecutive
+};
+
+class Worker {
+ public:
+  // `url`: http://HOST:PORT (validated by parse_worker_url).
+  Worker(std::string url, std::string host, int port, WorkerOptions options);
+  ~Worker();
+
+  const std::string& url() const { return url_; }
+  void start();
+  void stop();
+
+  // Takes requests: up and not draining.
+  bool eligible() const { return up_.load() && !draining_.load(); }
+  bool up() const { return up_.load(); }
+  void set_draining(bool on) { draining_ = on; }
+  bool draining() const { return draining_.load(); }
+  // A transport failure (proxy or health check): down, next check after the backoff.
+  void mark_failed();
+  void mark_ok();
+  // Whether a health check is due: up (checked every round), or down and its backoff passed.
+  bool check_due() const;
+  // GET /health now; updates the state. True when it answered 200.
+  bool check_health();
+
+  // The router's own accounting of what it sent there (router/policy.h load_tokens).
+  void begin_request(std::int64_t load_tokens);
+  void end_request(std::int64_t load_tokens);
+  int in_flight() const { return in_flight_.load(); }
+  std::int64_t load_tokens() const { return load_tokens_.load(); }
+
+  std::optional<WorkerKvInfo> kv_info() const;
+  const PrefixIndex& index() const { return index_; }
+  WorkerStatus status() const;
+
+  // A kept-alive connection to the worker (new when none is idle); give it back with
+  // release_client() when its answer was read in full, or drop it. *reused: it was kept alive
+  // (the worker may have closed it meanwhile).
+  std::unique_ptr<httplib::Client> acquire_client(bool* reused = nullptr);
+  void release_client(std::unique_ptr<httplib::Client> client);
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+
+ private:
+  void events_loop();
+  bool fetch_kv_info(httplib::Client& client);
+  void apply_event_data(const std::string& data);
+  void wait_for(std::chrono::milliseconds d);
+
+  const std::string url_, host_;
+  const int port_;
+  const WorkerOptions options_;
+  std::atomic<bool> up_{true}, draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<std::int64_t> load_tokens_{0};
+  PrefixIndex index_;
+
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;                           // guarded by mu_
+  std::optional<WorkerKvInfo> kv_info_;             // guarded by mu_
+  std::string epoch_;                               // guarded by mu_
+  std::uint64_t last_seq_ = 0;                      // guarded by mu_
+  std::uint64_t applied_ = 0, gaps_ = 0;            // guarded by mu_
+  bool connected_ = false;                          // guarded by mu_
+  httplib::Client* events_client_ = nullptr;        // guarded by mu_ (for stop())
+  int failures_ = 0;                                // guarded by mu_
+  std::chrono::steady_clock::time_point next_check_{};  // guarded by mu_
+  std::vector<std::unique_ptr<httplib::Client>> idle_;  // guarded by mu_
+  std::thread events_thread_;
+};
+
+// Parses "http://HOST:PORT" (a trailing "/" allowed) into host and port. kInvalidArgument naming
+// the URL otherwise (https is not supported).
+Status parse_worker_url(const std::string& url, std::string* host, int* port);
+
+}  // namespace kvstash::router
