@@ -39,10 +39,10 @@ ninja -C build-asan -j"$jobs"
 run_suite build-asan
 
 configure build-tsan thread
-tsan_tests=$(cd build && ctest -N -L '^(engine|cache|server)$' | sed -n 's/^ *Test *#[0-9]*: //p')
+tsan_tests=$(cd build && ctest -N -L '^(engine|cache|server|share)$' | sed -n 's/^ *Test *#[0-9]*: //p')
 # shellcheck disable=SC2086
 ninja -C build-tsan -j"$jobs" kvstash $tsan_tests  # the e2e tests run build-tsan/kvstash
 # The stress harness's hundreds of seeds run in the two passes above; under TSan (5-15x slower) a
 # few dozen per configuration exercise the same threads.
-KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|server)$'
+KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|server|share)$'
 echo "all test passes green: release, ASan+UBSan, TSan"
