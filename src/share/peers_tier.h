@@ -1,0 +1,58 @@
+// PeersTier: other kvstash nodes as the slowest tier of the TieredStore.
+//
+// holds()/contains() ask the DHT who provides each key (all keys of a prefix in one parallel
+// lookup, bounded by ShareOptions::lookup_timeout); answers are remembered: providers for
+// positive_ttl, "nobody" (and timeouts) for negative_ttl, so a cold prompt costs one bounded
+// lookup, not one per request. get() asks the key's providers one after the other (at most
+// max_providers_tried; the store runs up to load_depth gets of one prefix in parallel), each fetch
+// bounded in time and bytes, and returns the first chunk that passes check_chunk() (signed
+// manifest, trusted producer, header and SHA-256): nothing unverified ever leaves this tier. A
+// rejection is counted by reason and the next provider is tried. A verified chunk's manifest is
+// remembered and the chunk is announced with this node as a provider too.
+//
+// put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
+// chunks private), since the store writes every new chunk to every tier. erase() forgets the
+// key's providers. entries/bytes_used are 0: peers hold the bytes.
+//
+// Thread safety: safe from many threads (the store's loader and writer threads).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cache/tier.h"
+#include "share/share_node.h"
+
+namespace kvstash::share {
+
+class PeersTier final : public cache::Tier {
+ public:
+  explicit PeersTier(std::shared_ptr<ShareNode> node) : node_(std::move(node)) {}
+
+  std::string name() const override { return "peers"; }
+  std::size_t contains(std::span<const cache::ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const cache::ChunkKey> keys) override;
+  Expected<cache::Bytes> get(const cache::ChunkKey& key) override;
+  Status put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) override;
+  Status erase(const cache::ChunkKey& key) override;
+  cache::TierStats stats() const override;
+  Expected<std::vector<cache::ChunkKey>> list_keys() override { return std::vector<cache::ChunkKey>{}; }
+  Status clear() override { return Status::ok(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Providers {
+    std::vector<std::string> urls;  // empty: nobody (negative entry)
+    Clock::time_point expires;
+  };
+  // The providers of each key (cached, else one DHT lookup for all the unknown ones).
+  std::vector<std::vector<std::string>> providers(std::span<const cache::ChunkKey> keys);
+
+  const std::shared_ptr<ShareNode> node_;
+  cache::TierCounters counters_;
+  std::mutex mu_;
+  std::unordered_map<cache::ChunkKey, Providers> known_;  // guarded by mu_
+};
+
+}  // namespace kvstash::share
