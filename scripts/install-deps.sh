@@ -11,6 +11,7 @@ PACKAGES=(
   libhiredis-dev libxxhash-dev libzstd-dev
   libsodium-dev              # ed25519 node identity: signed response records and manifests
   libopendht-dev             # peer sharing: DHT discovery of chunk providers (issue 13)
+  libisal-dev                # peer sharing: erasure-coded fragments (ISA-L Reed-Solomon)
   libgtest-dev
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
   chromium                   # renders the bench report in its screenshot test
