@@ -17,14 +17,17 @@ void add_share_flags(CLI::App& app, ShareFlags& f) {
       ->capture_default_str();
   app.add_option("--peer-negative-ttl-ms", f.negative_ttl_ms, "How long \"no peer has this chunk\" is remembered")
       ->capture_default_str();
+  app.add_option("--erasure", f.erasure,
+                 "Also place each chunk this node computes on peers as K data + M parity fragments (ISA-L "
+                 "Reed-Solomon), e.g. 4+2: any K fragments rebuild it (default: whole chunks only)");
   app.add_option("--peer-reannounce-s", f.reannounce_s, "Seconds between re-announcements of held chunks (< 600, the TTL)")
       ->capture_default_str();
 }
 
 Expected<std::optional<share::ShareOptions>> share_options_from(const ShareFlags& f) {
   if (f.dht_port < 0) {
-    if (!f.bootstrap.empty() || !f.peer_url.empty() || f.share_salted) {
-      return invalid_argument("--dht-bootstrap, --peer-url and --share-salted need --dht-port (peer sharing is off without it)");
+    if (!f.bootstrap.empty() || !f.peer_url.empty() || f.share_salted || !f.erasure.empty()) {
+      return invalid_argument("--dht-bootstrap, --peer-url, --share-salted and --erasure need --dht-port (peer sharing is off without it)");
     }
     return std::optional<share::ShareOptions>();
   }
@@ -52,6 +55,11 @@ Expected<std::optional<share::ShareOptions>> share_options_from(const ShareFlags
   o.fetch.timeout = std::chrono::milliseconds(f.fetch_timeout_ms);
   o.negative_ttl = std::chrono::milliseconds(f.negative_ttl_ms);
   o.reannounce_interval = std::chrono::seconds(f.reannounce_s);
+  if (!f.erasure.empty()) {
+    auto scheme = share::parse_erasure_scheme(f.erasure);
+    if (!scheme) return invalid_argument("--erasure: " + scheme.status().message());
+    o.erasure = *scheme;
+  }
   if (o.reannounce_interval >= o.dht.value_ttl) return invalid_argument("--peer-reannounce-s must be below 600 (the DHT value TTL)");
   return std::optional<share::ShareOptions>(std::move(o));
 }

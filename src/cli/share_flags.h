@@ -1,7 +1,7 @@
 // The serve flags of peer-to-peer KV sharing (issue 13) and their parsing into ShareOptions:
 //
 //   --dht-port 4222  --dht-bootstrap HOST:PORT[,HOST:PORT...]  --peer-url http://HOST:PORT
-//   --share-salted  --peer-lookup-timeout-ms 500  --peer-fetch-timeout-ms 2000
+//   --share-salted  --peer-lookup-timeout-ms 500  --peer-fetch-timeout-ms 2000  --erasure 4+2
 //
 // Sharing is on when --dht-port is given. Thread safety: plain values and pure functions.
 #pragma once
@@ -24,6 +24,7 @@ struct ShareFlags {
   int fetch_timeout_ms = 2000;
   int negative_ttl_ms = 2000;
   int reannounce_s = 300;
+  std::string erasure;            // "K+M"; "" = whole chunks only
 };
 
 void add_share_flags(CLI::App& app, ShareFlags& flags);

@@ -162,7 +162,8 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                                   "invalid_request_error", "", "invalid_api_key"},
                          {{"WWW-Authenticate", "Bearer"}});
   }
-  if (options.share_handler && (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/peer"))) {
+  if (options.share_handler && (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/fragments/") ||
+                                starts_with(path, "/v1/kv/peer"))) {
     // Counted by the share module's own counters (kvstash_share_*), not per endpoint here.
     return options.share_handler->handle(std::move(req), std::move(exchange));
   }

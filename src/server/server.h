@@ -59,8 +59,8 @@ struct ServerOptions {
   // included). kvstash serve always sets both; null in servers built without them (tests).
   std::shared_ptr<const identity::NodeIdentity> identity;
   std::shared_ptr<const identity::TrustList> trust;
-  // Peer sharing (share/share_node.h), when on: every request whose path starts with "/v1/kv/peer"
-  // or "/v1/kv/chunks/" goes to this handler as it is (no API key: peers authenticate by
+  // Peer sharing (share/share_node.h), when on: every request whose path starts with "/v1/kv/peer",
+  // "/v1/kv/chunks/" or "/v1/kv/fragments/" goes to this handler as it is (no API key: peers authenticate by
   // signature), and extra_metrics() is appended to /metrics. Null / empty: off.
   std::shared_ptr<http::Handler> share_handler;
   std::function<std::string()> extra_metrics;

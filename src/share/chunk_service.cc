@@ -21,6 +21,7 @@ http::Response plain(int status, const std::string& message) {
 
 void ShareNode::handle(http::Request request, std::shared_ptr<http::Exchange> exchange) {
   constexpr std::string_view kChunks = "/v1/kv/chunks/";
+  if (request.path.starts_with("/v1/kv/fragments/")) return handle_fragment(request, *exchange);
   if (request.method != "GET" && request.method != "HEAD") {
     http::Response r = plain(405, "method " + request.method + " is not allowed on " + request.path + " (use GET)");
     r.headers.push_back({"Allow", "GET"});

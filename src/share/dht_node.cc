@@ -13,14 +13,9 @@ namespace {
 constexpr dht::ValueType::Id kProviderType = 0x6b76;
 constexpr std::size_t kMaxUrlLength = 256;  // a longer "URL" in the DHT is junk and is skipped
 
-dht::InfoHash dht_key(const cache::ChunkKey& key) {
-  // OpenDHT keys are 160-bit: the chunk key hashed under a kvstash prefix.
-  return dht::InfoHash::get("kvstash-chunk-v1:" + key.hex());
-}
-
-// The value id of a provider's announcement: the same for every refresh, distinct per provider.
-dht::Value::Id value_id(const std::string& url) {
-  const auto h = dht::InfoHash::get(url);
+// The value id of an announcement: the same for every refresh, distinct per provider.
+dht::Value::Id value_id(const std::string& value) {
+  const auto h = dht::InfoHash::get(value);
   dht::Value::Id id = 0;
   for (int i = 0; i < 8; ++i) id = (id << 8) | h[i];
   return id == 0 ? 1 : id;  // 0 is OpenDHT's "pick one for me"
@@ -35,6 +30,8 @@ struct LookupState {
 };
 
 }  // namespace
+
+std::string chunk_topic(const cache::ChunkKey& key) { return "kvstash-chunk-v1:" + key.hex(); }
 
 Expected<std::pair<std::string, int>> parse_host_port(std::string_view text) {
   const auto colon = text.rfind(':');
@@ -99,25 +96,36 @@ void DhtNode::bootstrap(const std::vector<std::string>& host_ports) {
 }
 
 void DhtNode::announce(const cache::ChunkKey& key, const std::string& provider_url, std::function<void(bool)> done) {
+  put(chunk_topic(key), provider_url, std::move(done));
+}
+
+void DhtNode::put(const std::string& topic, const std::string& value, std::function<void(bool)> done) {
   if (!runner_) {
     if (done) done(false);
     return;
   }
-  auto value = std::make_shared<dht::Value>(kProviderType, reinterpret_cast<const std::uint8_t*>(provider_url.data()),
-                                            provider_url.size(), value_id(provider_url));
-  runner_->put(dht_key(key), value, [done = std::move(done)](bool ok) {
+  auto v = std::make_shared<dht::Value>(kProviderType, reinterpret_cast<const std::uint8_t*>(value.data()), value.size(),
+                                        value_id(value));
+  // OpenDHT keys are 160-bit: the topic hashed.
+  runner_->put(dht::InfoHash::get(topic), v, [done = std::move(done)](bool ok) {
     if (done) done(ok);
   });
 }
 
 std::vector<DhtNode::Lookup> DhtNode::lookup(std::span<const cache::ChunkKey> keys, std::chrono::milliseconds timeout) {
+  std::vector<std::string> topics;
+  for (const auto& k : keys) topics.push_back(chunk_topic(k));
+  return get(topics, timeout);
+}
+
+std::vector<DhtNode::Lookup> DhtNode::get(std::span<const std::string> topics, std::chrono::milliseconds timeout) {
   auto state = std::make_shared<LookupState>();
-  state->results.resize(keys.size());
-  if (!runner_ || keys.empty()) return state->results;
-  state->pending = keys.size();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
+  state->results.resize(topics.size());
+  if (!runner_ || topics.empty()) return state->results;
+  state->pending = topics.size();
+  for (std::size_t i = 0; i < topics.size(); ++i) {
     runner_->get(
-        dht_key(keys[i]),
+        dht::InfoHash::get(topics[i]),
         [state, i](const std::vector<std::shared_ptr<dht::Value>>& values) {
           std::lock_guard lock(state->mu);
           auto& providers = state->results[i].providers;

@@ -62,6 +62,9 @@ class DhtNode {
   // Announces that `provider_url` serves `key`. `done(ok)` runs on an OpenDHT thread once the
   // value was stored on some node (ok) or not (no node reached).
   void announce(const cache::ChunkKey& key, const std::string& provider_url, std::function<void(bool)> done = {});
+  // The same for any topic and value (fragment holders, the node directory): the DHT key is
+  // SHA-1(topic), the value id a hash of the value, so re-putting a value refreshes it.
+  void put(const std::string& topic, const std::string& value, std::function<void(bool)> done = {});
 
   struct Lookup {
     std::vector<std::string> providers;  // peer URLs, as announced (unvalidated)
@@ -70,6 +73,8 @@ class DhtNode {
   // The providers of each key, searched in parallel; returns when every search is done or at
   // `timeout`, whichever is first (what arrived until then is returned).
   std::vector<Lookup> lookup(std::span<const cache::ChunkKey> keys, std::chrono::milliseconds timeout);
+  // The values put under each topic (Lookup::providers holds them), as lookup().
+  std::vector<Lookup> get(std::span<const std::string> topics, std::chrono::milliseconds timeout);
 
   // DHT nodes this node knows (good + dubious, IPv4 and IPv6) and their list (for `kvstash peers`).
   std::size_t known_nodes() const;
@@ -83,6 +88,9 @@ class DhtNode {
   std::unique_ptr<dht::DhtRunner> runner_;
   int port_ = 0;
 };
+
+// The DHT topic of a chunk's providers: "kvstash-chunk-v1:" + hex(key).
+std::string chunk_topic(const cache::ChunkKey& key);
 
 // "host:port" → (host, port); kInvalidArgument naming the text otherwise.
 Expected<std::pair<std::string, int>> parse_host_port(std::string_view text);

@@ -12,6 +12,14 @@ int hex_value(char c) {
   return -1;
 }
 
+void set_timeouts(httplib::Client& client, std::chrono::milliseconds timeout) {
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
+  client.set_connection_timeout(seconds.count(), micros.count());
+  client.set_read_timeout(seconds.count(), micros.count());
+  client.set_write_timeout(seconds.count(), micros.count());
+}
+
 }  // namespace
 
 std::string hex_encode(std::string_view bytes) {
@@ -58,11 +66,7 @@ Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::strin
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + limits.timeout;
   httplib::Client client(where->first, where->second);
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limits.timeout);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(limits.timeout - seconds);
-  client.set_connection_timeout(seconds.count(), micros.count());
-  client.set_read_timeout(seconds.count(), micros.count());
-  client.set_write_timeout(seconds.count(), micros.count());
+  set_timeouts(client, limits.timeout);
 
   FetchedChunk out;
   int status = 0;
@@ -109,6 +113,38 @@ Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::strin
   if (!manifest || manifest->empty()) return corrupt("peer " + peer_url + ": no valid " + kManifestHeader + " header");
   out.manifest = std::move(*manifest);
   return out;
+}
+
+Expected<FetchedFragment> fetch_fragment(const std::string& peer_url, const std::string& key_hex, int index,
+                                         const FetchLimits& limits) {
+  auto where = parse_peer_url(peer_url);
+  if (!where) return where.status();
+  httplib::Client client(where->first, where->second);
+  set_timeouts(client, limits.timeout);
+  auto r = client.Get("/v1/kv/fragments/" + key_hex + "/" + std::to_string(index));
+  if (!r) return unavailable("peer " + peer_url + ": " + httplib::to_string(r.error()));
+  if (r->status == 404) return not_found("peer " + peer_url + ": no fragment " + std::to_string(index));
+  if (r->status != 200) return unavailable("peer " + peer_url + ": status " + std::to_string(r->status));
+  if (r->body.size() > limits.max_bytes) return unavailable("peer " + peer_url + ": fragment too large");
+  auto set = hex_decode(r->get_header_value(kFragmentSetHeader));
+  auto manifest = hex_decode(r->get_header_value(kManifestHeader));
+  if (!set || !manifest || set->empty() || manifest->empty()) return corrupt("peer " + peer_url + ": fragment without its set or manifest");
+  return FetchedFragment{cache::Bytes(r->body.begin(), r->body.end()), std::move(*set), std::move(*manifest)};
+}
+
+Status put_fragment(const std::string& peer_url, const std::string& key_hex, int index, const cache::Bytes& bytes,
+                    const std::string& set, const std::string& manifest, const FetchLimits& limits) {
+  auto where = parse_peer_url(peer_url);
+  if (!where) return where.status();
+  httplib::Client client(where->first, where->second);
+  set_timeouts(client, limits.timeout);
+  httplib::Headers headers = {{kFragmentSetHeader, hex_encode(set)}, {kManifestHeader, hex_encode(manifest)}};
+  auto r = client.Put("/v1/kv/fragments/" + key_hex + "/" + std::to_string(index), headers,
+                      std::string(bytes.begin(), bytes.end()), "application/octet-stream");
+  if (!r) return unavailable("peer " + peer_url + ": " + httplib::to_string(r.error()));
+  if (r->status >= 400 && r->status < 500) return invalid_argument("peer " + peer_url + " refused the fragment: " + r->body);
+  if (r->status != 200 && r->status != 201) return unavailable("peer " + peer_url + ": status " + std::to_string(r->status));
+  return Status::ok();
 }
 
 }  // namespace kvstash::share

@@ -36,6 +36,21 @@ Expected<std::pair<std::string, int>> parse_peer_url(std::string_view url);
 // header).
 Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::string& key_hex, const FetchLimits& limits);
 
+inline constexpr const char* kFragmentSetHeader = "X-Kvstash-Fragment-Set";
+
+struct FetchedFragment {
+  cache::Bytes bytes;
+  std::string set;       // the signed fragment set's bytes (erasure.h)
+  std::string manifest;  // the chunk's manifest bytes
+};
+// GET {peer}/v1/kv/fragments/{key}/{index}; errors as fetch_chunk().
+Expected<FetchedFragment> fetch_fragment(const std::string& peer_url, const std::string& key_hex, int index,
+                                         const FetchLimits& limits);
+// PUT {peer}/v1/kv/fragments/{key}/{index} with the fragment, its set and the chunk's manifest.
+// Errors: kUnavailable (unreachable, timeout), kInvalidArgument (the peer refused it: 4xx).
+Status put_fragment(const std::string& peer_url, const std::string& key_hex, int index, const cache::Bytes& bytes,
+                    const std::string& set, const std::string& manifest, const FetchLimits& limits);
+
 // Lowercase hex, and back (kInvalidArgument on odd length or a non-hex digit).
 std::string hex_encode(std::string_view bytes);
 Expected<std::string> hex_decode(std::string_view hex);

@@ -1,6 +1,8 @@
 #include "share/peers_tier.h"
 
 #include <algorithm>
+#include <future>
+#include <map>
 
 namespace kvstash::share {
 namespace {
@@ -10,8 +12,8 @@ constexpr std::size_t kMaxRemembered = 1 << 16;
 
 }  // namespace
 
-std::vector<std::vector<std::string>> PeersTier::providers(std::span<const cache::ChunkKey> keys) {
-  std::vector<std::vector<std::string>> out(keys.size());
+std::vector<PeersTier::Providers> PeersTier::providers(std::span<const cache::ChunkKey> keys) {
+  std::vector<Providers> out(keys.size());
   std::vector<std::size_t> unknown;
   const auto now = Clock::now();
   {
@@ -19,7 +21,7 @@ std::vector<std::vector<std::string>> PeersTier::providers(std::span<const cache
     for (std::size_t i = 0; i < keys.size(); ++i) {
       auto it = known_.find(keys[i]);
       if (it != known_.end() && it->second.expires > now) {
-        out[i] = it->second.urls;
+        out[i] = it->second;
       } else {
         unknown.push_back(i);
       }
@@ -27,8 +29,13 @@ std::vector<std::vector<std::string>> PeersTier::providers(std::span<const cache
   }
   if (unknown.empty() || !node_->dht()) return out;
   std::vector<cache::ChunkKey> ask;
-  for (std::size_t i : unknown) ask.push_back(keys[i]);
-  const std::vector<DhtNode::Lookup> found = node_->dht()->lookup(ask, node_->options().lookup_timeout);
+  std::vector<std::string> topics;  // per key: its providers, then its fragment holders
+  for (std::size_t i : unknown) {
+    ask.push_back(keys[i]);
+    topics.push_back(chunk_topic(keys[i]));
+    topics.push_back(fragment_topic(keys[i]));
+  }
+  const std::vector<DhtNode::Lookup> found = node_->dht()->get(topics, node_->options().lookup_timeout);
   const std::string self = node_->peer_url();
   ShareCounters& c = node_->counters();
   const auto later = Clock::now();
@@ -37,21 +44,29 @@ std::vector<std::vector<std::string>> PeersTier::providers(std::span<const cache
     std::erase_if(known_, [&](const auto& e) { return e.second.expires <= later; });
     if (known_.size() + ask.size() > kMaxRemembered) known_.clear();
   }
-  for (std::size_t j = 0; j < ask.size() && j < found.size(); ++j) {
-    std::vector<std::string> urls;
-    for (const std::string& url : found[j].providers) {
-      if (url != self) urls.push_back(url);
+  for (std::size_t j = 0; j < ask.size() && 2 * j + 1 < found.size(); ++j) {
+    Providers p;
+    for (const std::string& url : found[2 * j].providers) {
+      if (url != self) p.urls.push_back(url);
     }
-    if (!urls.empty()) {
+    for (const std::string& value : found[2 * j + 1].providers) {  // "INDEX URL"
+      const auto space = value.find(' ');
+      if (space == std::string::npos || space == 0 || space > 2) continue;
+      const int index = std::atoi(value.c_str());
+      const std::string url = value.substr(space + 1);
+      if (index >= 0 && index < kMaxFragments && url != self) p.fragments.emplace_back(index, url);
+    }
+    const bool completed = found[2 * j].completed && found[2 * j + 1].completed;
+    if (!p.empty()) {
       c.lookups_hit.fetch_add(1, std::memory_order_relaxed);
-    } else if (found[j].completed) {
+    } else if (completed) {
       c.lookups_miss.fetch_add(1, std::memory_order_relaxed);
     } else {
       c.lookups_timeout.fetch_add(1, std::memory_order_relaxed);
     }
-    const auto ttl = urls.empty() ? node_->options().negative_ttl : node_->options().positive_ttl;
-    known_[ask[j]] = Providers{urls, later + ttl};
-    out[unknown[j]] = std::move(urls);
+    p.expires = later + (p.empty() ? node_->options().negative_ttl : node_->options().positive_ttl);
+    known_[ask[j]] = p;
+    out[unknown[j]] = std::move(p);
   }
   return out;
 }
@@ -72,7 +87,8 @@ std::size_t PeersTier::contains(std::span<const cache::ChunkKey> keys) {
 
 Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
   const auto start = Clock::now();
-  std::vector<std::string> urls = providers(std::span<const cache::ChunkKey>(&key, 1)).front();
+  const Providers known = providers(std::span<const cache::ChunkKey>(&key, 1)).front();
+  const std::vector<std::string>& urls = known.urls;
   ShareCounters& c = node_->counters();
   const TrustPolicy policy = node_->trust_policy();
   const std::string key_hex = key.hex();
@@ -108,14 +124,83 @@ Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
       });
     }
   }
+  if (!known.fragments.empty()) {
+    auto rebuilt = reconstruct(key, known.fragments);
+    if (rebuilt) {
+      counters_.hit(rebuilt->size(), Clock::now() - start);
+      return rebuilt;
+    }
+  }
   counters_.miss();
   return not_found("peers: no provider supplied a verified chunk " + key_hex);
+}
+
+Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const std::vector<std::pair<int, std::string>>& holders) {
+  ShareCounters& c = node_->counters();
+  const TrustPolicy policy = node_->trust_policy();
+  std::map<int, std::vector<std::string>> by_index;
+  for (const auto& [index, url] : holders) by_index[index].push_back(url);
+  // One fetch per index, in parallel; within an index, its holders one after the other.
+  std::vector<std::pair<int, std::future<std::optional<FetchedFragment>>>> fetches;
+  for (const auto& [index, urls] : by_index) {
+    fetches.emplace_back(index, std::async(std::launch::async, [&, index = index, urls = urls]() -> std::optional<FetchedFragment> {
+      for (const std::string& url : urls) {
+        auto f = fetch_fragment(url, key.hex(), index, node_->options().fetch);
+        if (f) return std::move(*f);
+        c.fetch_errors.fetch_add(1, std::memory_order_relaxed);
+      }
+      return std::nullopt;
+    }));
+  }
+  std::vector<std::pair<int, FetchedFragment>> got;
+  for (auto& [index, f] : fetches) {
+    if (auto fragment = f.get()) got.emplace_back(index, std::move(*fragment));
+  }
+  // The first set that verifies for this key and names a trusted producer fixes every hash.
+  std::optional<FragmentSet> set;
+  std::string manifest;
+  for (const auto& [index, f] : got) {
+    auto s = decode_fragment_set(f.set);
+    if (s && fragment_set_verifies(*s, key) && !policy.banned(s->producer) && policy.trusted(s->producer)) {
+      set = std::move(*s);
+      manifest = f.manifest;
+      break;
+    }
+  }
+  if (!set) {
+    if (!got.empty()) c.rejected[static_cast<int>(ManifestError::kUntrusted)].fetch_add(1, std::memory_order_relaxed);
+    return not_found("peers: no trusted fragment set for " + key.hex());
+  }
+  std::vector<Fragment> good;
+  for (const auto& [index, f] : got) {
+    if (fragment_matches(*set, index, f.bytes)) {
+      good.push_back({index, f.bytes});
+    } else {
+      c.fragments_rejected.fetch_add(1, std::memory_order_relaxed);  // identified: another index is used
+    }
+  }
+  auto chunk = erasure_decode(set->scheme, good, set->chunk_size);
+  if (!chunk) return not_found("peers: " + chunk.status().message());
+  Manifest checked;
+  ManifestError why = ManifestError::kNone;
+  if (!check_chunk(manifest, *chunk, key, policy, &checked, &why)) {
+    c.rejected[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+    counters_.rejected();
+    return not_found("peers: reconstructed chunk rejected");
+  }
+  const auto header = cache::parse_chunk_header(*chunk);
+  node_->remember_manifest(checked, header->payload_checksum);
+  node_->announce(key, *header);
+  c.chunks_reconstructed.fetch_add(1, std::memory_order_relaxed);
+  c.fetched_bytes.fetch_add(chunk->size(), std::memory_order_relaxed);
+  return chunk;
 }
 
 Status PeersTier::put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) {
   auto header = cache::parse_chunk_header(bytes);
   if (!header || header->meta.key != key) return invalid_argument("peers: not a chunk of key " + key.hex());
   node_->announce(key, *header);
+  node_->place_fragments(key, bytes, *header);  // --erasure only
   return Status::ok();
 }
 

@@ -7,7 +7,12 @@
 // max_providers_tried; the store runs up to load_depth gets of one prefix in parallel), each fetch
 // bounded in time and bytes, and returns the first chunk that passes check_chunk() (signed
 // manifest, trusted producer, header and SHA-256): nothing unverified ever leaves this tier. A
-// rejection is counted by reason and the next provider is tried. A verified chunk's manifest is
+// rejection is counted by reason and the next provider is tried. When no whole-chunk provider
+// delivers, the chunk's erasure-coded fragments are fetched in parallel (one holder per index,
+// the next holder of an index when one fails): the first fragment set that verifies and names a
+// trusted producer fixes every fragment's SHA-256, a fragment that does not match is refused
+// (counted, reason "fragment") and another index is used; any K good ones are decoded and the
+// result goes through check_chunk() like a fetched chunk. A verified chunk's manifest is
 // remembered and the chunk is announced with this node as a provider too.
 //
 // put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
@@ -43,11 +48,15 @@ class PeersTier final : public cache::Tier {
  private:
   using Clock = std::chrono::steady_clock;
   struct Providers {
-    std::vector<std::string> urls;  // empty: nobody (negative entry)
+    std::vector<std::string> urls;                     // whole-chunk providers
+    std::vector<std::pair<int, std::string>> fragments;  // (index, holder) of erasure-coded fragments
+    bool empty() const { return urls.empty() && fragments.empty(); }
     Clock::time_point expires;
   };
   // The providers of each key (cached, else one DHT lookup for all the unknown ones).
-  std::vector<std::vector<std::string>> providers(std::span<const cache::ChunkKey> keys);
+  std::vector<Providers> providers(std::span<const cache::ChunkKey> keys);
+  // The chunk rebuilt from any K verified fragments, then checked against its manifest.
+  Expected<cache::Bytes> reconstruct(const cache::ChunkKey& key, const std::vector<std::pair<int, std::string>>& holders);
 
   const std::shared_ptr<ShareNode> node_;
   cache::TierCounters counters_;

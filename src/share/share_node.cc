@@ -69,6 +69,7 @@ void ShareNode::set_peer_url(const std::string& url) {
     pending.assign(announced_.begin(), announced_.end());
   }
   cache::log_info("peer sharing: announcing chunks as " + url);
+  dht_->put(kDirectoryTopic, url);
   for (const auto& key : pending) put_announcement(key, url);
 }
 
@@ -126,9 +127,14 @@ void ShareNode::reannounce_loop() {
     wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_; });
     if (stopping_) return;
     std::vector<cache::ChunkKey> keys(announced_.begin(), announced_.end());
+    std::vector<std::pair<cache::ChunkKey, int>> held_fragments(fragment_order_.begin(), fragment_order_.end());
     cache::TieredStore* store = store_;
     const std::string url = peer_url_;
     lock.unlock();
+    if (!url.empty()) {
+      dht_->put(kDirectoryTopic, url);
+      for (const auto& [key, index] : held_fragments) dht_->put(fragment_topic(key), std::to_string(index) + " " + url);
+    }
     // Which announced chunks a local tier still holds (tier locks, never ours, while asking).
     std::vector<bool> held(keys.size(), false);
     if (store) {
@@ -197,6 +203,17 @@ std::string ShareNode::render_metrics() const {
     o << "kvstash_share_rejections_total{reason=\"" << manifest_error_name(static_cast<ManifestError>(r)) << "\"} "
       << value(counters_.rejected[r]) << "\n";
   }
+  o << "kvstash_share_rejections_total{reason=\"fragment\"} " << value(counters_.fragments_rejected) << "\n";
+  counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
+          value(counters_.fragments_placed));
+  counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
+          value(counters_.fragment_place_errors));
+  counter("kvstash_share_fragments_accepted_total", "Fragments peers placed here and this node holds",
+          value(counters_.fragments_accepted));
+  counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
+          value(counters_.fragments_refused));
+  counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
+          value(counters_.chunks_reconstructed));
   return o.str();
 }
 

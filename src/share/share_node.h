@@ -6,6 +6,9 @@
 //                            X-Kvstash-Manifest header, its signed manifest: the original
 //                            producer's when the chunk was fetched from a peer, else one this node
 //                            signs. 404: not held; 403: a salted chunk without --share-salted.
+//   PUT /v1/kv/fragments/{key}/{i}  a fragment of an erasure-coded chunk to hold (accepted when its
+//                            signed fragment set verifies, its producer is trusted and its hash
+//                            matches); GET returns it with its set and the chunk's manifest.
 //   GET /v1/kv/peers         this node's identity, peer URL, DHT node and neighbours, trust list
 //                            and banned producers, as JSON (`kvstash peers`).
 //
@@ -25,7 +28,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -37,6 +43,7 @@
 #include "http/http_server.h"
 #include "identity/identity.h"
 #include "share/dht_node.h"
+#include "share/erasure.h"
 #include "share/manifest.h"
 #include "share/peer_client.h"
 
@@ -54,6 +61,8 @@ struct ShareOptions {
   std::chrono::seconds reannounce_interval{300};      // < dht.value_ttl (600 s), so values never lapse
   std::size_t max_announced = 1 << 20;                // chunks kept announced at most
   std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
+  std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
+  std::uint64_t max_fragment_bytes = std::uint64_t{256} << 20;  // fragments held for peers, 256 MiB
 };
 
 // What /metrics shows (kvstash_share_*). Counters only grow.
@@ -63,7 +72,16 @@ struct ShareCounters {
   std::atomic<std::uint64_t> fetches_ok{0}, fetch_errors{0}, fetched_bytes{0};
   std::atomic<std::uint64_t> served_chunks{0}, served_bytes{0}, refused_salted{0}, kept_salted{0};
   std::atomic<std::uint64_t> rejected[8]{};  // by ManifestError (index 0 unused)
+  std::atomic<std::uint64_t> fragments_placed{0}, fragment_place_errors{0}, fragments_accepted{0};
+  std::atomic<std::uint64_t> fragments_refused{0};        // PUTs refused (unsigned, untrusted, bad hash)
+  std::atomic<std::uint64_t> fragments_rejected{0};       // fetched fragments whose hash or set failed
+  std::atomic<std::uint64_t> chunks_reconstructed{0};
 };
+
+// DHT topics besides chunk_topic() (dht_node.h): every node's peer URL, and a chunk's fragment
+// holders (values "INDEX URL").
+inline constexpr const char* kDirectoryTopic = "kvstash-nodes-v1";
+std::string fragment_topic(const cache::ChunkKey& key);
 
 class ShareNode : public http::Handler, public std::enable_shared_from_this<ShareNode> {
  public:
@@ -96,12 +114,18 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   // Remembers the verified manifest of a chunk fetched from a peer, to serve it on.
   void remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum);
   void ban(const identity::PublicKey& producer);
+  // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
+  // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
+  void place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk, const cache::ChunkHeader& header);
+  // Other nodes' peer URLs, from the DHT's node directory (remembered for a few seconds).
+  std::vector<std::string> directory();
 
  private:
   ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
             std::shared_ptr<const identity::TrustList> trust);
   void serve_chunk(const std::string& key_hex, http::Exchange& exchange);
   void serve_peers(http::Exchange& exchange);
+  void handle_fragment(const http::Request& request, http::Exchange& exchange);
   // The manifest to send with `chunk` (a remembered one whose chunk is these bytes, else our own).
   Expected<std::string> manifest_for(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk,
                                      const cache::ChunkHeader& header);
@@ -125,6 +149,15 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   };
   std::unordered_map<cache::ChunkKey, KnownManifest> manifests_;  // guarded by mu_
   std::set<identity::PublicKey> banned_;                          // guarded by mu_
+  struct HeldFragment {
+    cache::Bytes bytes;
+    std::string set, manifest;
+  };
+  std::map<std::pair<cache::ChunkKey, int>, HeldFragment> fragments_;  // guarded by mu_
+  std::deque<std::pair<cache::ChunkKey, int>> fragment_order_;         // oldest first; guarded by mu_
+  std::uint64_t fragment_bytes_ = 0;                                   // guarded by mu_
+  std::vector<std::string> directory_;                                 // guarded by mu_
+  std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
   bool stopping_ = false;                                         // guarded by mu_
   std::thread reannouncer_;
 };
