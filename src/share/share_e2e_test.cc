@@ -44,6 +44,21 @@ TEST_F(ShareE2ETest, FiveNodesShareVerifiedKvAndRejectWhatFailsVerification) {
   // What E fetched and verified, it now provides too.
   EXPECT_GE(e->wait_metric(kAnnounced, kFullChunks), kFullChunks);
 
+  // `kvstash peers` shows E's identity, DHT neighbours and trust list.
+  {
+    const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash peers --url http://127.0.0.1:" +
+                            std::to_string(e->port()) + " 2>&1";
+    FILE* out = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(out, nullptr);
+    std::string text;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, out)) text += buf;
+    EXPECT_EQ(::pclose(out), 0) << text;
+    EXPECT_NE(text.find("identity      " + keys_["e"]), std::string::npos) << text;
+    EXPECT_NE(text.find("trusts        " + keys_["a"]), std::string::npos) << text;
+    EXPECT_NE(text.find("  neighbour   "), std::string::npos) << text;
+  }
+
   // 2. D trusts neither A nor E: every chunk is refused as untrusted, D computes, same answer.
   json untrusting = d->complete(doc, kMaxTokens);
   EXPECT_EQ(tokens_of(untrusting), want) << text_of(untrusting);
