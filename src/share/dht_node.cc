@@ -63,8 +63,9 @@ Expected<std::unique_ptr<DhtNode>> DhtNode::start(const DhtOptions& options) {
   // rate limit would throttle them as one. The global limit stays OpenDHT's default.
   config.dht_config.node_config.max_peer_req_per_sec = -1;
   try {
-    node->runner_->registerType(dht::ValueType(kProviderType, "kvstash-provider", options.value_ttl));
     node->runner_->run(static_cast<in_port_t>(options.port), config);
+    // After run(): the type store belongs to the node run() creates.
+    node->runner_->registerType(dht::ValueType(kProviderType, "kvstash-provider", options.value_ttl));
     node->port_ = node->runner_->getBoundPort(AF_INET);
   } catch (const std::exception& e) {
     return io_error("dht: cannot start on udp port " + std::to_string(options.port) + ": " + e.what());

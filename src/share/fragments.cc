@@ -54,9 +54,11 @@ void ShareNode::place_fragments(const cache::ChunkKey& key, std::span<const std:
     return;
   }
   // Rendezvous order: each chunk spreads over different peers, and every node would pick the same.
-  std::sort(peers.begin(), peers.end(), [&](const std::string& a, const std::string& b) {
-    return sha256(key.hex() + a) < sha256(key.hex() + b);
-  });
+  auto rank = [&](const std::string& url) {
+    const std::string text = key.hex() + url;
+    return sha256(text.data(), text.size());
+  };
+  std::sort(peers.begin(), peers.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
   auto manifest = manifest_for(key, chunk, header);
   if (!manifest) return;
   const std::vector<cache::Bytes> fragments = erasure_encode(scheme, chunk);
