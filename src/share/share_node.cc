@@ -62,15 +62,16 @@ std::string ShareNode::peer_url() const {
 
 void ShareNode::set_peer_url(const std::string& url) {
   std::vector<cache::ChunkKey> pending;
+  std::string announced_url;
   {
     std::lock_guard lock(mu_);
-    if (!peer_url_.empty()) return;  // --peer-url given: it wins
-    peer_url_ = url;
+    if (peer_url_.empty()) peer_url_ = url;  // else --peer-url was given: it wins
+    announced_url = peer_url_;
     pending.assign(announced_.begin(), announced_.end());
   }
-  cache::log_info("peer sharing: announcing chunks as " + url);
-  dht_->put(kDirectoryTopic, url);
-  for (const auto& key : pending) put_announcement(key, url);
+  cache::log_info("peer sharing: announcing chunks as " + announced_url);
+  dht_->put(kDirectoryTopic, announced_url);
+  for (const auto& key : pending) put_announcement(key, announced_url);
 }
 
 TrustPolicy ShareNode::trust_policy() const {
