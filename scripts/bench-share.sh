@@ -25,7 +25,7 @@ flags=(-m "$model" --host 127.0.0.1 --port 0 --ctx 4352 --parallel 1 --kv-pool-t
 # Waits (bounded) for "pattern" in a log; prints what follows it.
 wait_log() {
   for _ in $(seq 600); do
-    if grep -q "$2" "$1" 2>/dev/null; then grep -o "$2[0-9]*" "$1" | head -1 | sed "s/$2//"; return 0; fi
+    if grep -q "$2" "$1" 2>/dev/null; then grep -o "$2[0-9]*" "$1" | head -1 | sed "s|$2||"; return 0; fi
     sleep 0.1
   done
   echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; exit 1
