@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Peer-sharing TTFT benchmark (issue 13): the first request of a 4,096-token document on node A,
-# which computes it (cold), then on node E, which never saw it and loads its KV from A through the
-# DHT; same run, same binary, same flags. TTFT is the server's own figure (its request log line).
+# Peer-sharing TTFT benchmark (issue 13): the first request of a 4,096-token document (followed by
+# a 16-token question) on node A, which computes it (cold), then on node E, which never saw it and
+# loads the document's KV from A through the DHT; same run, same binary, same flags. TTFT is the
+# server's own figure (its request log line).
 #
 #   scripts/bench-share.sh [BUILD_DIR] [MODEL]
 #
@@ -9,7 +10,8 @@
 set -euo pipefail
 build=${1:-build}
 model=${2:-/tmp/kvstash-bench/qwen2.5-0.5b-q8_0.gguf}
-tokens=4096
+tokens=4096    # the document: 16 chunks of 256
+question=16    # tokens after it: what E computes itself
 work=$(mktemp -d /tmp/kvstash-bench-share.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -41,9 +43,9 @@ echo "$a_key" > "$work/trust"
 pids+=($!)
 e_port=$(wait_log "$work/e.log" "on http://127.0.0.1:")
 
-python3 - "$tokens" > "$work/request.json" <<'EOF'
+python3 - "$tokens" "$question" > "$work/request.json" <<'EOF'
 import json, sys
-n = int(sys.argv[1]); x = 12345; ids = []
+n = int(sys.argv[1]) + int(sys.argv[2]); x = 12345; ids = []
 for _ in range(n):
     x = (x * 1664525 + 1013904223) % 2**32
     ids.append(3 + (x >> 8) % 400)
@@ -54,15 +56,15 @@ ttft() { grep -o "ttft=[0-9.]*s" "$1" | tail -1 | tr -d 'ttft=s'; }
 for _ in $(seq 200); do [ "$(metric "$e_port" kvstash_share_dht_nodes)" != "0" ] && break; sleep 0.1; done
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-curl -s -o "$work/a.json" -H 'Content-Type: application/json' -d @"$work/request.json" "http://127.0.0.1:$a_port/v1/completions"
+curl -s --max-time 900 -o "$work/a.json" -H 'Content-Type: application/json' -d @"$work/request.json" "http://127.0.0.1:$a_port/v1/completions"
 cold=$(ttft "$work/a.log")
 for _ in $(seq 600); do
   [ "$(metric "$a_port" 'kvstash_share_announcements_total{result="ok"}')" -ge $((tokens / 256)) ] 2>/dev/null && break
   sleep 0.1
 done
-curl -s -o "$work/e.json" -H 'Content-Type: application/json' -d @"$work/request.json" "http://127.0.0.1:$e_port/v1/completions"
+curl -s --max-time 900 -o "$work/e.json" -H 'Content-Type: application/json' -d @"$work/request.json" "http://127.0.0.1:$e_port/v1/completions"
 peers=$(ttft "$work/e.log")
-echo "cold TTFT on A (computes ${tokens} tokens):          ${cold} s"
+echo "cold TTFT on A (computes ${tokens} + ${question} tokens):     ${cold} s"
 echo "first TTFT on E (KV from peers):                    ${peers} s"
 echo "cached tokens on E: $(jq '.usage.prompt_tokens_details.cached_tokens' "$work/e.json")," \
      "peer hits: $(metric "$e_port" 'kvstash_kv_tier_hits_total{tier="peers"}')," \

@@ -173,6 +173,7 @@ Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const 
   }
   std::vector<Fragment> good;
   for (const auto& [index, f] : got) {
+    if (static_cast<int>(good.size()) == set->scheme.k) break;  // enough: the rest need no hashing
     if (fragment_matches(*set, index, f.bytes)) {
       good.push_back({index, f.bytes});
     } else {

@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     auto s = decode_fragment_set(got[0]->set);
     if (!s || !fragment_set_verifies(*s, meta.key)) return false;
     std::vector<Fragment> good;
-    for (int i = 0; i < scheme.total(); ++i) {
+    for (int i = 0; i < scheme.total() && static_cast<int>(good.size()) < scheme.k; ++i) {
       if (got[i] && fragment_matches(*s, i, got[i]->bytes)) good.push_back({i, got[i]->bytes});
     }
     auto rebuilt = erasure_decode(scheme, good, s->chunk_size);
