@@ -20,6 +20,15 @@ void add_share_flags(CLI::App& app, ShareFlags& f) {
   app.add_option("--erasure", f.erasure,
                  "Also place each chunk this node computes on peers as K data + M parity fragments (ISA-L "
                  "Reed-Solomon), e.g. 4+2: any K fragments rebuild it (default: whole chunks only)");
+  app.add_option("--trust", f.trust,
+                 "Whose chunks are used: keys = producers in --trust-keys (and this node); any = also unknown "
+                 "producers, spot-checked (--spot-check)")
+      ->check(CLI::IsMember({"keys", "any"}))
+      ->capture_default_str();
+  app.add_option("--spot-check", f.spot_check,
+                 "With --trust any: the share of an unknown producer's chunks this node recomputes and compares "
+                 "(a mismatch bans the producer); 0..1")
+      ->capture_default_str();
   app.add_option("--peer-reannounce-s", f.reannounce_s, "Seconds between re-announcements of held chunks (< 600, the TTL)")
       ->capture_default_str();
 }
@@ -55,6 +64,9 @@ Expected<std::optional<share::ShareOptions>> share_options_from(const ShareFlags
   o.fetch.timeout = std::chrono::milliseconds(f.fetch_timeout_ms);
   o.negative_ttl = std::chrono::milliseconds(f.negative_ttl_ms);
   o.reannounce_interval = std::chrono::seconds(f.reannounce_s);
+  if (f.spot_check < 0 || f.spot_check > 1) return invalid_argument("--spot-check must be in [0, 1]");
+  o.trust_any = f.trust == "any";
+  o.spot_check = f.spot_check;
   if (!f.erasure.empty()) {
     auto scheme = share::parse_erasure_scheme(f.erasure);
     if (!scheme) return invalid_argument("--erasure: " + scheme.status().message());

@@ -2,6 +2,7 @@
 //
 //   --dht-port 4222  --dht-bootstrap HOST:PORT[,HOST:PORT...]  --peer-url http://HOST:PORT
 //   --share-salted  --peer-lookup-timeout-ms 500  --peer-fetch-timeout-ms 2000  --erasure 4+2
+//   --trust keys|any  --spot-check 0.1
 //
 // Sharing is on when --dht-port is given. Thread safety: plain values and pure functions.
 #pragma once
@@ -25,6 +26,8 @@ struct ShareFlags {
   int negative_ttl_ms = 2000;
   int reannounce_s = 300;
   std::string erasure;            // "K+M"; "" = whole chunks only
+  std::string trust = "keys";     // "keys": --trust-keys only; "any": unknown producers too, spot-checked
+  double spot_check = 0.1;
 };
 
 void add_share_flags(CLI::App& app, ShareFlags& flags);

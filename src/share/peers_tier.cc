@@ -1,8 +1,12 @@
 #include "share/peers_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 #include <map>
+#include <random>
+
+#include "share/spot_check.h"
 
 namespace kvstash::share {
 namespace {
@@ -108,6 +112,10 @@ Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
       refused.push_back(urls[i]);
       continue;
     }
+    if (!node_->trusts(manifest.producer) && !admit_unknown(key, manifest, fetched->chunk)) {
+      counters_.miss();
+      return not_found("peers: chunk " + key_hex + " taken for a spot check");
+    }
     const auto header = cache::parse_chunk_header(fetched->chunk);  // checked whole by check_chunk
     node_->remember_manifest(manifest, header->payload_checksum);
     node_->announce(key, *header);
@@ -189,6 +197,7 @@ Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const 
     counters_.rejected();
     return not_found("peers: reconstructed chunk rejected");
   }
+  if (!node_->trusts(checked.producer) && !admit_unknown(key, checked, *chunk)) return not_found("peers: taken for a spot check");
   const auto header = cache::parse_chunk_header(*chunk);
   node_->remember_manifest(checked, header->payload_checksum);
   node_->announce(key, *header);
@@ -197,9 +206,56 @@ Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const 
   return chunk;
 }
 
+bool PeersTier::admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const bool check = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < node_->options().spot_check;
+  if (!check) {
+    node_->remember_unchecked(manifest.producer, key);
+    node_->counters().unchecked_accepted.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  auto view = cache::decode_chunk(chunk, manifest.meta);  // checked by check_chunk already
+  if (!view) return false;
+  constexpr std::size_t kMaxPendingChecks = 256;  // a bound; beyond it a check is skipped, not queued
+  std::lock_guard lock(mu_);
+  if (pending_checks_.size() < kMaxPendingChecks) {
+    pending_checks_[key] = PendingCheck{manifest.producer, cache::Bytes(view->payload.begin(), view->payload.end())};
+  }
+  return false;
+}
+
+void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours) {
+  PendingCheck pending;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_checks_.find(key);
+    if (it == pending_checks_.end()) return;
+    pending = std::move(it->second);
+    pending_checks_.erase(it);
+  }
+  auto header = cache::parse_chunk_header(ours);
+  if (!header) return;
+  auto view = cache::decode_chunk(ours, header->meta);
+  if (!view) return;
+  const KvComparison cmp = kv_close(view->payload, pending.payload, header->meta.element_type);
+  ShareCounters& c = node_->counters();
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &cmp.max_abs_diff, sizeof bits);  // non-negative floats order as their bits
+  std::uint32_t seen = c.spot_check_max_diff_bits.load(std::memory_order_relaxed);
+  while (bits > seen && !c.spot_check_max_diff_bits.compare_exchange_weak(seen, bits, std::memory_order_relaxed)) {
+  }
+  if (cmp.close) {
+    c.spot_checks_passed.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c.spot_checks_failed.fetch_add(1, std::memory_order_relaxed);
+    node_->ban(pending.producer);
+  }
+}
+
 Status PeersTier::put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) {
   auto header = cache::parse_chunk_header(bytes);
   if (!header || header->meta.key != key) return invalid_argument("peers: not a chunk of key " + key.hex());
+  finish_spot_check(key, bytes);  // the engine's own KV of a chunk held back for a check
   node_->announce(key, *header);
   node_->place_fragments(key, bytes, *header);  // --erasure only
   return Status::ok();

@@ -15,6 +15,10 @@
 // result goes through check_chunk() like a fetched chunk. A verified chunk's manifest is
 // remembered and the chunk is announced with this node as a provider too.
 //
+// Under --trust any, a chunk whose producer is not on the trust list goes through a spot check
+// with probability --spot-check (spot_check.h): get() reports it missing so that the engine
+// computes it, and put() of the engine's own chunk compares the two.
+//
 // put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
 // chunks private), since the store writes every new chunk to every tier. erase() forgets the
 // key's providers. entries/bytes_used are 0: peers hold the bytes.
@@ -60,8 +64,19 @@ class PeersTier final : public cache::Tier {
 
   const std::shared_ptr<ShareNode> node_;
   cache::TierCounters counters_;
+  // A chunk of an unknown producer held back for a spot check (spot_check.h) until the engine's
+  // own KV of it arrives through put().
+  struct PendingCheck {
+    identity::PublicKey producer;
+    cache::Bytes payload;  // theirs, decoded
+  };
+  // True when the chunk may be used now; false when it was taken for a spot check.
+  bool admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk);
+  void finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours);
+
   std::mutex mu_;
   std::unordered_map<cache::ChunkKey, Providers> known_;  // guarded by mu_
+  std::unordered_map<cache::ChunkKey, PendingCheck> pending_checks_;  // guarded by mu_
 };
 
 }  // namespace kvstash::share

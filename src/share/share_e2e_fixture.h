@@ -52,7 +52,7 @@ inline const std::string kPeerHits = metric_with("kvstash_kv_tier_hits_total", "
 // request with B's chunk, altered according to `mode`.
 class Relay {
  public:
-  enum Mode { kForgedManifest, kTamperedKv, kResignedByStranger };
+  enum Mode { kForgedManifest, kTamperedKv, kResignedByStranger, kTamperedAndResigned };
 
   Relay() : stranger_(identity::NodeIdentity::generate()) {
     server_.Get(R"(/v1/kv/chunks/([0-9a-f]{64}))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -70,12 +70,14 @@ class Relay {
           manifest->meta.first_position += 256;
           manifest_out = encode_manifest(*manifest);
           break;
-        case kTamperedKv: {  // other KV in a self-consistent chunk, the producer's manifest kept
+        case kTamperedKv:  // other KV in a self-consistent chunk, the producer's manifest kept
+        case kTamperedAndResigned: {  // the same, vouched for by the relay's own (valid) signature
           auto header = cache::parse_chunk_header(chunk);
           auto view = cache::decode_chunk(chunk, header->meta);
           cache::Bytes payload(view->payload.begin(), view->payload.end());
           for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] ^= 0x40;
           chunk = *cache::encode_chunk(header->meta, payload);
+          if (mode_.load() == kTamperedAndResigned) manifest_out = encode_manifest(*make_manifest(chunk, stranger_));
           break;
         }
         case kResignedByStranger:  // the genuine chunk, vouched for by an unknown key

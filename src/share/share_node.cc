@@ -1,5 +1,6 @@
 #include "share/share_node.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "cache/log.h"
@@ -76,7 +77,7 @@ void ShareNode::set_peer_url(const std::string& url) {
 
 TrustPolicy ShareNode::trust_policy() const {
   TrustPolicy p;
-  p.trusted = [trust = trust_](const identity::PublicKey& k) { return trust->trusts(k); };
+  p.trusted = [trust = trust_, any = options_.trust_any](const identity::PublicKey& k) { return any || trust->trusts(k); };
   p.banned = [self = weak_from_this()](const identity::PublicKey& k) {
     auto node = self.lock();
     if (!node) return false;
@@ -87,8 +88,33 @@ TrustPolicy ShareNode::trust_policy() const {
 }
 
 void ShareNode::ban(const identity::PublicKey& producer) {
+  std::vector<cache::ChunkKey> drop;
+  cache::TieredStore* store = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (!banned_.insert(producer).second) return;
+    if (auto it = unchecked_.find(producer); it != unchecked_.end()) {
+      drop = std::move(it->second);
+      unchecked_.erase(it);
+    }
+    for (const auto& key : drop) {
+      manifests_.erase(key);
+      announced_.erase(key);
+    }
+    store = store_;
+  }
+  cache::log_warning("peer sharing: producer " + identity::to_hex(producer) + " failed a spot check: banned; " +
+                     std::to_string(drop.size()) + " of its chunks dropped");
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    if (store->tier(t).name() == "peers") continue;
+    for (const auto& key : drop) (void)store->tier(t).erase(key);
+  }
+}
+
+void ShareNode::remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key) {
   std::lock_guard lock(mu_);
-  banned_.insert(producer);
+  auto& keys = unchecked_[producer];
+  if (keys.size() < options_.max_manifests) keys.push_back(key);
 }
 
 void ShareNode::announce(const cache::ChunkKey& key, const cache::ChunkHeader& header) {
@@ -205,6 +231,7 @@ std::string ShareNode::render_metrics() const {
       << value(counters_.rejected[r]) << "\n";
   }
   o << "kvstash_share_rejections_total{reason=\"fragment\"} " << value(counters_.fragments_rejected) << "\n";
+  o << "kvstash_share_rejections_total{reason=\"spot_check\"} " << value(counters_.spot_checks_failed) << "\n";
   counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
           value(counters_.fragments_placed));
   counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
@@ -213,6 +240,19 @@ std::string ShareNode::render_metrics() const {
           value(counters_.fragments_accepted));
   counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
           value(counters_.fragments_refused));
+  o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers recomputed and compared (--trust any)\n"
+       "# TYPE kvstash_share_spot_checks_total counter\n"
+    << "kvstash_share_spot_checks_total{result=\"passed\"} " << value(counters_.spot_checks_passed) << "\n"
+    << "kvstash_share_spot_checks_total{result=\"failed\"} " << value(counters_.spot_checks_failed) << "\n";
+  counter("kvstash_share_unchecked_chunks_total", "Chunks of unknown producers accepted without a spot check",
+          value(counters_.unchecked_accepted));
+  {
+    const std::uint32_t bits = counters_.spot_check_max_diff_bits.load(std::memory_order_relaxed);
+    float diff = 0;
+    std::memcpy(&diff, &bits, sizeof diff);
+    o << "# HELP kvstash_share_spot_check_max_abs_diff Largest |ours - theirs| of a KV element seen in spot checks\n"
+         "# TYPE kvstash_share_spot_check_max_abs_diff gauge\nkvstash_share_spot_check_max_abs_diff " << diff << "\n";
+  }
   counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
           value(counters_.chunks_reconstructed));
   return o.str();

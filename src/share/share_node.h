@@ -62,6 +62,8 @@ struct ShareOptions {
   std::size_t max_announced = 1 << 20;                // chunks kept announced at most
   std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
+  bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
+  double spot_check = 0.1;                            // --spot-check P: share of their chunks recomputed
   std::uint64_t max_fragment_bytes = std::uint64_t{256} << 20;  // fragments held for peers, 256 MiB
 };
 
@@ -76,6 +78,8 @@ struct ShareCounters {
   std::atomic<std::uint64_t> fragments_refused{0};        // PUTs refused (unsigned, untrusted, bad hash)
   std::atomic<std::uint64_t> fragments_rejected{0};       // fetched fragments whose hash or set failed
   std::atomic<std::uint64_t> chunks_reconstructed{0};
+  std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
+  std::atomic<std::uint32_t> spot_check_max_diff_bits{0};  // max |ours - theirs| seen (a float's bits)
 };
 
 // DHT topics besides chunk_topic() (dht_node.h): every node's peer URL, and a chunk's fragment
@@ -113,7 +117,11 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   void announce(const cache::ChunkKey& key, const cache::ChunkHeader& header);
   // Remembers the verified manifest of a chunk fetched from a peer, to serve it on.
   void remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum);
+  // Bans `producer` (spot check failed): its chunks are refused from now on, and those accepted from
+  // it unchecked (remember_unchecked) are erased from the local tiers.
   void ban(const identity::PublicKey& producer);
+  void remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key);
+  bool trusts(const identity::PublicKey& producer) const { return trust_->trusts(producer); }
   // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
   // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
   void place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk, const cache::ChunkHeader& header);
@@ -157,6 +165,7 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::deque<std::pair<cache::ChunkKey, int>> fragment_order_;         // oldest first; guarded by mu_
   std::uint64_t fragment_bytes_ = 0;                                   // guarded by mu_
   std::vector<std::string> directory_;                                 // guarded by mu_
+  std::map<identity::PublicKey, std::vector<cache::ChunkKey>> unchecked_;  // guarded by mu_
   std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
   bool stopping_ = false;                                         // guarded by mu_
   std::thread reannouncer_;
