@@ -10,6 +10,8 @@ PACKAGES=(
   libboost-dev               # Boost.Beast / Asio (header-only): the server's HTTP layer
   libhiredis-dev libxxhash-dev libzstd-dev
   libsodium-dev              # ed25519 node identity: signed response records and manifests
+  libopendht-dev             # peer sharing: DHT discovery of chunk providers (issue 13)
+  libisal-dev                # peer sharing: erasure-coded fragments (ISA-L Reed-Solomon)
   libgtest-dev
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
   chromium                   # renders the bench report in its screenshot test

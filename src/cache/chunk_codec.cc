@@ -30,6 +30,7 @@ constexpr std::size_t kOffKvFormat = 132;
 constexpr std::size_t kHeaderChecksumSize = 8;
 constexpr std::size_t kMinHeaderSize = kOffKvFormat + kHeaderChecksumSize;
 constexpr std::uint16_t kFlagZstd = 1;
+constexpr std::uint16_t kFlagSalted = 2;
 // A decompressed payload larger than this is refused rather than allocated: a chunk of 256 tokens
 // of a 70B model in f16 is ~80 MiB, so 4 GiB is far beyond any real chunk.
 constexpr std::uint64_t kMaxPayloadSize = std::uint64_t{4} << 30;
@@ -79,7 +80,7 @@ Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t
   if (payload.size() > kMaxPayloadSize) return invalid_argument("chunk: payload too large");
   const std::size_t header_size = kMinHeaderSize + meta.kv_format.size();
   Bytes out(header_size);
-  std::uint16_t flags = 0;
+  std::uint16_t flags = meta.salted ? kFlagSalted : 0;
   if (options.compress) {
     out.resize(header_size + ZSTD_compressBound(payload.size()));
     std::size_t n = ZSTD_compress(out.data() + header_size, out.size() - header_size, payload.data(),
@@ -144,6 +145,7 @@ Expected<ChunkHeader> parse_chunk_header(std::span<const std::uint8_t> bytes, Ch
   m.head_dim = static_cast<std::uint32_t>(get_le(h + kOffHeadDim, 4));
   m.element_type = static_cast<std::uint32_t>(get_le(h + kOffElementType, 4));
   m.kv_format.assign(reinterpret_cast<const char*>(h + kOffKvFormat), kv_len);
+  m.salted = (header.flags & kFlagSalted) != 0;
   header.stored_payload_size = get_le(h + kOffStoredSize, 8);
   header.payload_size = get_le(h + kOffPayloadSize, 8);
   header.payload_checksum = get_le(h + kOffPayloadChecksum, 8);

@@ -40,6 +40,10 @@ struct ChunkMeta {
   std::uint32_t n_kv_heads = 0;
   std::uint32_t head_dim = 0;
   std::uint32_t element_type = 0;   // the engine's tensor type id; opaque here
+  // The key's namespace (cache salt) is not empty: a tenant's private chunk. Stored as header flag
+  // bit 1 so that code holding only the bytes (the peer-sharing endpoint) can refuse to let it
+  // leave the node. Not compared by decode_chunk (the key already separates namespaces).
+  bool salted = false;
 
   friend bool operator==(const ChunkMeta&, const ChunkMeta&) = default;
 };

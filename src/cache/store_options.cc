@@ -166,7 +166,7 @@ void tune_allocator_for_chunks() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options) {
+Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options, std::unique_ptr<Tier> slowest) {
   std::vector<std::unique_ptr<Tier>> tiers;
   if (options.ram_bytes > 0) tiers.push_back(std::make_unique<MemoryTier>(options.ram_bytes));
   if (!options.disk_dir.empty()) {
@@ -194,6 +194,7 @@ Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& opt
     }
     tiers.push_back(std::move(tier));
   }
+  if (slowest) tiers.push_back(std::move(slowest));
   return std::make_unique<TieredStore>(std::move(tiers), options.store);
 }
 

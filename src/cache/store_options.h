@@ -66,7 +66,9 @@ void tune_allocator_for_chunks();
 // The store for these options. Fails if the disk directory cannot be created or scanned, or if
 // redis refuses the credentials (kInvalidArgument, naming the node and the cause). An unreachable
 // redis does not fail it (logged; the tier fails fast until redis comes back). What redis was
-// connected is logged (version, standalone or cluster, user, pool, TTL).
-Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options);
+// connected is logged (version, standalone or cluster, user, pool, TTL). `slowest`, when given, is
+// appended after the configured tiers (the peers tier of share/peers_tier.h).
+Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options,
+                                                         std::unique_ptr<Tier> slowest = nullptr);
 
 }  // namespace kvstash::cache

@@ -84,7 +84,7 @@ int bench_engine_main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--prefill-min-tokens", prefill_min_tokens,
-                 "matmuls of this many tokens or more take the sgemm path (0 = the built-in threshold)")
+                 "matmuls of this many tokens or more take the sgemm path (0 = the default: never; a token's result then depends on its batch)")
       ->capture_default_str();
   app.add_option("--repeats", repeats, "best of this many prefill runs")->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();

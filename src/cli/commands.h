@@ -14,5 +14,6 @@ int bench_main(int argc, char** argv);         // src/cli/bench_cmd.cc
 int cache_main(int argc, char** argv);         // src/cli/cache_cmd.cc
 int bench_cache_main(int argc, char** argv);   // src/cli/bench_cache_cmd.cc
 int quantize_main(int argc, char** argv);      // src/cli/quantize_cmd.cc
+int peers_main(int argc, char** argv);         // src/cli/peers_cmd.cc
 
 }  // namespace kvstash::cli

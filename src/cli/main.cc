@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"bench", kvstash::cli::bench_main, "benchmark any OpenAI-compatible server (TTFT, ITL, TPOT, cache hit rate)"},
     {"cache", kvstash::cli::cache_main, "inspect, verify or clear a KV chunk store"},
     {"bench-cache", kvstash::cli::bench_cache_main, "TTFT with a prompt's prefix served from each KV store tier, vs cold"},
+    {"peers", kvstash::cli::peers_main, "a running node's identity, DHT neighbours and trust list (peer sharing)"},
 };
 
 void usage(FILE* out) {

@@ -22,6 +22,7 @@
 #include "cache/store_options.h"
 #include "cli/commands.h"
 #include "cli/kv_budget_flags.h"
+#include "cli/share_flags.h"
 #include "engine/engine.h"
 #include "kernels/simd_dispatch.h"
 #include "model/model.h"
@@ -314,6 +315,8 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-kv-events", no_kv_events, "Do not serve /v1/kv/info and /v1/kv/events (for cache-aware routers)");
+  ShareFlags share_flags;
+  add_share_flags(app, share_flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -366,6 +369,28 @@ int serve_main(int argc, char** argv) {
     log_line("serve: " + st.to_string());
     return 1;
   }
+  // Peer sharing (--dht-port): its DHT node starts now; its peers tier joins the store below. It
+  // outlives the store (declared first): the store's last queued writes still announce.
+  std::shared_ptr<share::ShareNode> share_node;
+  {
+    auto share_options = share_options_from(share_flags);
+    if (!share_options) {
+      log_line("serve: " + share_options.status().message());
+      return 1;
+    }
+    if (*share_options && cache_flags.disabled) {
+      log_line("serve: peer sharing (--dht-port) needs the KV store (drop --no-kv-store)");
+      return 1;
+    }
+    if (*share_options) {
+      auto started = share::ShareNode::start(**share_options, server_options.identity, server_options.trust);
+      if (!started) {
+        log_line("serve: peer sharing: " + started.status().to_string());
+        return 1;
+      }
+      share_node = std::move(*started);
+    }
+  }
 
   if (model_path.empty()) {
     Expected<std::string> demo = ensure_demo_model();
@@ -386,8 +411,16 @@ int serve_main(int argc, char** argv) {
   // The store outlives the engine (declared first, destroyed last); its destructor finishes the
   // queued writes.
   std::unique_ptr<cache::TieredStore> store;
+  // Sharing stops before the store goes, on every return path (its re-announcer reads the tiers).
+  struct StopSharing {
+    std::shared_ptr<share::ShareNode>& node;
+    ~StopSharing() {
+      if (node) node->stop();
+    }
+  } stop_sharing{share_node};
   if (!cache_flags.disabled) {
-    Expected<std::unique_ptr<cache::TieredStore>> opened = cache::open_tiered_store(*store_options);
+    Expected<std::unique_ptr<cache::TieredStore>> opened =
+        cache::open_tiered_store(*store_options, share_node ? share_node->make_peers_tier() : nullptr);
     if (!opened) {
       log_line("serve: kv store: " + opened.status().to_string());
       return 1;
@@ -396,13 +429,18 @@ int serve_main(int argc, char** argv) {
     cache::tune_allocator_for_chunks();
     engine_options.kv_store = store.get();
     engine_options.chunk_tokens = static_cast<int>(store_options->chunk_tokens);
-    log_line(describe_store(*store_options, cache_flags.ram.empty()));
+    log_line(describe_store(*store_options, cache_flags.ram.empty()) + (share_node ? " -> peers" : ""));
     if (kv_events) {
       cache::attach_tier_events(*store, *kv_events);
       server_options.kv_info.chunk_tokens = engine_options.chunk_tokens;
       for (std::size_t i = 0; i < store->tier_count(); ++i) {
         if (cache::kv_source_from_name(store->tier(i).name())) server_options.kv_info.tiers.push_back(store->tier(i).name());
       }
+    }
+    if (share_node) {
+      share_node->attach_store(store.get());
+      server_options.share_handler = share_node;
+      server_options.extra_metrics = [node = share_node.get()] { return node->render_metrics(); };
     }
   } else {
     log_line("kv store: off (--no-kv-store)");
@@ -439,6 +477,7 @@ int serve_main(int argc, char** argv) {
     log_line("serve: " + st.to_string());
     return 1;
   }
+  if (share_node) share_node->set_peer_url("http://" + server_options.host + ":" + std::to_string((*http)->port()));
   const ModelConfig& config = (*model)->config();
   log_line("serving " + backend->model_info().id + " (" + config.architecture + ", " +
            std::to_string(config.n_layers) + " layers, vocab " + std::to_string(config.n_vocab) + ") from " +

@@ -24,6 +24,7 @@ cache::ChunkMeta Engine::Impl::chunk_meta(const Sequence& seq, int chunk) const 
   m.n_kv_heads = static_cast<std::uint32_t>(c.n_kv_heads);
   m.head_dim = static_cast<std::uint32_t>(c.head_dim);
   m.element_type = static_cast<std::uint32_t>(gguf::TensorType::kF16);
+  m.salted = !seq.request.cache_salt.empty();  // a tenant's chunk never leaves the node unasked
   return m;
 }
 

@@ -168,6 +168,11 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                                   "invalid_request_error", "", "invalid_api_key"},
                          {{"WWW-Authenticate", "Bearer"}});
   }
+  if (options.share_handler && (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/fragments/") ||
+                                starts_with(path, "/v1/kv/peer"))) {
+    // Counted by the share module's own counters (kvstash_share_*), not per endpoint here.
+    return options.share_handler->handle(std::move(req), std::move(exchange));
+  }
   const char* allowed = nullptr;  // the method a known path takes
   if (kv_events && (path == "/v1/kv/info" || path == "/v1/kv/events")) {
     if (req.method == "GET") {
@@ -219,6 +224,7 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
         const http::HttpStats hs = front ? front->stats() : http::HttpStats{};
         r.content_type = "text/plain; version=0.0.4";
         r.body = metrics.render(backend.stats(), backend.kv_store_stats(), &hs);
+        if (options.extra_metrics) r.body += options.extra_metrics();
       }
       return respond(*exchange, path, std::move(r));
     }

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,11 @@ struct ServerOptions {
   // GET /v1/kv/events are served. Not owned; must outlive the server. nullptr = no such endpoints.
   cache::KvEventLog* kv_events = nullptr;
   KvNodeInfo kv_info;
+  // Peer sharing (share/share_node.h), when on: every request whose path starts with "/v1/kv/peer",
+  // "/v1/kv/chunks/" or "/v1/kv/fragments/" goes to this handler as it is (no API key: peers authenticate by
+  // signature), and extra_metrics() is appended to /metrics. Null / empty: off.
+  std::shared_ptr<http::Handler> share_handler;
+  std::function<std::string()> extra_metrics;
 };
 
 class Server {

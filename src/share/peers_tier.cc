@@ -1,0 +1,276 @@
+#include "share/peers_tier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <map>
+#include <random>
+
+#include "share/spot_check.h"
+
+namespace kvstash::share {
+namespace {
+
+// Remembered lookups at most; past it the expired ones go, then (a flood of distinct keys) all.
+constexpr std::size_t kMaxRemembered = 1 << 16;
+
+}  // namespace
+
+std::vector<PeersTier::Providers> PeersTier::providers(std::span<const cache::ChunkKey> keys) {
+  std::vector<Providers> out(keys.size());
+  std::vector<std::size_t> unknown;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto it = known_.find(keys[i]);
+      if (it != known_.end() && it->second.expires > now) {
+        out[i] = it->second;
+      } else {
+        unknown.push_back(i);
+      }
+    }
+  }
+  if (unknown.empty() || !node_->dht()) return out;
+  std::vector<cache::ChunkKey> ask;
+  std::vector<std::string> topics;  // per key: its providers, then its fragment holders
+  for (std::size_t i : unknown) {
+    ask.push_back(keys[i]);
+    topics.push_back(chunk_topic(keys[i]));
+    topics.push_back(fragment_topic(keys[i]));
+  }
+  const std::vector<DhtNode::Lookup> found = node_->dht()->get(topics, node_->options().lookup_timeout);
+  const std::string self = node_->peer_url();
+  ShareCounters& c = node_->counters();
+  const auto later = Clock::now();
+  std::lock_guard lock(mu_);
+  if (known_.size() + ask.size() > kMaxRemembered) {
+    std::erase_if(known_, [&](const auto& e) { return e.second.expires <= later; });
+    if (known_.size() + ask.size() > kMaxRemembered) known_.clear();
+  }
+  for (std::size_t j = 0; j < ask.size() && 2 * j + 1 < found.size(); ++j) {
+    Providers p;
+    for (const std::string& url : found[2 * j].providers) {
+      if (url != self) p.urls.push_back(url);
+    }
+    for (const std::string& value : found[2 * j + 1].providers) {  // "INDEX URL"
+      const auto space = value.find(' ');
+      if (space == std::string::npos || space == 0 || space > 2) continue;
+      const int index = std::atoi(value.c_str());
+      const std::string url = value.substr(space + 1);
+      if (index >= 0 && index < kMaxFragments && url != self) p.fragments.emplace_back(index, url);
+    }
+    const bool completed = found[2 * j].completed && found[2 * j + 1].completed;
+    if (!p.empty()) {
+      c.lookups_hit.fetch_add(1, std::memory_order_relaxed);
+    } else if (completed) {
+      c.lookups_miss.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      c.lookups_timeout.fetch_add(1, std::memory_order_relaxed);
+    }
+    p.expires = later + (p.empty() ? node_->options().negative_ttl : node_->options().positive_ttl);
+    known_[ask[j]] = p;
+    out[unknown[j]] = std::move(p);
+  }
+  return out;
+}
+
+std::vector<bool> PeersTier::holds(std::span<const cache::ChunkKey> keys) {
+  const auto found = providers(keys);
+  std::vector<bool> out(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = !found[i].empty();
+  return out;
+}
+
+std::size_t PeersTier::contains(std::span<const cache::ChunkKey> keys) {
+  const std::vector<bool> held = holds(keys);
+  std::size_t n = 0;
+  while (n < held.size() && held[n]) ++n;
+  return n;
+}
+
+Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
+  const auto start = Clock::now();
+  const Providers known = providers(std::span<const cache::ChunkKey>(&key, 1)).front();
+  const std::vector<std::string>& urls = known.urls;
+  ShareCounters& c = node_->counters();
+  const TrustPolicy policy = node_->trust_policy();
+  const std::string key_hex = key.hex();
+  std::vector<std::string> refused;  // providers that sent a chunk we rejected: not asked again for it
+  for (std::size_t i = 0; i < urls.size() && i < node_->options().max_providers_tried; ++i) {
+    auto fetched = fetch_chunk(urls[i], key_hex, node_->options().fetch);
+    if (!fetched) {
+      c.fetch_errors.fetch_add(1, std::memory_order_relaxed);
+      refused.push_back(urls[i]);
+      continue;
+    }
+    Manifest manifest;
+    ManifestError why = ManifestError::kNone;
+    if (!check_chunk(fetched->manifest, fetched->chunk, key, policy, &manifest, &why)) {
+      c.rejected[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+      counters_.rejected();
+      refused.push_back(urls[i]);
+      continue;
+    }
+    if (!node_->trusts(manifest.producer) && !admit_unknown(key, manifest, fetched->chunk)) {
+      counters_.miss();
+      return not_found("peers: chunk " + key_hex + " taken for a spot check");
+    }
+    const auto header = cache::parse_chunk_header(fetched->chunk);  // checked whole by check_chunk
+    node_->remember_manifest(manifest, header->payload_checksum);
+    node_->announce(key, *header);
+    c.fetches_ok.fetch_add(1, std::memory_order_relaxed);
+    c.fetched_bytes.fetch_add(fetched->chunk.size(), std::memory_order_relaxed);
+    counters_.hit(fetched->chunk.size(), Clock::now() - start);
+    return std::move(fetched->chunk);
+  }
+  if (!refused.empty()) {  // the next lookup of this key skips the providers that failed it
+    std::lock_guard lock(mu_);
+    if (auto it = known_.find(key); it != known_.end()) {
+      std::erase_if(it->second.urls, [&](const std::string& u) {
+        return std::find(refused.begin(), refused.end(), u) != refused.end();
+      });
+    }
+  }
+  if (!known.fragments.empty()) {
+    auto rebuilt = reconstruct(key, known.fragments);
+    if (rebuilt) {
+      counters_.hit(rebuilt->size(), Clock::now() - start);
+      return rebuilt;
+    }
+  }
+  counters_.miss();
+  return not_found("peers: no provider supplied a verified chunk " + key_hex);
+}
+
+Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const std::vector<std::pair<int, std::string>>& holders) {
+  ShareCounters& c = node_->counters();
+  const TrustPolicy policy = node_->trust_policy();
+  std::map<int, std::vector<std::string>> by_index;
+  for (const auto& [index, url] : holders) by_index[index].push_back(url);
+  // One fetch per index, in parallel; within an index, its holders one after the other.
+  std::vector<std::pair<int, std::future<std::optional<FetchedFragment>>>> fetches;
+  for (const auto& [index, urls] : by_index) {
+    fetches.emplace_back(index, std::async(std::launch::async, [&, index = index, urls = urls]() -> std::optional<FetchedFragment> {
+      for (const std::string& url : urls) {
+        auto f = fetch_fragment(url, key.hex(), index, node_->options().fetch);
+        if (f) return std::move(*f);
+        c.fetch_errors.fetch_add(1, std::memory_order_relaxed);
+      }
+      return std::nullopt;
+    }));
+  }
+  std::vector<std::pair<int, FetchedFragment>> got;
+  for (auto& [index, f] : fetches) {
+    if (auto fragment = f.get()) got.emplace_back(index, std::move(*fragment));
+  }
+  // The first set that verifies for this key and names a trusted producer fixes every hash.
+  std::optional<FragmentSet> set;
+  std::string manifest;
+  for (const auto& [index, f] : got) {
+    auto s = decode_fragment_set(f.set);
+    if (s && fragment_set_verifies(*s, key) && !policy.banned(s->producer) && policy.trusted(s->producer)) {
+      set = std::move(*s);
+      manifest = f.manifest;
+      break;
+    }
+  }
+  if (!set) {
+    if (!got.empty()) c.rejected[static_cast<int>(ManifestError::kUntrusted)].fetch_add(1, std::memory_order_relaxed);
+    return not_found("peers: no trusted fragment set for " + key.hex());
+  }
+  std::vector<Fragment> good;
+  for (const auto& [index, f] : got) {
+    if (static_cast<int>(good.size()) == set->scheme.k) break;  // enough: the rest need no hashing
+    if (fragment_matches(*set, index, f.bytes)) {
+      good.push_back({index, f.bytes});
+    } else {
+      c.fragments_rejected.fetch_add(1, std::memory_order_relaxed);  // identified: another index is used
+    }
+  }
+  auto chunk = erasure_decode(set->scheme, good, set->chunk_size);
+  if (!chunk) return not_found("peers: " + chunk.status().message());
+  Manifest checked;
+  ManifestError why = ManifestError::kNone;
+  if (!check_chunk(manifest, *chunk, key, policy, &checked, &why)) {
+    c.rejected[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+    counters_.rejected();
+    return not_found("peers: reconstructed chunk rejected");
+  }
+  if (!node_->trusts(checked.producer) && !admit_unknown(key, checked, *chunk)) return not_found("peers: taken for a spot check");
+  const auto header = cache::parse_chunk_header(*chunk);
+  node_->remember_manifest(checked, header->payload_checksum);
+  node_->announce(key, *header);
+  c.chunks_reconstructed.fetch_add(1, std::memory_order_relaxed);
+  c.fetched_bytes.fetch_add(chunk->size(), std::memory_order_relaxed);
+  return chunk;
+}
+
+bool PeersTier::admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const bool check = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < node_->options().spot_check;
+  if (!check) {
+    node_->remember_unchecked(manifest.producer, key);
+    node_->counters().unchecked_accepted.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  auto view = cache::decode_chunk(chunk, manifest.meta);  // checked by check_chunk already
+  if (!view) return false;
+  constexpr std::size_t kMaxPendingChecks = 256;  // a bound; beyond it a check is skipped, not queued
+  std::lock_guard lock(mu_);
+  if (pending_checks_.size() < kMaxPendingChecks) {
+    pending_checks_[key] = PendingCheck{manifest.producer, cache::Bytes(view->payload.begin(), view->payload.end())};
+  }
+  return false;
+}
+
+void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours) {
+  PendingCheck pending;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_checks_.find(key);
+    if (it == pending_checks_.end()) return;
+    pending = std::move(it->second);
+    pending_checks_.erase(it);
+  }
+  auto header = cache::parse_chunk_header(ours);
+  if (!header) return;
+  auto view = cache::decode_chunk(ours, header->meta);
+  if (!view) return;
+  const KvComparison cmp = kv_close(view->payload, pending.payload, header->meta.element_type);
+  ShareCounters& c = node_->counters();
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &cmp.max_abs_diff, sizeof bits);  // non-negative floats order as their bits
+  std::uint32_t seen = c.spot_check_max_diff_bits.load(std::memory_order_relaxed);
+  while (bits > seen && !c.spot_check_max_diff_bits.compare_exchange_weak(seen, bits, std::memory_order_relaxed)) {
+  }
+  if (cmp.close) {
+    c.spot_checks_passed.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c.spot_checks_failed.fetch_add(1, std::memory_order_relaxed);
+    node_->ban(pending.producer);
+  }
+}
+
+Status PeersTier::put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) {
+  auto header = cache::parse_chunk_header(bytes);
+  if (!header || header->meta.key != key) return invalid_argument("peers: not a chunk of key " + key.hex());
+  finish_spot_check(key, bytes);  // the engine's own KV of a chunk held back for a check
+  node_->announce(key, *header);
+  node_->place_fragments(key, bytes, *header);  // --erasure only
+  return Status::ok();
+}
+
+Status PeersTier::erase(const cache::ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  known_.erase(key);
+  return Status::ok();
+}
+
+cache::TierStats PeersTier::stats() const {
+  cache::TierStats s;
+  counters_.fill(s);
+  return s;
+}
+
+}  // namespace kvstash::share

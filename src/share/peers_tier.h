@@ -1,0 +1,82 @@
+// PeersTier: other kvstash nodes as the slowest tier of the TieredStore.
+//
+// holds()/contains() ask the DHT who provides each key (all keys of a prefix in one parallel
+// lookup, bounded by ShareOptions::lookup_timeout); answers are remembered: providers for
+// positive_ttl, "nobody" (and timeouts) for negative_ttl, so a cold prompt costs one bounded
+// lookup, not one per request. get() asks the key's providers one after the other (at most
+// max_providers_tried; the store runs up to load_depth gets of one prefix in parallel), each fetch
+// bounded in time and bytes, and returns the first chunk that passes check_chunk() (signed
+// manifest, trusted producer, header and SHA-256): nothing unverified ever leaves this tier. A
+// rejection is counted by reason and the next provider is tried. When no whole-chunk provider
+// delivers, the chunk's erasure-coded fragments are fetched in parallel (one holder per index,
+// the next holder of an index when one fails): the first fragment set that verifies and names a
+// trusted producer fixes every fragment's SHA-256, a fragment that does not match is refused
+// (counted, reason "fragment") and another index is used; any K good ones are decoded and the
+// result goes through check_chunk() like a fetched chunk. A verified chunk's manifest is
+// remembered and the chunk is announced with this node as a provider too.
+//
+// Under --trust any, a chunk whose producer is not on the trust list goes through a spot check
+// with probability --spot-check (spot_check.h): get() reports it missing so that the engine
+// computes it, and put() of the engine's own chunk compares the two.
+//
+// put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
+// chunks private), since the store writes every new chunk to every tier. erase() forgets the
+// key's providers. entries/bytes_used are 0: peers hold the bytes.
+//
+// Thread safety: safe from many threads (the store's loader and writer threads).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cache/tier.h"
+#include "share/share_node.h"
+
+namespace kvstash::share {
+
+class PeersTier final : public cache::Tier {
+ public:
+  explicit PeersTier(std::shared_ptr<ShareNode> node) : node_(std::move(node)) {}
+
+  std::string name() const override { return "peers"; }
+  std::size_t contains(std::span<const cache::ChunkKey> keys) override;
+  std::vector<bool> holds(std::span<const cache::ChunkKey> keys) override;
+  Expected<cache::Bytes> get(const cache::ChunkKey& key) override;
+  Status put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) override;
+  Status erase(const cache::ChunkKey& key) override;
+  cache::TierStats stats() const override;
+  Expected<std::vector<cache::ChunkKey>> list_keys() override { return std::vector<cache::ChunkKey>{}; }
+  Status clear() override { return Status::ok(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Providers {
+    std::vector<std::string> urls;                     // whole-chunk providers
+    std::vector<std::pair<int, std::string>> fragments;  // (index, holder) of erasure-coded fragments
+    bool empty() const { return urls.empty() && fragments.empty(); }
+    Clock::time_point expires;
+  };
+  // The providers of each key (cached, else one DHT lookup for all the unknown ones).
+  std::vector<Providers> providers(std::span<const cache::ChunkKey> keys);
+  // The chunk rebuilt from any K verified fragments, then checked against its manifest.
+  Expected<cache::Bytes> reconstruct(const cache::ChunkKey& key, const std::vector<std::pair<int, std::string>>& holders);
+
+  const std::shared_ptr<ShareNode> node_;
+  cache::TierCounters counters_;
+  // A chunk of an unknown producer held back for a spot check (spot_check.h) until the engine's
+  // own KV of it arrives through put().
+  struct PendingCheck {
+    identity::PublicKey producer;
+    cache::Bytes payload;  // theirs, decoded
+  };
+  // True when the chunk may be used now; false when it was taken for a spot check.
+  bool admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk);
+  void finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours);
+
+  std::mutex mu_;
+  std::unordered_map<cache::ChunkKey, Providers> known_;  // guarded by mu_
+  std::unordered_map<cache::ChunkKey, PendingCheck> pending_checks_;  // guarded by mu_
+};
+
+}  // namespace kvstash::share

@@ -1,0 +1,261 @@
+#include "share/share_node.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "cache/log.h"
+#include "share/peers_tier.h"
+
+namespace kvstash::share {
+
+ShareNode::ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
+                     std::shared_ptr<const identity::TrustList> trust)
+    : options_(std::move(options)), identity_(std::move(identity)), trust_(std::move(trust)) {}
+
+Expected<std::shared_ptr<ShareNode>> ShareNode::start(const ShareOptions& options,
+                                                      std::shared_ptr<const identity::NodeIdentity> identity,
+                                                      std::shared_ptr<const identity::TrustList> trust) {
+  if (!identity || !trust) return invalid_argument("peer sharing needs the node's identity and trust list");
+  if (!options.peer_url.empty()) {
+    if (auto u = parse_peer_url(options.peer_url); !u) return Status(u.status().code(), "--peer-url: " + u.status().message());
+  }
+  if (options.reannounce_interval.count() <= 0 || options.reannounce_interval >= options.dht.value_ttl) {
+    return invalid_argument("peer sharing: the re-announce interval must be positive and shorter than the value TTL");
+  }
+  auto dht = DhtNode::start(options.dht);
+  if (!dht) return dht.status();
+  std::shared_ptr<ShareNode> node(new ShareNode(options, std::move(identity), std::move(trust)));
+  node->dht_ = std::move(*dht);
+  node->peer_url_ = options.peer_url;
+  node->reannouncer_ = std::thread([raw = node.get()] { raw->reannounce_loop(); });
+  cache::log_info("peer sharing: dht node " + node->dht_->node_id() + " on udp port " +
+                   std::to_string(node->dht_->port()) + (options.dht.bootstrap.empty() ? " (first node)" : ", bootstrap " +
+                   [&] { std::string s; for (auto& b : options.dht.bootstrap) s += (s.empty() ? "" : ",") + b; return s; }()) +
+                   (options.share_salted ? "; salted chunks are shared (--share-salted)" : "; salted chunks stay here"));
+  return node;
+}
+
+ShareNode::~ShareNode() { stop(); }
+
+std::unique_ptr<cache::Tier> ShareNode::make_peers_tier() { return std::make_unique<PeersTier>(shared_from_this()); }
+
+void ShareNode::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !reannouncer_.joinable()) return;
+    stopping_ = true;
+    store_ = nullptr;
+  }
+  wake_.notify_all();
+  if (reannouncer_.joinable()) reannouncer_.join();
+  if (dht_) dht_->stop();
+}
+
+void ShareNode::attach_store(cache::TieredStore* store) {
+  std::lock_guard lock(mu_);
+  if (!stopping_) store_ = store;
+}
+
+std::string ShareNode::peer_url() const {
+  std::lock_guard lock(mu_);
+  return peer_url_;
+}
+
+void ShareNode::set_peer_url(const std::string& url) {
+  std::vector<cache::ChunkKey> pending;
+  std::string announced_url;
+  {
+    std::lock_guard lock(mu_);
+    if (peer_url_.empty()) peer_url_ = url;  // else --peer-url was given: it wins
+    announced_url = peer_url_;
+    pending.assign(announced_.begin(), announced_.end());
+  }
+  cache::log_info("peer sharing: announcing chunks as " + announced_url);
+  dht_->put(kDirectoryTopic, announced_url);
+  for (const auto& key : pending) put_announcement(key, announced_url);
+}
+
+TrustPolicy ShareNode::trust_policy() const {
+  TrustPolicy p;
+  p.trusted = [trust = trust_, any = options_.trust_any](const identity::PublicKey& k) { return any || trust->trusts(k); };
+  p.banned = [self = weak_from_this()](const identity::PublicKey& k) {
+    auto node = self.lock();
+    if (!node) return false;
+    std::lock_guard lock(node->mu_);
+    return node->banned_.count(k) != 0;
+  };
+  return p;
+}
+
+void ShareNode::ban(const identity::PublicKey& producer) {
+  std::vector<cache::ChunkKey> drop;
+  cache::TieredStore* store = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (!banned_.insert(producer).second) return;
+    if (auto it = unchecked_.find(producer); it != unchecked_.end()) {
+      drop = std::move(it->second);
+      unchecked_.erase(it);
+    }
+    for (const auto& key : drop) {
+      manifests_.erase(key);
+      announced_.erase(key);
+    }
+    store = store_;
+  }
+  cache::log_warning("peer sharing: producer " + identity::to_hex(producer) + " failed a spot check: banned; " +
+                     std::to_string(drop.size()) + " of its chunks dropped");
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    if (store->tier(t).name() == "peers") continue;
+    for (const auto& key : drop) (void)store->tier(t).erase(key);
+  }
+}
+
+void ShareNode::remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  auto& keys = unchecked_[producer];
+  if (keys.size() < options_.max_manifests) keys.push_back(key);
+}
+
+void ShareNode::announce(const cache::ChunkKey& key, const cache::ChunkHeader& header) {
+  if (header.meta.salted && !options_.share_salted) {
+    counters_.kept_salted.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::string url;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    if (!announced_.insert(key).second) return;  // already announced; the loop refreshes it
+    if (announced_.size() > options_.max_announced) {
+      announced_.erase(key);
+      return;
+    }
+    url = peer_url_;
+  }
+  if (!url.empty()) put_announcement(key, url);
+}
+
+void ShareNode::put_announcement(const cache::ChunkKey& key, const std::string& url) {
+  dht_->announce(key, url, [self = weak_from_this()](bool ok) {
+    if (auto node = self.lock()) (ok ? node->counters_.announcements_ok : node->counters_.announcements_failed).fetch_add(1);
+  });
+}
+
+void ShareNode::remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum) {
+  std::lock_guard lock(mu_);
+  if (manifests_.size() >= options_.max_manifests) manifests_.erase(manifests_.begin());  // any one: a bound, not a policy
+  manifests_[manifest.meta.key] = {encode_manifest(manifest), payload_checksum};
+}
+
+void ShareNode::reannounce_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_; });
+    if (stopping_) return;
+    std::vector<cache::ChunkKey> keys(announced_.begin(), announced_.end());
+    std::vector<std::pair<cache::ChunkKey, int>> held_fragments(fragment_order_.begin(), fragment_order_.end());
+    cache::TieredStore* store = store_;
+    const std::string url = peer_url_;
+    lock.unlock();
+    if (!url.empty()) {
+      dht_->put(kDirectoryTopic, url);
+      for (const auto& [key, index] : held_fragments) dht_->put(fragment_topic(key), std::to_string(index) + " " + url);
+    }
+    // Which announced chunks a local tier still holds (tier locks, never ours, while asking).
+    std::vector<bool> held(keys.size(), false);
+    if (store) {
+      for (std::size_t t = 0; t < store->tier_count(); ++t) {
+        const std::string name = store->tier(t).name();
+        if (name == "peers" || name == "redis") continue;
+        const std::vector<bool> h = store->tier(t).holds(keys);
+        for (std::size_t i = 0; i < keys.size() && i < h.size(); ++i) held[i] = held[i] || h[i];
+      }
+    }
+    std::size_t refreshed = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (held[i] && !url.empty()) {
+        put_announcement(keys[i], url);
+        ++refreshed;
+      }
+    }
+    lock.lock();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!held[i]) announced_.erase(keys[i]);
+    }
+  }
+}
+
+std::string ShareNode::render_metrics() const {
+  std::ostringstream o;
+  auto counter = [&](const char* name, const char* help, std::uint64_t v, const std::string& labels = "") {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << labels << " " << v << "\n";
+  };
+  auto value = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  std::size_t announced = 0, banned = 0;
+  {
+    std::lock_guard lock(mu_);
+    announced = announced_.size();
+    banned = banned_.size();
+  }
+  o << "# HELP kvstash_share_dht_nodes DHT nodes this node knows (good and dubious)\n"
+       "# TYPE kvstash_share_dht_nodes gauge\nkvstash_share_dht_nodes "
+    << (dht_ ? dht_->known_nodes() : 0) << "\n";
+  o << "# HELP kvstash_share_announced_chunks Chunks this node announces as their provider\n"
+       "# TYPE kvstash_share_announced_chunks gauge\nkvstash_share_announced_chunks " << announced << "\n";
+  o << "# HELP kvstash_share_banned_producers Producers banned here (failed spot checks)\n"
+       "# TYPE kvstash_share_banned_producers gauge\nkvstash_share_banned_producers " << banned << "\n";
+  o << "# HELP kvstash_share_announcements_total DHT announcements by result\n"
+       "# TYPE kvstash_share_announcements_total counter\n"
+    << "kvstash_share_announcements_total{result=\"ok\"} " << value(counters_.announcements_ok) << "\n"
+    << "kvstash_share_announcements_total{result=\"failed\"} " << value(counters_.announcements_failed) << "\n";
+  o << "# HELP kvstash_share_lookups_total DHT lookups of chunk keys by result\n"
+       "# TYPE kvstash_share_lookups_total counter\n"
+    << "kvstash_share_lookups_total{result=\"hit\"} " << value(counters_.lookups_hit) << "\n"
+    << "kvstash_share_lookups_total{result=\"miss\"} " << value(counters_.lookups_miss) << "\n"
+    << "kvstash_share_lookups_total{result=\"timeout\"} " << value(counters_.lookups_timeout) << "\n";
+  counter("kvstash_share_fetches_total", "Chunks fetched from peers and verified", value(counters_.fetches_ok));
+  counter("kvstash_share_fetch_errors_total", "Chunk fetches that failed (unreachable, timeout, too large, 404)",
+          value(counters_.fetch_errors));
+  counter("kvstash_share_fetched_bytes_total", "Chunk bytes fetched from peers and verified", value(counters_.fetched_bytes));
+  counter("kvstash_share_served_chunks_total", "Chunks served to peers", value(counters_.served_chunks));
+  counter("kvstash_share_served_bytes_total", "Chunk bytes served to peers", value(counters_.served_bytes));
+  counter("kvstash_share_refused_salted_total", "Requests for a salted chunk refused (no --share-salted)",
+          value(counters_.refused_salted));
+  counter("kvstash_share_kept_salted_total", "Salted chunks stored and not announced (no --share-salted)",
+          value(counters_.kept_salted));
+  o << "# HELP kvstash_share_rejections_total Chunks from peers rejected before reaching the engine, by reason\n"
+       "# TYPE kvstash_share_rejections_total counter\n";
+  for (int r = 1; r < 8; ++r) {
+    o << "kvstash_share_rejections_total{reason=\"" << manifest_error_name(static_cast<ManifestError>(r)) << "\"} "
+      << value(counters_.rejected[r]) << "\n";
+  }
+  o << "kvstash_share_rejections_total{reason=\"fragment\"} " << value(counters_.fragments_rejected) << "\n";
+  o << "kvstash_share_rejections_total{reason=\"spot_check\"} " << value(counters_.spot_checks_failed) << "\n";
+  counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
+          value(counters_.fragments_placed));
+  counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
+          value(counters_.fragment_place_errors));
+  counter("kvstash_share_fragments_accepted_total", "Fragments peers placed here and this node holds",
+          value(counters_.fragments_accepted));
+  counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
+          value(counters_.fragments_refused));
+  o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers recomputed and compared (--trust any)\n"
+       "# TYPE kvstash_share_spot_checks_total counter\n"
+    << "kvstash_share_spot_checks_total{result=\"passed\"} " << value(counters_.spot_checks_passed) << "\n"
+    << "kvstash_share_spot_checks_total{result=\"failed\"} " << value(counters_.spot_checks_failed) << "\n";
+  counter("kvstash_share_unchecked_chunks_total", "Chunks of unknown producers accepted without a spot check",
+          value(counters_.unchecked_accepted));
+  {
+    const std::uint32_t bits = counters_.spot_check_max_diff_bits.load(std::memory_order_relaxed);
+    float diff = 0;
+    std::memcpy(&diff, &bits, sizeof diff);
+    o << "# HELP kvstash_share_spot_check_max_abs_diff Largest |ours - theirs| of a KV element seen in spot checks\n"
+         "# TYPE kvstash_share_spot_check_max_abs_diff gauge\nkvstash_share_spot_check_max_abs_diff " << diff << "\n";
+  }
+  counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
+          value(counters_.chunks_reconstructed));
+  return o.str();
+}
+
+}  // namespace kvstash::share

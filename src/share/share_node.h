@@ -1,0 +1,174 @@
+// ShareNode: peer-to-peer KV sharing inside `kvstash serve` (issue 13). It owns this node's DHT
+// node (share/dht_node.h), announces the chunks the node holds, answers peers' chunk requests,
+// and backs the peers tier (share/peers_tier.h), the slowest tier of the TieredStore.
+//
+//   GET /v1/kv/chunks/{key}  the chunk as this node holds it (memory or disk tier) and, in the
+//                            X-Kvstash-Manifest header, its signed manifest: the original
+//                            producer's when the chunk was fetched from a peer, else one this node
+//                            signs. 404: not held; 403: a salted chunk without --share-salted.
+//   PUT /v1/kv/fragments/{key}/{i}  a fragment of an erasure-coded chunk to hold (accepted when its
+//                            signed fragment set verifies, its producer is trusted and its hash
+//                            matches); GET returns it with its set and the chunk's manifest.
+//   GET /v1/kv/peers         this node's identity, peer URL, DHT node and neighbours, trust list
+//                            and banned producers, as JSON (`kvstash peers`).
+//
+// Announcing: every chunk the store writes (the peers tier's put(), called by the store's
+// write-behind queue) and every chunk fetched and verified from a peer is announced as
+// `key → peer_url`, unless it is salted and --share-salted is off. A thread re-announces every
+// `reannounce_interval` the announced chunks that a local tier still holds and forgets the rest.
+//
+// Lifetime: create it before the store (its peers tier goes into the store), attach_store() once
+// the store exists, set_peer_url() once the HTTP server listens, stop() before the store is
+// destroyed (the re-announce thread reads the store's tiers).
+//
+// Thread safety: every public method may be called from any thread. Lock order: mu_ only; the
+// DHT's and the tiers' own locks are never taken while holding it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "cache/tiered_store.h"
+#include "http/http_server.h"
+#include "identity/identity.h"
+#include "share/dht_node.h"
+#include "share/erasure.h"
+#include "share/manifest.h"
+#include "share/peer_client.h"
+
+namespace kvstash::share {
+
+struct ShareOptions {
+  DhtOptions dht;                                     // --dht-port, --dht-bootstrap
+  std::string peer_url;                               // --peer-url; "" = http://HOST:PORT of this server
+  bool share_salted = false;                          // --share-salted: salted chunks may leave the node
+  std::chrono::milliseconds lookup_timeout{500};      // one DHT lookup (all keys of a prefix at once)
+  std::chrono::milliseconds negative_ttl{2000};       // "nobody has it" is believed this long
+  std::chrono::milliseconds positive_ttl{30000};      // a key's providers are reused this long
+  FetchLimits fetch;                                  // time and size bound of one chunk fetch
+  std::size_t max_providers_tried = 4;                // providers asked for one chunk before a miss
+  std::chrono::seconds reannounce_interval{300};      // < dht.value_ttl (600 s), so values never lapse
+  std::size_t max_announced = 1 << 20;                // chunks kept announced at most
+  std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
+  std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
+  bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
+  double spot_check = 0.1;                            // --spot-check P: share of their chunks recomputed
+  std::uint64_t max_fragment_bytes = std::uint64_t{256} << 20;  // fragments held for peers, 256 MiB
+};
+
+// What /metrics shows (kvstash_share_*). Counters only grow.
+struct ShareCounters {
+  std::atomic<std::uint64_t> announcements_ok{0}, announcements_failed{0};
+  std::atomic<std::uint64_t> lookups_hit{0}, lookups_miss{0}, lookups_timeout{0};
+  std::atomic<std::uint64_t> fetches_ok{0}, fetch_errors{0}, fetched_bytes{0};
+  std::atomic<std::uint64_t> served_chunks{0}, served_bytes{0}, refused_salted{0}, kept_salted{0};
+  std::atomic<std::uint64_t> rejected[8]{};  // by ManifestError (index 0 unused)
+  std::atomic<std::uint64_t> fragments_placed{0}, fragment_place_errors{0}, fragments_accepted{0};
+  std::atomic<std::uint64_t> fragments_refused{0};        // PUTs refused (unsigned, untrusted, bad hash)
+  std::atomic<std::uint64_t> fragments_rejected{0};       // fetched fragments whose hash or set failed
+  std::atomic<std::uint64_t> chunks_reconstructed{0};
+  std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
+  std::atomic<std::uint32_t> spot_check_max_diff_bits{0};  // max |ours - theirs| seen (a float's bits)
+};
+
+// DHT topics besides chunk_topic() (dht_node.h): every node's peer URL, and a chunk's fragment
+// holders (values "INDEX URL").
+inline constexpr const char* kDirectoryTopic = "kvstash-nodes-v1";
+std::string fragment_topic(const cache::ChunkKey& key);
+
+class ShareNode : public http::Handler, public std::enable_shared_from_this<ShareNode> {
+ public:
+  // Starts the DHT node (errors: DhtNode::start's, and kInvalidArgument for a bad --peer-url).
+  static Expected<std::shared_ptr<ShareNode>> start(const ShareOptions& options,
+                                                    std::shared_ptr<const identity::NodeIdentity> identity,
+                                                    std::shared_ptr<const identity::TrustList> trust);
+  ~ShareNode() override;
+
+  // The peers tier to append to the TieredStore (one per node).
+  std::unique_ptr<cache::Tier> make_peers_tier();
+  // The store whose local tiers (every tier but "peers") this node serves from and re-announces.
+  void attach_store(cache::TieredStore* store);
+  // The URL peers fetch from; announcements made before it is known go out now.
+  void set_peer_url(const std::string& url);
+  // Stops re-announcing, detaches the store, leaves the DHT. Idempotent.
+  void stop();
+
+  void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
+  std::string render_metrics() const;
+
+  // --- For the peers tier. ---
+  const ShareOptions& options() const { return options_; }
+  ShareCounters& counters() { return counters_; }
+  DhtNode* dht() { return dht_.get(); }
+  std::string peer_url() const;
+  TrustPolicy trust_policy() const;
+  // Announces key (now, and again while a local tier holds it) if its header allows it to leave.
+  void announce(const cache::ChunkKey& key, const cache::ChunkHeader& header);
+  // Remembers the verified manifest of a chunk fetched from a peer, to serve it on.
+  void remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum);
+  // Bans `producer` (spot check failed): its chunks are refused from now on, and those accepted from
+  // it unchecked (remember_unchecked) are erased from the local tiers.
+  void ban(const identity::PublicKey& producer);
+  void remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key);
+  bool trusts(const identity::PublicKey& producer) const { return trust_->trusts(producer); }
+  // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
+  // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
+  void place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk, const cache::ChunkHeader& header);
+  // Other nodes' peer URLs, from the DHT's node directory (remembered for a few seconds).
+  std::vector<std::string> directory();
+
+ private:
+  ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
+            std::shared_ptr<const identity::TrustList> trust);
+  void serve_chunk(const std::string& key_hex, http::Exchange& exchange);
+  void serve_peers(http::Exchange& exchange);
+  void handle_fragment(const http::Request& request, http::Exchange& exchange);
+  // The manifest to send with `chunk` (a remembered one whose chunk is these bytes, else our own).
+  Expected<std::string> manifest_for(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk,
+                                     const cache::ChunkHeader& header);
+  void put_announcement(const cache::ChunkKey& key, const std::string& url);
+  void reannounce_loop();
+
+  const ShareOptions options_;
+  const std::shared_ptr<const identity::NodeIdentity> identity_;
+  const std::shared_ptr<const identity::TrustList> trust_;
+  std::unique_ptr<DhtNode> dht_;
+  ShareCounters counters_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;                  // the re-announce thread's sleep; stop wakes it
+  cache::TieredStore* store_ = nullptr;           // guarded by mu_
+  std::string peer_url_;                          // guarded by mu_
+  std::unordered_set<cache::ChunkKey> announced_; // guarded by mu_
+  struct KnownManifest {
+    std::string bytes;
+    std::uint64_t payload_checksum = 0;  // the chunk header's XXH3: the bytes it was checked with
+  };
+  std::unordered_map<cache::ChunkKey, KnownManifest> manifests_;  // guarded by mu_
+  std::set<identity::PublicKey> banned_;                          // guarded by mu_
+  struct HeldFragment {
+    cache::Bytes bytes;
+    std::string set, manifest;
+  };
+  std::map<std::pair<cache::ChunkKey, int>, HeldFragment> fragments_;  // guarded by mu_
+  std::deque<std::pair<cache::ChunkKey, int>> fragment_order_;         // oldest first; guarded by mu_
+  std::uint64_t fragment_bytes_ = 0;                                   // guarded by mu_
+  std::vector<std::string> directory_;                                 // guarded by mu_
+  std::map<identity::PublicKey, std::vector<cache::ChunkKey>> unchecked_;  // guarded by mu_
+  std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
+  bool stopping_ = false;                                         // guarded by mu_
+  std::thread reannouncer_;
+};
+
+}  // namespace kvstash::share
