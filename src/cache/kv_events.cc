@@ -40,20 +40,37 @@ KvEventLog::KvEventLog(KvEventLogOptions options) : options_(options), epoch_(ra
   ring_.resize(std::max<std::size_t>(1, options_.retained));
 }
 
+bool KvEventLog::publish_locked(std::span<const KvChange> changes) {
+  bool any = false;
+  for (const KvChange& c : changes) {
+    auto& held = held_[static_cast<int>(c.source)];
+    const bool changed = c.stored ? held.insert(c.key).second : held.erase(c.key) > 0;
+    if (!changed) continue;  // a repeat: the state (and so the stream) is unchanged
+    ++last_seq_;
+    ring_[(last_seq_ - 1) % ring_.size()] = KvEvent{last_seq_, c};
+    any = true;
+  }
+  return any;
+}
+
 void KvEventLog::publish(std::span<const KvChange> changes) {
   bool any = false;
   {
     std::lock_guard lock(mu_);
-    for (const KvChange& c : changes) {
-      auto& held = held_[static_cast<int>(c.source)];
-      const bool changed = c.stored ? held.insert(c.key).second : held.erase(c.key) > 0;
-      if (!changed) continue;  // a repeat: the state (and so the stream) is unchanged
-      ++last_seq_;
-      ring_[(last_seq_ - 1) % ring_.size()] = KvEvent{last_seq_, c};
-      any = true;
-    }
+    any = publish_locked(changes);
   }
   if (any) changed_.notify_all();
+}
+
+bool KvEventLog::try_publish(std::span<const KvChange> changes) {
+  bool any = false;
+  {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    any = publish_locked(changes);
+  }
+  if (any) changed_.notify_all();
+  return true;
 }
 
 std::uint64_t KvEventLog::last_seq() const {

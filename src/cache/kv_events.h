@@ -15,7 +15,8 @@
 //
 // Cost on the publisher's side: one short mutex hold per publish() call (a hash-set update and a
 // ring slot per event) and a notify; no allocation once the ring is full, no I/O, no waiting on
-// subscribers. The engine publishes its pool's events once per step, in one call.
+// subscribers. The engine publishes its pool's events once per step, in one try_publish() call
+// that never waits (when a subscriber holds the lock, the engine keeps them for its next step).
 //
 // Thread safety: every method is safe from any thread. Lock order: the log's mutex is a leaf
 // (tiers call publish() with their own lock held; the log calls nothing outside itself).
@@ -75,6 +76,9 @@ class KvEventLog {
   void publish(const KvChange& change) { publish(std::span<const KvChange>(&change, 1)); }
   // Publishes the changes in order (one lock hold for all of them).
   void publish(std::span<const KvChange> changes);
+  // publish() if the log's lock is free right now; false (nothing published) when a subscriber
+  // holds it. For the engine thread, which never waits: it keeps the changes for its next step.
+  bool try_publish(std::span<const KvChange> changes);
 
   // The number of the last event published (0 before any).
   std::uint64_t last_seq() const;
@@ -89,6 +93,8 @@ class KvEventLog {
   void close();
 
  private:
+  bool publish_locked(std::span<const KvChange> changes);  // true if any event was made
+
   const KvEventLogOptions options_;
   const std::string epoch_;
   mutable std::mutex mu_;

@@ -146,3 +146,22 @@ TEST(KvEventLog, DiskTierReportsWhatItFoundAtStartThenItsChanges) {
 
 }  // namespace
 }  // namespace kvstash::cache
+
+namespace kvstash::cache {
+namespace {
+
+TEST(KvEventLog, TryPublishNeverWaitsForASubscriber) {
+  KvEventLog log;
+  ASSERT_TRUE(log.try_publish(std::vector<KvChange>{{true, KvSource::kPool, key(1)}}));
+  EXPECT_EQ(log.last_seq(), 1u);
+  // A subscriber inside wait_after() does not hold the lock while it waits.
+  std::thread waiter([&] { log.wait_after(1, std::chrono::milliseconds(200)); });
+  bool published = false;
+  for (int i = 0; i < 1000 && !published; ++i) published = log.try_publish(std::vector<KvChange>{{true, KvSource::kPool, key(2)}});
+  waiter.join();
+  EXPECT_TRUE(published);
+  EXPECT_EQ(log.last_seq(), 2u);
+}
+
+}  // namespace
+}  // namespace kvstash::cache

@@ -338,11 +338,21 @@ void Engine::Impl::step() {
   run_batch(plan, prefill_tokens);
 }
 
-// The pool's key changes of the step just run, in one publish (one lock hold of the log).
+// The pool's key changes of the step just run, in one publish (one lock hold of the log). The
+// engine never waits for the log: when a subscriber holds its lock, the changes wait for the next
+// step (in order; past kMaxUnpublished they are published with a wait, so memory stays bounded).
 void Engine::Impl::publish_key_changes() {
   if (!options.kv_events) return;
+  constexpr std::size_t kMaxUnpublished = 1 << 16;
   std::vector<cache::KvChange> changes = pool.take_key_changes();
-  if (!changes.empty()) options.kv_events->publish(changes);
+  unpublished_changes.insert(unpublished_changes.end(), changes.begin(), changes.end());
+  if (unpublished_changes.empty()) return;
+  if (unpublished_changes.size() > kMaxUnpublished) {
+    options.kv_events->publish(unpublished_changes);
+  } else if (!options.kv_events->try_publish(unpublished_changes)) {
+    return;
+  }
+  unpublished_changes.clear();
 }
 
 // Admits waiting requests, oldest first, while the running batch has room and the pool can hold

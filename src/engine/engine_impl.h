@@ -52,6 +52,7 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::int64_t step_number = 0;
   std::shared_ptr<const QueryStats> query_stats;  // calibrated at the first compaction
+  std::vector<cache::KvChange> unpublished_changes;  // pool key changes the event log has not taken yet
 
   // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
   struct Planned {
