@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP server:
 //   POST /v1/chat/completions, POST /v1/completions (streaming as SSE or not),
-//   GET /v1/models, GET /health (liveness), GET /ready (503 while draining), GET /metrics
+//   GET /v1/models, GET /v1/identity (the node's public key and trusted keys), GET /health (liveness), GET /ready (503 while draining), GET /metrics
 //   (Prometheus text), OPTIONS (CORS preflight, with --cors-origin).
 // Errors are OpenAI-style JSON: 400 invalid request (and unsupported parameters), 401 bad API key,
 // 404 unknown endpoint or model, 405 wrong method, 408/413/431 from the HTTP layer's limits,
@@ -34,6 +34,8 @@
 
 namespace kvstash::server {
 
+class ResponseCache;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";          // address to listen on
   int port = 8080;                         // 0 = any free port (see port())
@@ -58,6 +60,9 @@ struct ServerOptions {
   // included). kvstash serve always sets both; null in servers built without them (tests).
   std::shared_ptr<const identity::NodeIdentity> identity;
   std::shared_ptr<const identity::TrustList> trust;
+  // The response cache (server/response_cache.h; --response-cache); null = none: every request
+  // goes to the engine and answers carry no x-kvstash-cache header.
+  std::shared_ptr<ResponseCache> response_cache;
 };
 
 class Server {
