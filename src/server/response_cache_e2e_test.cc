@@ -313,5 +313,46 @@ TEST_F(ResponseCacheE2ETest, TamperedAndUntrustedRecordsAreRejected) {
   EXPECT_EQ(post(*reader, "/v1/chat/completions", question).cache, "hit");
 }
 
+// `kvstash cache verify` checks response records: a valid one is kept, a forged one removed.
+TEST_F(ResponseCacheE2ETest, CacheVerifyChecksResponseRecords) {
+  ASSERT_TRUE(cache::testing::redis_installed()) << "redis-server is not installed (scripts/install-deps.sh)";
+  RedisTestServer redis(cache::testing::free_port());
+  ASSERT_TRUE(redis.ready());
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis.port());
+  std::string key_hex;
+  {
+    auto producer = serve("producer", "a", {"--cache-redis", url});
+    ASSERT_TRUE(producer->ready());
+    key_hex = post(*producer, "/v1/chat/completions", chat("verify me")).key;
+    ASSERT_TRUE(redis_has(redis.port(), key_hex));
+  }
+  auto verify = [&] {
+    const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash cache verify --cache-redis " + url + " 2>&1";
+    std::string out;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    char buf[512];
+    while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
+    if (pipe) ::pclose(pipe);
+    return out;
+  };
+  EXPECT_NE(verify().find("redis responses: ok=1 bad_removed=0"), std::string::npos);
+  const cache::ChunkKey key = *cache::ChunkKey::from_hex(key_hex);
+  cache::RedisTier tier = response_tier(redis.port());
+  auto bytes = tier.get(key);
+  ASSERT_TRUE(bytes.has_value());
+  auto header = cache::parse_chunk_header(*bytes);
+  ASSERT_TRUE(header.has_value());
+  const cache::ChunkMeta meta = cache::response_envelope_meta(key, header->meta.model_fingerprint);
+  auto view = cache::decode_chunk(*bytes, meta);
+  ASSERT_TRUE(view.has_value());
+  cache::ResponseRecord r = *cache::decode_response_record(view->payload);
+  r.completion_tokens += 1;
+  auto forged = cache::encode_chunk(meta, *cache::encode_response_record(r));
+  ASSERT_TRUE(forged.has_value());
+  ASSERT_TRUE(tier.put(key, *forged).is_ok());
+  EXPECT_NE(verify().find("redis responses: ok=0 bad_removed=1"), std::string::npos);
+  EXPECT_EQ(cache::testing::redis_query(redis.port(), "EXISTS kvstash:response:" + key_hex), "0");
+}
+
 }  // namespace
 }  // namespace kvstash::server::testing
