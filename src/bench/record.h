@@ -42,6 +42,7 @@ struct RequestRecord {
   std::string error;            // an error_kind, "" = ok
   std::string error_detail;     // a human-readable explanation
   std::string output_text;      // what the server generated (kept in memory, not written to --out)
+  std::string cache;            // the x-kvstash-cache response header (hit, miss, bypass, ...); "" = none
 
   bool ok() const { return error.empty(); }
 };

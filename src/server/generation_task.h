@@ -35,6 +35,7 @@ struct RequestRecord {
   std::string endpoint;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool stream = false;
+  std::string cache;  // the response cache's result (hit, miss, bypass); "" = no response cache
 };
 
 // What a task needs from the server around it.

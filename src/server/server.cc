@@ -111,6 +111,7 @@ void Server::Impl::log_request(const RequestRecord& r, int status, const Outcome
                  {"status", status},    {"prompt_tokens", o.prompt_tokens}, {"cached_tokens", o.cached_tokens},
                  {"generated", o.completion_tokens}, {"ttft_s", o.ttft_s}, {"total_s", total},
                  {"finish", o.finish_reason}};
+    if (!r.cache.empty()) line["cache"] = r.cache;
     if (!note.empty()) line["note"] = note;
     log_line(dump_json(line));
     return;
@@ -118,10 +119,11 @@ void Server::Impl::log_request(const RequestRecord& r, int status, const Outcome
   char text[512];
   std::snprintf(text, sizeof(text),
                 "%s %s%s status=%d prompt_tokens=%d cached_tokens=%d generated=%d ttft=%.3fs "
-                "total=%.3fs finish=%s%s%s",
+                "total=%.3fs finish=%s%s%s%s%s",
                 r.id.c_str(), r.endpoint.c_str(), r.stream ? " stream" : "", status, o.prompt_tokens,
                 o.cached_tokens, o.completion_tokens, o.ttft_s, total,
-                o.finish_reason.empty() ? "-" : o.finish_reason.c_str(), note.empty() ? "" : " ", note.c_str());
+                o.finish_reason.empty() ? "-" : o.finish_reason.c_str(), r.cache.empty() ? "" : " cache=",
+                r.cache.c_str(), note.empty() ? "" : " ", note.c_str());
   log_line(text);
 }
 
@@ -322,6 +324,7 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   const bool want_logprobs = parsed.logprobs;
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
   const bool store_answer = cached && cached->status == "miss";
+  if (cached) record.cache = cached->status;
   if (store_answer) gen->record_events();
   auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gen), std::move(parsed),
                                                std::move(meta), std::move(record));
