@@ -252,6 +252,8 @@ std::string ResponseCache::render_metrics() const {
   out += "# HELP kvstash_response_cache_stores_total Records signed and queued for the tiers.\n";
   out += "# TYPE kvstash_response_cache_stores_total counter\n";
   out += "kvstash_response_cache_stores_total " + v(stores_) + "\n";
+  out += "# HELP kvstash_response_cache_store_errors_total Answers not stored (record too large, encode failed).\n";
+  out += "# TYPE kvstash_response_cache_store_errors_total counter\n";
   out += "kvstash_response_cache_store_errors_total " + v(store_errors_) + "\n";
   out += "# HELP kvstash_response_cache_bytes_total Record bytes served (hits) and stored.\n";
   out += "# TYPE kvstash_response_cache_bytes_total counter\n";
@@ -259,8 +261,13 @@ std::string ResponseCache::render_metrics() const {
   out += "kvstash_response_cache_bytes_total{direction=\"stored\"} " + v(bytes_stored_) + "\n";
   out += "# HELP kvstash_response_cache_tier_entries Records held per tier (0 where unknown: redis).\n";
   out += "# TYPE kvstash_response_cache_tier_entries gauge\n";
-  for (const cache::TierReport& t : store_->tier_stats()) {
+  const std::vector<cache::TierReport> tiers = store_->tier_stats();
+  for (const cache::TierReport& t : tiers) {
     out += "kvstash_response_cache_tier_entries{tier=\"" + t.name + "\"} " + std::to_string(t.stats.entries) + "\n";
+  }
+  out += "# HELP kvstash_response_cache_tier_hits_total Record reads served per tier.\n";
+  out += "# TYPE kvstash_response_cache_tier_hits_total counter\n";
+  for (const cache::TierReport& t : tiers) {
     out += "kvstash_response_cache_tier_hits_total{tier=\"" + t.name + "\"} " + std::to_string(t.stats.hits) + "\n";
   }
   return out;
