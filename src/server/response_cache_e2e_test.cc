@@ -313,6 +313,27 @@ TEST_F(ResponseCacheE2ETest, TamperedAndUntrustedRecordsAreRejected) {
   EXPECT_EQ(post(*reader, "/v1/chat/completions", question).cache, "hit");
 }
 
+// Records go to the disk tier (DIR/responses) and survive a restart; the KV chunk tier in DIR
+// does not take them for chunks.
+TEST_F(ResponseCacheE2ETest, RecordsSurviveARestartOnDisk) {
+  const std::string disk = dir_.path() + "/disk";
+  std::string first_body;
+  {
+    auto s = serve("disk-1", "a", {"--cache-disk", disk});
+    ASSERT_TRUE(s->ready());
+    const Answer a = post(*s, "/v1/completions", {{"prompt", "kept on disk"}, {"temperature", 0}, {"max_tokens", 6}});
+    ASSERT_EQ(a.cache, "miss");
+    first_body = a.body;
+    EXPECT_EQ(s->stop(), 0);  // SIGTERM: the write-behind queues are finished first
+  }
+  auto s = serve("disk-2", "a", {"--cache-disk", disk});
+  ASSERT_TRUE(s->ready());
+  const Answer b = post(*s, "/v1/completions", {{"prompt", "kept on disk"}, {"temperature", 0}, {"max_tokens", 6}});
+  EXPECT_EQ(b.cache, "hit");
+  EXPECT_EQ(normalized(b.body), normalized(first_body));
+  EXPECT_EQ(s->metric("kvstash_response_cache_tier_hits_total{tier=\"disk\"}"), 1);
+}
+
 // `kvstash cache verify` checks response records: a valid one is kept, a forged one removed.
 TEST_F(ResponseCacheE2ETest, CacheVerifyChecksResponseRecords) {
   ASSERT_TRUE(cache::testing::redis_installed()) << "redis-server is not installed (scripts/install-deps.sh)";
