@@ -117,7 +117,9 @@ BenchOutcome run_bench(const BenchConfig& config, std::ostream& out, std::ostrea
   outcome.result.records = run_load(*workload, warmup ? &*warmup : nullptr, config.warmup_requests, *endpoint,
                                     client_options, config.load, progress);
   outcome.result.summary = summarize(outcome.result.records, config.slo);
-  if (config.print_table) out << format_summary(outcome.result.summary) << std::flush;
+  if (config.print_table) {
+    out << format_summary(outcome.result.summary) << format_cache_summary(outcome.result.records) << std::flush;
+  }
   if (!config.out_path.empty()) {
     if (Status st = write_result(config.out_path, outcome.result); !st) return fail(st.to_string());
   }

@@ -112,6 +112,7 @@ std::string OpenAiClient::request_body(const std::vector<ChatMessage>& messages,
     body["messages"] = std::move(list);
   }
   if (options_.ignore_eos) body["ignore_eos"] = true;
+  if (options_.temperature >= 0) body["temperature"] = options_.temperature;
   return body.dump();
 }
 
@@ -132,8 +133,10 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
   std::string error_body;
   bool past_deadline = false;
   std::string worker;
+  std::string cache_status;
   request.response_handler = [&](const httplib::Response& response) {
     status = response.status;
+    cache_status = response.get_header_value("x-kvstash-cache");
     answered = true;
     worker = response.get_header_value("x-kvstash-worker");
     return true;
@@ -173,6 +176,7 @@ RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int
   record.start_s = seconds(sent - run_start);
   record.http_status = status;
   record.worker = std::move(worker);
+  record.cache = cache_status;
   collector.finish(record, end);
   if (!record.usage_reported) record.prompt_tokens = approx_token_count(flatten_messages(messages));
   if (!sent_ok && !collector.failed()) {

@@ -33,6 +33,7 @@ struct ClientOptions {
   bool ignore_eos = false;  // sends "ignore_eos": true (vLLM, llama.cpp, kvstash accept it)
   double timeout_s = 60;    // per request: to connect, between bytes, and in total
   std::string api_key;      // sent as "Authorization: Bearer ..." when not empty
+  double temperature = -1;  // >= 0: sent as "temperature" (0 = deterministic); < 0: not sent (server default)
 };
 
 class OpenAiClient {

@@ -43,6 +43,7 @@ struct RequestRecord {
   std::string error_detail;     // a human-readable explanation
   std::string output_text;      // what the server generated (kept in memory, not written to --out)
   std::string worker;           // the x-kvstash-worker header (a kvstash router's choice); "" = none
+  std::string cache;            // the x-kvstash-cache response header (hit, miss, bypass, ...); "" = none
 
   bool ok() const { return error.empty(); }
 };

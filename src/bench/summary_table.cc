@@ -1,5 +1,7 @@
 #include "bench/summary_table.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -110,6 +112,41 @@ std::string format_comparison(const Summary& a, const Summary& b, const std::str
     bool in_a = false;
     for (const auto& ra : rows_a) in_a = in_a || ra.label == rb.label;
     if (!in_a) out += pad(rb.label, 28, false) + pad("-", w, true) + pad(format_value(rb.value, rb.unit), w, true) + pad("-", 10, true) + "\n";
+  }
+  return out;
+}
+
+}  // namespace kvstash::bench
+
+namespace kvstash::bench {
+
+std::string format_cache_summary(const std::vector<RequestRecord>& records) {
+  std::map<std::string, std::vector<double>> e2e_by_result;
+  std::int64_t with_header = 0, ok = 0;
+  for (const RequestRecord& r : records) {
+    if (!r.ok()) continue;
+    ++ok;
+    if (r.cache.empty()) continue;
+    ++with_header;
+    e2e_by_result[r.cache].push_back(r.e2e_s);
+  }
+  if (with_header == 0) return "";
+  const auto count = [&](const std::string& k) {
+    auto it = e2e_by_result.find(k);
+    return it == e2e_by_result.end() ? std::size_t{0} : it->second.size();
+  };
+  char line[256];
+  std::string out = "Response cache (x-kvstash-cache)\n";
+  std::snprintf(line, sizeof line, "  hits %zu  misses %zu  bypasses %zu  of %lld ok requests  hit ratio %.3f\n",
+                count("hit"), count("miss"), count("bypass"), static_cast<long long>(ok),
+                ok > 0 ? static_cast<double>(count("hit")) / static_cast<double>(ok) : 0.0);
+  out += line;
+  for (const char* k : {"hit", "miss", "bypass"}) {
+    auto it = e2e_by_result.find(k);
+    if (it == e2e_by_result.end()) continue;
+    const Distribution d = distribution(it->second, 1000.0);
+    std::snprintf(line, sizeof line, "  e2e %-6s p50 %9.2f ms  p99 %9.2f ms  mean %9.2f ms\n", k, d.p50, d.p99, d.mean);
+    out += line;
   }
   return out;
 }

@@ -24,6 +24,10 @@ std::vector<SummaryRow> summary_rows(const Summary& summary);
 
 // The end-of-run table.
 std::string format_summary(const Summary& summary);
+// The response cache's share of the run, from the x-kvstash-cache header of each successful
+// request: counts by result, hit ratio, and end-to-end latency (p50, p99) of hits vs misses.
+// "" when no response carried the header (a server without a response cache).
+std::string format_cache_summary(const std::vector<RequestRecord>& records);
 
 // Both summaries side by side with b/a for every row ("-" where a is 0 or a value is missing).
 std::string format_comparison(const Summary& a, const Summary& b, const std::string& name_a,

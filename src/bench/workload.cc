@@ -55,6 +55,32 @@ Session make_random_session(const WorkloadOptions& options, std::int64_t index) 
   return session;
 }
 
+std::vector<Session> make_zipf_sessions(const WorkloadOptions& options) {
+  // The Q questions, each fixed by its own stream, so that a question's text (and its max_tokens)
+  // is the same whenever it is drawn: repeats are byte-identical requests.
+  std::vector<std::string> questions;
+  std::vector<double> cdf;
+  double total = 0;
+  for (int q = 0; q < options.questions; ++q) {
+    Rng rng = Rng::for_stream(options.seed, 0x5A49504600000000ULL + static_cast<std::uint64_t>(q));  // "ZIPF"
+    questions.push_back(pseudo_question(rng, options.input_len));
+    total += 1.0 / std::pow(static_cast<double>(q + 1), options.zipf_exponent);
+    cdf.push_back(total);
+  }
+  Rng draw = Rng::for_stream(options.seed, 0x5A49504644524157ULL);  // "ZIPFDRAW"
+  std::vector<Session> sessions;
+  for (std::int64_t i = 0; i < options.num_prompts; ++i) {
+    const double u = draw.uniform() * total;
+    const auto q = static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+    Session session;
+    session.id = i;
+    session.max_tokens = options.output_len;
+    session.messages.push_back({"user", questions[std::min(q, questions.size() - 1)]});
+    sessions.push_back(std::move(session));
+  }
+  return sessions;
+}
+
 std::vector<Session> make_shared_prefix_sessions(const WorkloadOptions& options) {
   std::vector<Session> sessions;
   Rng prefix_rng = Rng::for_stream(options.seed, 0x5052454649ULL);  // "PREFI"
@@ -107,6 +133,9 @@ Status validate(const WorkloadOptions& o) {
     }
   }
   if (o.kind == "trace" && o.trace_path.empty()) return invalid_argument("trace needs a file: --trace FILE.jsonl");
+  if (o.kind == "zipf" && (o.questions < 1 || !(o.zipf_exponent >= 0) || o.num_prompts < 1)) {
+    return invalid_argument("zipf needs --questions >= 1, --zipf-exponent >= 0 and --num-prompts >= 1");
+  }
   return Status::ok();
 }
 
@@ -123,13 +152,14 @@ Expected<Workload> make_workload(const WorkloadOptions& options) {
   if (kind == "multi-turn") return Workload(kind, make_multi_turn_sessions(options));
   if (kind == "long-doc") return Workload(kind, make_long_doc_sessions(options));
   if (kind == "agent") return Workload(kind, make_agent_sessions(options));
+  if (kind == "zipf") return Workload(kind, make_zipf_sessions(options));
   if (kind == "trace") {
     auto sessions = load_trace_sessions(options);
     if (!sessions) return sessions.status();
     return Workload(kind, std::move(*sessions));
   }
   return invalid_argument("unknown workload '" + kind +
-                          "' (random, shared-prefix, multi-turn, long-doc, agent, trace)");
+                          "' (random, shared-prefix, multi-turn, long-doc, agent, trace, zipf)");
 }
 
 }  // namespace kvstash::bench

@@ -12,6 +12,9 @@
 //   long-doc       D documents of L tokens, each asked Q questions (sequential|interleaved|random)
 //   agent          A agents x S steps; each step appends a tool output to the context
 //   trace          a JSONL file of {"timestamp", "messages"|"prompt", "max_tokens"}
+//   zipf           N requests over Q distinct questions, question k (0-based) drawn with probability
+//                  proportional to 1 / (k + 1)^s (a power law; s = --zipf-exponent): the repeated
+//                  questions of a response cache's workload
 //
 // Thread safety: a Workload is immutable after make_workload; session() may be called from any
 // thread.
@@ -68,6 +71,9 @@ struct WorkloadOptions {
   std::string doc_order = "interleaved";  // sequential | interleaved | random
   // trace
   std::string trace_path;
+  // zipf (num_prompts requests)
+  int questions = 100;          // Q distinct questions
+  double zipf_exponent = 1.0;   // s >= 0; 0 = uniform
 };
 
 class Workload {

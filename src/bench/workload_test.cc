@@ -1,5 +1,8 @@
 #include "bench/workload.h"
 
+#include <algorithm>
+#include <map>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -224,6 +227,36 @@ TEST(WorkloadTest, UnknownKindAndBadOptionsAreInvalid) {
   o.input_len = 0;
   EXPECT_EQ(make_workload(o).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(parse_length_distribution("zipf").has_value());
+}
+
+TEST(WorkloadTest, ZipfRepeatsQuestionsWithPowerLawFrequencies) {
+  WorkloadOptions o;
+  o.kind = "zipf";
+  o.num_prompts = 2000;
+  o.questions = 50;
+  o.zipf_exponent = 1.2;
+  auto w = make_workload(o);
+  ASSERT_TRUE(w.has_value()) << w.status().to_string();
+  ASSERT_EQ(w->size(), 2000);
+  std::map<std::string, int> counts;
+  for (std::int64_t i = 0; i < w->size(); ++i) {
+    const Session s = *w->session(i);
+    ASSERT_EQ(s.messages.size(), 1u);
+    EXPECT_EQ(s.max_tokens, o.output_len);
+    ++counts[s.messages[0].content];
+  }
+  EXPECT_LE(counts.size(), 50u);
+  std::vector<int> sorted;
+  for (const auto& [text, n] : counts) sorted.push_back(n);
+  std::sort(sorted.rbegin(), sorted.rend());
+  // 1/1^1.2 over the sum of 1/k^1.2 for k <= 50 is about 0.26 of the draws; uniform would be 0.02.
+  EXPECT_GT(sorted.front(), 2000 * 0.15);
+  EXPECT_GT(sorted.front(), 5 * sorted.back());
+  // Same seed, same sequence.
+  auto again = make_workload(o);
+  for (std::int64_t i = 0; i < 20; ++i) EXPECT_EQ(again->session(i)->messages[0].content, w->session(i)->messages[0].content);
+  o.questions = 0;
+  EXPECT_FALSE(make_workload(o).has_value());
 }
 
 }  // namespace

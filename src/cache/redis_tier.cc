@@ -6,6 +6,7 @@ RedisTier::RedisTier(RedisTierOptions options) : options_(options), client_(opti
 
 std::string RedisTier::redis_key(const ChunkKey& key) { return std::string(kRedisKeyPrefix) + key.hex(); }
 
+
 Expected<RedisReplyPtr> RedisTier::run(const std::string& key, const std::vector<std::string_view>& args) {
   auto reply = client_.command(key, args);
   if (!reply) {
@@ -22,7 +23,7 @@ Expected<RedisReplyPtr> RedisTier::run(const std::string& key, const std::vector
 std::vector<bool> RedisTier::holds(std::span<const ChunkKey> keys) {
   std::vector<std::string> names;
   names.reserve(keys.size());
-  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  for (const ChunkKey& key : keys) names.push_back(key_of(key));
   std::vector<RedisCommand> commands;
   commands.reserve(keys.size());
   for (const std::string& name : names) commands.push_back({name, {"EXISTS", name}});
@@ -50,7 +51,7 @@ std::size_t RedisTier::contains(std::span<const ChunkKey> keys) {
 
 Expected<Bytes> RedisTier::get(const ChunkKey& key) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string rkey = redis_key(key);
+  const std::string rkey = key_of(key);
   auto reply = run(rkey, {"GET", rkey});
   if (!reply) return reply.status();
   redisReply* r = reply->get();
@@ -68,7 +69,7 @@ Expected<Bytes> RedisTier::get(const ChunkKey& key) {
 }
 
 Status RedisTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
-  const std::string rkey = redis_key(key);
+  const std::string rkey = key_of(key);
   std::string_view value(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   std::vector<std::string_view> args = {"SET", rkey, value};
   std::string ttl;
@@ -83,7 +84,7 @@ Status RedisTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) 
 }
 
 Status RedisTier::erase(const ChunkKey& key) {
-  const std::string rkey = redis_key(key);
+  const std::string rkey = key_of(key);
   auto reply = run(rkey, {"DEL", rkey});
   return reply ? Status::ok() : reply.status();
 }
@@ -97,7 +98,7 @@ TierStats RedisTier::stats() const {
 Expected<std::vector<ChunkKey>> RedisTier::list_keys() {
   auto masters = client_.masters();
   if (!masters) return masters.status();
-  const std::string pattern = std::string(kRedisKeyPrefix) + "*";
+  const std::string pattern = options_.key_prefix + "*";
   std::vector<ChunkKey> keys;
   for (const RedisEndpoint& node : *masters) {
     std::string cursor = "0";
@@ -109,7 +110,7 @@ Expected<std::vector<ChunkKey>> RedisTier::list_keys() {
       cursor.assign(r->element[0]->str, r->element[0]->len);
       for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
         std::string_view name(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
-        auto key = ChunkKey::from_hex(name.substr(kRedisKeyPrefix.size()));
+        auto key = ChunkKey::from_hex(name.substr(options_.key_prefix.size()));
         if (key) keys.push_back(*key);
       }
     } while (cursor != "0");

@@ -1,7 +1,7 @@
 // RedisTier: chunks in a Redis server or Redis Cluster shared by many kvstash nodes.
 //
-// Each chunk is one string value, the encoded chunk bytes, under "kvstash:chunk:<64 hex>", with an
-// optional TTL. Routing, redirects, timeouts and reconnection are RedisClient's (redis_client.h):
+// Each chunk is one string value, the encoded chunk bytes, under "kvstash:chunk:<64 hex>" (the prefix is an option:
+// response records use "kvstash:response:"), with an optional TTL. Routing, redirects, timeouts and reconnection are RedisClient's (redis_client.h):
 // while redis is unreachable every call fails at once with kUnavailable and is counted in errors.
 // entries/bytes_used in stats() are 0: the server, not this process, holds and bounds them.
 // contains()/holds() ask EXISTS for every key in one pipeline per node (one round trip for a
@@ -18,10 +18,14 @@
 namespace kvstash::cache {
 
 inline constexpr std::string_view kRedisKeyPrefix = "kvstash:chunk:";
+// Response records (cache/response_record.h) live under their own prefix, so `kvstash cache ls`
+// and clear() of the KV chunk tier never touch them and vice versa.
+inline constexpr std::string_view kRedisResponseKeyPrefix = "kvstash:response:";
 
 struct RedisTierOptions {
   RedisOptions client;                 // servers and timeouts
   std::chrono::seconds ttl{0};         // expiry of stored chunks; 0 = none
+  std::string key_prefix = std::string(kRedisKeyPrefix);  // redis key = prefix + 64 hex digits
 };
 
 class RedisTier final : public Tier {
@@ -40,7 +44,9 @@ class RedisTier final : public Tier {
   Expected<std::vector<ChunkKey>> list_keys() override;
   Status clear() override;
 
+  // The redis key of a KV chunk (the default prefix); key_of() uses this tier's prefix.
   static std::string redis_key(const ChunkKey& key);
+  std::string key_of(const ChunkKey& key) const { return options_.key_prefix + key.hex(); }
   RedisClient& client() { return client_; }
 
  private:

@@ -181,6 +181,7 @@ Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& opt
     redis.client.password = options.redis_password;
     redis.client.pool_size = options.redis_pool;
     redis.ttl = options.redis_ttl;
+    redis.key_prefix = options.redis_key_prefix;
     auto tier = std::make_unique<RedisTier>(redis);
     auto connected = tier->client().connect_now();
     const std::string ttl = options.redis_ttl.count() > 0 ? std::to_string(options.redis_ttl.count()) + " s" : "none";

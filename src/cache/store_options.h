@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/redis_client.h"
+#include "cache/redis_tier.h"
 #include "cache/tiered_store.h"
 
 namespace kvstash::cache {
@@ -27,6 +28,7 @@ struct StoreOptions {
   std::string redis_password;                          // from the URL; empty = no AUTH
   std::chrono::seconds redis_ttl{0};                   // --cache-redis-ttl; expiry of redis chunks; 0 = none
   std::size_t redis_pool = 8;                          // --cache-redis-pool; connections per redis node
+  std::string redis_key_prefix = std::string(kRedisKeyPrefix);  // response records: kRedisResponseKeyPrefix
   std::uint32_t chunk_tokens = 256;                    // --chunk-tokens; a multiple of the block size
   TieredStoreOptions store;                            // queue bound, tier timeout, compression
 };

@@ -56,7 +56,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--api-key", config.client.api_key, "sent as a bearer token");
   std::vector<std::string> workload_args = {"random"};
   app.add_option("--workload", workload_args,
-                 "random | shared-prefix | multi-turn | long-doc | agent | trace FILE.jsonl")
+                 "random | shared-prefix | multi-turn | long-doc | agent | zipf | trace FILE.jsonl")
       ->expected(1, 2);
   app.add_option("--seed", w.seed, "workload and arrival seed")->capture_default_str();
   app.add_option("--input-len", w.input_len, "prompt length in tokens (approximate)")->capture_default_str();
@@ -75,7 +75,12 @@ int bench_main(int argc, char** argv) {
   app.add_option("--documents", w.documents, "long-doc: documents D")->capture_default_str();
   int doc_len = -1;
   app.add_option("--doc-len", doc_len, "long-doc: document tokens L (default 1024)");
-  app.add_option("--questions", w.questions_per_document, "long-doc: questions Q per document")->capture_default_str();
+  int questions = -1;
+  app.add_option("--questions", questions, "long-doc: questions Q per document (default 4); zipf: distinct questions Q (default 100)");
+  app.add_option("--zipf-exponent", w.zipf_exponent, "zipf: question k is asked with probability ~ 1/(k+1)^s")
+      ->capture_default_str();
+  app.add_option("--temperature", config.client.temperature,
+                 "send this temperature (0 = deterministic: a response cache may answer); default: not sent");
   app.add_option("--order", w.doc_order, "long-doc: sequential | interleaved | random")->capture_default_str();
   app.add_option("--trace", w.trace_path, "trace: the JSONL file (or --workload trace FILE)");
   app.add_option("--concurrency", load.concurrency,
@@ -106,6 +111,10 @@ int bench_main(int argc, char** argv) {
   w.kind = workload_args[0];
   if (workload_args.size() > 1) w.trace_path = workload_args[1];
   if (w.kind == "long-doc") w.prefix_len = doc_len > 0 ? doc_len : 1024;
+  if (questions > 0) {
+    w.questions_per_document = questions;
+    w.questions = questions;
+  }
   auto dist = bench::parse_length_distribution(len_dist);
   if (!dist) {
     std::cerr << "kvstash bench: " << dist.status().message() << "\n";

@@ -1,15 +1,21 @@
 // `kvstash cache stats|verify|clear --cache-disk DIR [--cache-redis URL]`: maintenance of the KV
 // chunk tiers outside the server. stats prints entries and bytes per tier; verify checks every
 // chunk's header and payload checksum and removes the bad ones; clear removes every kvstash chunk.
+// Response records (docs/response-record.md: DIR/responses and redis "kvstash:response:*") are
+// walked too: verify also checks each record's structure, request key and signature (removing the
+// bad ones), and with --trust-keys counts records whose producer is not trusted (kept).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cache/disk_tier.h"
 #include "cache/redis_tier.h"
+#include "cache/response_record.h"
+#include "identity/identity.h"
 #include "cache/store_options.h"
 #include "cli/commands.h"
 
@@ -56,6 +62,50 @@ Counts walk(Tier& tier, bool remove_bad) {
   return c;
 }
 
+struct RecordCounts {
+  std::uint64_t ok = 0, bytes = 0, bad = 0, untrusted = 0, errors = 0;
+};
+
+// Every response record of a tier: envelope, record, key and signature checked; the bad ones
+// erased with `remove_bad`. `trust` null: every validly signed record counts as ok.
+RecordCounts walk_records(Tier& tier, bool remove_bad, const identity::TrustList* trust) {
+  RecordCounts c;
+  auto keys = tier.list_keys();
+  if (!keys) {
+    ++c.errors;
+    return c;
+  }
+  for (const ChunkKey& key : *keys) {
+    auto bytes = tier.get(key);
+    if (!bytes) {
+      if (bytes.status().code() == StatusCode::kCorrupt) ++c.bad;
+      else if (bytes.status().code() != StatusCode::kNotFound) ++c.errors;
+      continue;
+    }
+    bool good = false;
+    auto header = cache::verify_chunk(*bytes);
+    if (header && header->meta.key == key && header->meta.kv_format == cache::kResponseKvFormat) {
+      auto view = cache::decode_chunk(*bytes, cache::response_envelope_meta(key, header->meta.model_fingerprint));
+      auto record = view ? cache::decode_response_record(view->payload) : Expected<cache::ResponseRecord>(view.status());
+      good = record && record->request_key == key && record->model_fingerprint == header->meta.model_fingerprint &&
+             identity::verify(record->producer, cache::kResponseSignatureDomain, cache::signed_message(*record),
+                              record->signature);
+      if (good && trust && !trust->trusts(record->producer)) {
+        ++c.untrusted;
+        continue;
+      }
+    }
+    if (!good) {
+      ++c.bad;
+      if (remove_bad) (void)tier.erase(key);
+      continue;
+    }
+    ++c.ok;
+    c.bytes += bytes->size();
+  }
+  return c;
+}
+
 }  // namespace
 
 int cache_main(int argc, char** argv) {
@@ -67,6 +117,9 @@ int cache_main(int argc, char** argv) {
       CLI::IsMember({"stats", "verify", "clear"}));
   app.add_option("--cache-disk", disk_dir, "the disk tier's directory");
   app.add_option("--cache-redis", redis_url, "redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]");
+  std::string trust_file;
+  app.add_option("--trust-keys", trust_file,
+                 "verify: also count response records whose producer is not one of these keys (a file of hex keys)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -78,6 +131,15 @@ int cache_main(int argc, char** argv) {
   }
 
   std::vector<std::unique_ptr<Tier>> tiers;
+  std::vector<std::unique_ptr<Tier>> record_tiers;  // response records (their own directory / prefix)
+  std::unique_ptr<identity::TrustList> trust;
+  if (!trust_file.empty()) {
+    trust = std::make_unique<identity::TrustList>();
+    if (Status st = trust->add_file(trust_file); !st) {
+      std::fprintf(stderr, "kvstash cache: --trust-keys: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
   std::uint64_t disk_rejected_at_open = 0;
   if (!disk_dir.empty()) {
     // No size bound here: a maintenance pass must not evict what the server would keep.
@@ -88,6 +150,11 @@ int cache_main(int argc, char** argv) {
     }
     disk_rejected_at_open = (*disk)->stats().rejected_chunks;
     tiers.push_back(std::move(*disk));
+    std::error_code ec;
+    if (std::filesystem::is_directory(disk_dir + "/responses", ec)) {
+      auto records = cache::DiskTier::open({.dir = disk_dir + "/responses", .capacity_bytes = UINT64_MAX});
+      if (records) record_tiers.push_back(std::move(*records));
+    }
   }
   if (!redis_url.empty()) {
     auto target = cache::parse_redis_target(redis_url);
@@ -105,9 +172,30 @@ int cache_main(int argc, char** argv) {
       return 1;
     }
     tiers.push_back(std::move(tier));
+    options.key_prefix = std::string(cache::kRedisResponseKeyPrefix);
+    record_tiers.push_back(std::make_unique<cache::RedisTier>(options));
   }
 
   int rc = 0;
+  for (auto& tier : record_tiers) {
+    if (action == "clear") {
+      auto keys = tier->list_keys();
+      Status st = tier->clear();
+      std::printf("%s responses: removed %zu records\n", tier->name().c_str(), keys ? keys->size() : 0);
+      if (!st) rc = 1;
+      continue;
+    }
+    RecordCounts c = walk_records(*tier, action == "verify", trust.get());
+    if (action == "stats") {
+      std::printf("%s responses: records=%llu bytes=%llu\n", tier->name().c_str(),
+                  static_cast<unsigned long long>(c.ok + c.untrusted), static_cast<unsigned long long>(c.bytes));
+    } else {
+      std::printf("%s responses: ok=%llu bad_removed=%llu untrusted=%llu errors=%llu\n", tier->name().c_str(),
+                  static_cast<unsigned long long>(c.ok), static_cast<unsigned long long>(c.bad),
+                  static_cast<unsigned long long>(c.untrusted), static_cast<unsigned long long>(c.errors));
+    }
+    if (c.errors) rc = 1;
+  }
   for (auto& tier : tiers) {
     const std::uint64_t at_open = tier->name() == "disk" ? disk_rejected_at_open : 0;
     if (action == "clear") {

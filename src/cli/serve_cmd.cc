@@ -29,6 +29,7 @@
 #include "modelgen/modelgen.h"
 #include "server/backend.h"
 #include "server/log.h"
+#include "server/response_cache.h"
 #include "server/server.h"
 
 namespace kvstash::cli {
@@ -235,6 +236,47 @@ Status apply_http_flags(const HttpFlags& f, server::ServerOptions& o) {
   return Status::ok();
 }
 
+// The engine settings that change answers without being part of the request, for the keys.
+std::string answer_config(const EngineOptions& e) {
+  const KvBudgetOptions& b = e.kv_budget;
+  return "kv_budget=" + std::to_string(b.budget) + ",compact_every=" + std::to_string(b.compact_every) +
+         ",sinks=" + std::to_string(b.sinks) + ",recent=" + std::to_string(b.recent) +
+         ",policy=" + std::to_string(static_cast<int>(b.policy)) + ",seed=" + std::to_string(b.seed);
+}
+
+// --response-cache SIZE: a record store of its own (memory SIZE → disk DIR/responses SIZE → the
+// KV store's redis under its own key prefix and TTL) behind the server's response cache.
+Status open_response_cache(const std::string& size_text, const std::string& ttl_text, const cache::StoreOptions& kv,
+                           const EngineOptions& engine, const std::array<std::uint8_t, 32>& fingerprint,
+                           server::ServerOptions& o) {
+  auto size = cache::parse_byte_size(size_text);
+  if (!size) return invalid_argument("--response-cache: " + size.status().message());
+  if (*size == 0) return invalid_argument("--response-cache must be > 0 (omit it for no response cache)");
+  server::ResponseCacheOptions options;
+  if (!ttl_text.empty()) {
+    auto ttl = cache::parse_duration(ttl_text);
+    if (!ttl) return invalid_argument("--response-cache-ttl: " + ttl.status().message());
+    options.ttl = *ttl;
+  }
+  options.engine_config = answer_config(engine);
+  cache::StoreOptions records = kv;
+  records.ram_bytes = *size;
+  records.disk_bytes = *size;
+  if (!kv.disk_dir.empty()) records.disk_dir = kv.disk_dir + "/responses";
+  records.redis_key_prefix = std::string(cache::kRedisResponseKeyPrefix);
+  records.redis_ttl = options.ttl;
+  Expected<std::unique_ptr<cache::TieredStore>> store = cache::open_tiered_store(records);
+  if (!store) return Status(store.status().code(), "response cache: " + store.status().message());
+  o.response_cache = std::make_shared<server::ResponseCache>(std::move(*store), fingerprint, options, o.identity, o.trust);
+  std::string tiers = "memory " + human_bytes(records.ram_bytes);
+  if (!records.disk_dir.empty()) tiers += " -> disk " + records.disk_dir;
+  if (!records.redis.empty()) tiers += " -> redis (" + std::string(cache::kRedisResponseKeyPrefix) + "*)";
+  log_line("response cache: " + tiers + ", TTL " +
+           (options.ttl.count() > 0 ? std::to_string(options.ttl.count()) + " s" : std::string("none")) +
+           "; records signed by this node's key");
+  return Status::ok();
+}
+
 // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
 void raise_descriptor_limit() {
   rlimit limit{};
@@ -317,6 +359,13 @@ int serve_main(int argc, char** argv) {
   app.add_flag("--no-kv-events", no_kv_events, "Do not serve /v1/kv/info and /v1/kv/events (for cache-aware routers)");
   ShareFlags share_flags;
   add_share_flags(app, share_flags);
+  std::string response_cache_size, response_cache_ttl;
+  app.add_option("--response-cache", response_cache_size,
+                 "Answer repeated deterministic requests (temperature 0 or a seed) from signed records: the bound of "
+                 "their memory tier, e.g. 256MiB, also of their disk tier (DIR/responses of --cache-disk); they go "
+                 "to --cache-redis too (default: off)");
+  app.add_option("--response-cache-ttl", response_cache_ttl,
+                 "Age after which a response record is a miss: 3600, 30m, 12h, 7d; also its redis expiry (default: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -446,6 +495,17 @@ int serve_main(int argc, char** argv) {
     log_line("kv store: off (--no-kv-store)");
   }
   engine_options.kv_events = kv_events.get();
+  if (!response_cache_size.empty()) {
+    if (Status st = open_response_cache(response_cache_size, response_cache_ttl, *store_options, engine_options,
+                                        (*model)->fingerprint(), server_options);
+        !st) {
+      log_line("serve: " + st.to_string());
+      return 1;
+    }
+  } else if (!response_cache_ttl.empty()) {
+    log_line("serve: --response-cache-ttl needs --response-cache SIZE");
+    return 1;
+  }
   Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);
   if (!engine) {
     log_line("serve: " + engine.status().to_string());

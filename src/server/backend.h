@@ -6,6 +6,7 @@
 // any thread; callbacks run on the backend's own thread (see Engine).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,9 @@ struct ModelInfo {
   int n_vocab = 0;                       // token ids must be < n_vocab
   int n_ctx = 0;                         // prompt + generated tokens at most
   std::string chat_template;             // the GGUF tokenizer.chat_template ("" when none)
+  // The model fingerprint (model/fingerprint.h): keys of the response cache depend on it. All
+  // zero for scripted backends.
+  std::array<std::uint8_t, 32> fingerprint{};
 };
 
 // A snapshot of the tiered KV store behind the engine, for /metrics. enabled = false (and the

@@ -17,6 +17,7 @@ class EngineBackend final : public GenerationBackend {
     info_.n_vocab = model.config().n_vocab;
     info_.n_ctx = engine.options().n_ctx;
     info_.chat_template = model.tokenizer().chat_template();
+    info_.fingerprint = model.fingerprint();
   }
 
   Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token) override {

@@ -26,16 +26,33 @@ std::optional<ApiError> Generation::start(GenerationRequest request, std::functi
   return std::nullopt;
 }
 
+void Generation::replay(std::vector<TokenEvent> events, std::function<void()> on_event) {
+  for (TokenEvent& e : events) queue_->push(std::move(e));
+  engine_finished_ = true;  // no engine side to cancel
+  if (on_event) on_event();
+}
+
 Delta Generation::poll(std::chrono::milliseconds wait) {
   Delta delta;
-  if (done()) return delta;
-  std::vector<TokenEvent> events;
-  queue_->wait_pop(events, wait);
-  for (const TokenEvent& e : events) {
-    if (done()) break;
-    apply(e, delta);
+  for (Delta& d : poll_each(wait)) {
+    delta.text += d.text;
+    delta.logprobs.insert(delta.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   }
   return delta;
+}
+
+std::vector<Delta> Generation::poll_each(std::chrono::milliseconds wait) {
+  std::vector<Delta> deltas;
+  if (done()) return deltas;
+  std::vector<TokenEvent> events;
+  queue_->wait_pop(events, wait);
+  deltas.reserve(events.size());
+  for (const TokenEvent& e : events) {
+    if (done()) break;
+    if (recording_) applied_.push_back(e);
+    apply(e, deltas.emplace_back());
+  }
+  return deltas;
 }
 
 void Generation::apply(const TokenEvent& event, Delta& delta) {

@@ -3,7 +3,10 @@
 // logprobs collected) and ends the engine's side when a stop string matches or the client goes
 // away.
 //
-// Usage: start(); then poll() until done(); outcome() gives finish reason and usage.
+// Usage: start() (or replay() of a cached answer); then poll() or poll_each() until done();
+// outcome() gives finish reason and usage. The output is a function of the token events alone:
+// replaying the events a generation applied (applied_events()) yields the same deltas, the same
+// text and the same outcome, which is what lets the response cache answer exactly as the engine did.
 //
 // Thread safety: one HTTP thread owns a Generation; the engine thread only touches the shared
 // EventQueue.
@@ -57,8 +60,17 @@ class Generation {
   // only schedules a poll()). Errors: the backend's (400 for invalid, 429 when the queue is full,
   // else 500).
   std::optional<ApiError> start(GenerationRequest request, std::function<void()> on_event = {});
+  // Answers from recorded token events instead of the engine (a response-cache hit): queues them
+  // all and calls on_event once. Nothing is submitted; cancel is a no-op.
+  void replay(std::vector<TokenEvent> events, std::function<void()> on_event = {});
   // Waits up to `wait` for events and returns what they add to the output.
   Delta poll(std::chrono::milliseconds wait);
+  // As poll(), one Delta per token event applied (in order; a Delta may be empty when a token's
+  // text is held back), so that a stream sends one chunk per token whatever the timing.
+  std::vector<Delta> poll_each(std::chrono::milliseconds wait);
+  // Keep a copy of every event applied (off by default): the response cache stores them.
+  void record_events() { recording_ = true; }
+  const std::vector<TokenEvent>& applied_events() const { return applied_; }
   bool done() const { return !outcome_.finish_reason.empty(); }
   // The client went away: cancels the engine's side; done() becomes true ("cancelled").
   void abandon();
@@ -79,6 +91,8 @@ class Generation {
   std::shared_ptr<EventQueue> queue_ = std::make_shared<EventQueue>();
   std::optional<std::uint64_t> request_id_;
   bool engine_finished_ = false;  // the final event arrived
+  bool recording_ = false;
+  std::vector<TokenEvent> applied_;  // when recording_
   Outcome outcome_;
 };
 

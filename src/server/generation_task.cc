@@ -32,18 +32,34 @@ bool GenerationTask::start(GenerationRequest request) {
     answer_error(*err);
     return false;
   }
+  begin();
+  return true;
+}
+
+void GenerationTask::start_replay(std::vector<TokenEvent> events) {
+  std::weak_ptr<GenerationTask> weak = weak_from_this();
+  exchange_->on_close([weak] {
+    if (auto task = weak.lock()) task->client_gone();
+  });
+  begin();
+  gen_->replay(std::move(events), [weak] {
+    if (auto task = weak.lock()) task->schedule_pump();
+  });
+}
+
+void GenerationTask::begin() {
   if (parsed_.stream) {
     http::Response head;
     head.content_type = "text/event-stream";
     head.headers.push_back({"Cache-Control", "no-cache"});
     head.headers.push_back({"X-Accel-Buffering", "no"});  // proxies: do not buffer the stream
+    head.headers.insert(head.headers.end(), headers_.begin(), headers_.end());
     exchange_->begin_stream(std::move(head));
     host_.metrics.count_request(record_.endpoint, 200);  // a stream is counted when it starts
     if (parsed_.endpoint == Endpoint::kChatCompletions) {
       exchange_->write(sse_event(chat_chunk_json(meta_, /*first=*/true, "", "", nullptr)));
     }
   }
-  return true;
 }
 
 void GenerationTask::schedule_pump() {
@@ -60,19 +76,22 @@ void GenerationTask::abort_later(std::string why) {
 
 void GenerationTask::pump() {
   if (finished_) return;
-  Delta d = gen_->poll(std::chrono::milliseconds(0));
   const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
-  if (parsed_.stream) {
-    if (!d.text.empty() || !d.logprobs.empty()) {
+  // One chunk per token event that adds output: the stream depends on the tokens only, not on
+  // how many events arrived between two pumps (a cached answer replays the same chunks).
+  std::string events;
+  for (Delta& d : gen_->poll_each(std::chrono::milliseconds(0))) {
+    text_ += d.text;
+    if (parsed_.stream) {
+      if (d.text.empty() && d.logprobs.empty()) continue;
       json lp = nullptr;
       if (parsed_.logprobs) lp = chat ? chat_logprobs_json(d.logprobs, host_.tokenizer) : completion_logprobs_json(d.logprobs, host_.tokenizer);
-      std::string event = sse_event(chat ? chat_chunk_json(meta_, false, d.text, "", lp) : text_chunk_json(meta_, d.text, "", lp));
-      if (!exchange_->write(std::move(event))) return client_gone();  // gone, or a reader too slow
+      events += sse_event(chat ? chat_chunk_json(meta_, false, d.text, "", lp) : text_chunk_json(meta_, d.text, "", lp));
+    } else {
+      logprobs_.insert(logprobs_.end(), d.logprobs.begin(), d.logprobs.end());
     }
-  } else {
-    text_ += d.text;
-    logprobs_.insert(logprobs_.end(), d.logprobs.begin(), d.logprobs.end());
   }
+  if (!events.empty() && !exchange_->write(std::move(events))) return client_gone();  // gone, or a reader too slow
   if (gen_->done()) complete();
 }
 
@@ -82,6 +101,7 @@ void GenerationTask::complete() {
   const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
   host_.metrics.observe_generation(o.prompt_tokens, o.cached_tokens, o.completion_tokens,
                                    o.completion_tokens > 0 ? o.ttft_s : -1.0, seconds_since(record_.start));
+  if (on_answer_ && (o.finish_reason == "stop" || o.finish_reason == "length")) on_answer_(*gen_, text_);
   if (parsed_.stream) {
     std::string out;
     if (o.finish_reason == "error") {
@@ -112,6 +132,7 @@ void GenerationTask::complete() {
   }
   http::Response r;
   r.body = dump_json(body);
+  r.headers = headers_;
   host_.metrics.count_request(record_.endpoint, 200);  // before the answer leaves
   exchange_->respond(std::move(r));
   host_.log(record_, 200, o, o.finish_reason == "abort" ? "abort=" + abort_reason_ : "");

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct RequestRecord {
   std::string endpoint;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool stream = false;
+  std::string cache;  // the response cache's result (hit, miss, bypass); "" = no response cache
 };
 
 // What a task needs from the server around it.
@@ -57,14 +59,24 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
 
   // Replaces host.finished (set before start()).
   void set_finished_callback(std::function<void()> finished) { host_.finished = std::move(finished); }
+  // Extra headers of the answer (x-kvstash-cache); set before start().
+  void set_headers(std::vector<http::Header> headers) { headers_ = std::move(headers); }
+  // Called once, on the strand, when the generation ends with "stop" or "length" (a whole answer),
+  // with the generation (its applied events when it records them) and the answer's text. Set
+  // before start().
+  using AnswerCallback = std::function<void(const Generation& gen, const std::string& text)>;
+  void set_answer_callback(AnswerCallback callback) { on_answer_ = std::move(callback); }
   // Submits `request`. On error answers it (400/429/500) and returns false.
   bool start(GenerationRequest request);
+  // Answers from recorded token events (a response-cache hit) through the same path as start().
+  void start_replay(std::vector<TokenEvent> events);
   // Posts an abort to the strand; `why` is "shutdown" or "request_timeout".
   void abort_later(std::string why);
   bool finished() const { return finished_; }
   std::chrono::steady_clock::time_point started() const { return record_.start; }
 
  private:
+  void begin();  // close callback, stream head
   void schedule_pump();
   void pump();
   void complete();
@@ -82,7 +94,9 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::atomic<bool> pump_scheduled_{false};
   std::atomic<bool> finished_{false};
   std::string abort_reason_;             // why abort() ended it
-  std::string text_;                     // whole answers: the output so far
+  std::vector<http::Header> headers_;
+  AnswerCallback on_answer_;
+  std::string text_;                     // the output so far
   std::vector<LogprobEntry> logprobs_;   // whole answers
 };
 

@@ -217,6 +217,7 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
     out.sampling.top_k = static_cast<int>(*top_k);
   }
   out.sampling.seed = seed ? static_cast<std::uint64_t>(*seed) : fresh_seed();
+  out.seed_given = seed.has_value();
   if (n && *n != 1) return bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_n");
   const char* max_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   std::optional<std::int64_t> max = max_completion_tokens ? max_completion_tokens : max_tokens;
@@ -299,6 +300,7 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   }
   if (auto err = parse_logprobs(body, out)) return err;
   if (auto err = get_bool(body, "ignore_eos", out.ignore_eos)) return err;
+  if (auto err = get_bool(body, "response_cache", out.response_cache)) return err;
   std::optional<std::int64_t> kv_budget;
   if (auto err = get_int(body, "kv_budget", kv_budget)) return err;
   if (kv_budget) {

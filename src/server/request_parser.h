@@ -8,7 +8,8 @@
 // (string or up to 4 strings), n (must be 1), stream, stream_options.include_usage,
 // logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt,
 // ignore_eos (an extension that vLLM and llama.cpp's server share; benchmarks use it so that
-// every output runs to max_tokens).
+// every output runs to max_tokens), response_cache (a kvstash extension: false = neither answer
+// from nor store into the response cache; default true).
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
 // Fields of OpenAI's API this server does not implement (tools, tool_choice, response_format,
@@ -42,6 +43,7 @@ struct ParsedRequest {
   bool prompt_is_tokens = false;
   std::optional<int> max_tokens;      // max_completion_tokens wins over max_tokens
   SamplingParams sampling;
+  bool seed_given = false;            // the request named its seed (else sampling.seed is fresh)
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
@@ -49,6 +51,7 @@ struct ParsedRequest {
   int top_logprobs = 0;               // alternatives per token
   std::string cache_salt;
   bool ignore_eos = false;            // generate through end-of-generation tokens
+  bool response_cache = true;         // "response_cache": false opts out of the response cache
   int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
 };
 

@@ -18,6 +18,7 @@
 #include "server/log.h"
 #include "server/prompt_builder.h"
 #include "server/request_parser.h"
+#include "server/response_cache.h"
 #include "server/response_json.h"
 
 namespace kvstash::server {
@@ -31,11 +32,12 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 // stop(): how long aborted generations get to send their last bytes.
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
-const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events"};
+const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events",
+                           "/v1/identity"};
 
 std::string known_endpoint(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready",
-                        "/metrics"}) {
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/tokenize", "/detokenize",
+                        "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
   return "other";
@@ -80,6 +82,21 @@ struct Server::Impl : http::Handler {
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
   void handle_generation(Endpoint endpoint, const http::Request& req, std::shared_ptr<http::Exchange> exchange);
+  // What the response cache decided for a request: "hit" (record set), "miss" or "bypass".
+  struct CacheOutcome {
+    std::string status;
+    cache::ChunkKey key;
+    std::optional<cache::ResponseRecord> record;
+  };
+  struct PendingGeneration {
+    ParsedRequest parsed;
+    GenerationRequest request;
+    RequestRecord record;
+  };
+  // Starts the admitted request's task: from the engine, or replaying a cached record.
+  // `cached` = nullopt when the server has no response cache.
+  void launch(std::shared_ptr<http::Exchange> exchange, ParsedRequest parsed, GenerationRequest request,
+              RequestRecord record, std::optional<CacheOutcome> cached);
   void respond(http::Exchange& exchange, const std::string& path, http::Response response);
   void respond_error(http::Exchange& exchange, const std::string& path, const ApiError& error,
                      std::vector<http::Header> headers = {});
@@ -87,6 +104,7 @@ struct Server::Impl : http::Handler {
   bool authorized(const http::Request& req) const;
   void add_cors(http::Response& r) const;
   void log_request(const RequestRecord& r, int status, const Outcome& o, const std::string& note);
+  std::string identity_json() const;
   void abort_all(const std::string& why);
   void keep_time();
   int open_tasks();
@@ -100,6 +118,7 @@ void Server::Impl::log_request(const RequestRecord& r, int status, const Outcome
                  {"status", status},    {"prompt_tokens", o.prompt_tokens}, {"cached_tokens", o.cached_tokens},
                  {"generated", o.completion_tokens}, {"ttft_s", o.ttft_s}, {"total_s", total},
                  {"finish", o.finish_reason}};
+    if (!r.cache.empty()) line["cache"] = r.cache;
     if (!note.empty()) line["note"] = note;
     log_line(dump_json(line));
     return;
@@ -107,11 +126,27 @@ void Server::Impl::log_request(const RequestRecord& r, int status, const Outcome
   char text[512];
   std::snprintf(text, sizeof(text),
                 "%s %s%s status=%d prompt_tokens=%d cached_tokens=%d generated=%d ttft=%.3fs "
-                "total=%.3fs finish=%s%s%s",
+                "total=%.3fs finish=%s%s%s%s%s",
                 r.id.c_str(), r.endpoint.c_str(), r.stream ? " stream" : "", status, o.prompt_tokens,
                 o.cached_tokens, o.completion_tokens, o.ttft_s, total,
-                o.finish_reason.empty() ? "-" : o.finish_reason.c_str(), note.empty() ? "" : " ", note.c_str());
+                o.finish_reason.empty() ? "-" : o.finish_reason.c_str(), r.cache.empty() ? "" : " cache=",
+                r.cache.c_str(), note.empty() ? "" : " ", note.c_str());
   log_line(text);
+}
+
+// GET /v1/identity: the node's public key (it signs this node's response records), the keys it
+// trusts, and whether the response cache is on.
+std::string Server::Impl::identity_json() const {
+  json trusted = json::array();
+  if (options.trust) {
+    for (const identity::PublicKey& key : options.trust->keys()) trusted.push_back(identity::to_hex(key));
+  }
+  return dump_json({{"object", "identity"},
+                    {"algorithm", "ed25519"},
+                    {"public_key", options.identity ? json(options.identity->public_key_hex()) : json(nullptr)},
+                    {"trusted_keys", trusted},
+                    {"signature_domains", {std::string(cache::kResponseSignatureDomain)}},
+                    {"response_cache", options.response_cache != nullptr}});
 }
 
 void Server::Impl::add_cors(http::Response& r) const {
@@ -199,7 +234,7 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       return respond(*exchange, path, std::move(r));
     }
     allowed = "POST";
-  } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics") {
+  } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics" || path == "/v1/identity") {
     if (req.method == "GET" || req.method == "HEAD") {
       http::Response r;
       if (path == "/health") {
@@ -219,12 +254,15 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                             {"owned_by", "kvstash"}});
         }
         r.body = dump_json({{"object", "list"}, {"data", models}});
+      } else if (path == "/v1/identity") {
+        r.body = identity_json();
       } else {
         const http::HttpServer* front = http_view.load(std::memory_order_acquire);
         const http::HttpStats hs = front ? front->stats() : http::HttpStats{};
         r.content_type = "text/plain; version=0.0.4";
         r.body = metrics.render(backend.stats(), backend.kv_store_stats(), &hs);
         if (options.extra_metrics) r.body += options.extra_metrics();
+        if (options.response_cache) r.body += options.response_cache->render_metrics();
       }
       return respond(*exchange, path, std::move(r));
     }
@@ -269,15 +307,57 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
     return fail(ApiError{429, "the server is at capacity (" + std::to_string(limit) + " requests running or queued); retry later",
                          "rate_limit_error", "", "queue_full"});
   }
+  ResponseCache* cache = options.response_cache.get();
+  if (cache == nullptr) return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record), {});
+  CachePlan plan = cache->plan(parsed, request, req);
+  if (!plan.cacheable()) {
+    cache->count_bypass();
+    return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record),
+                  CacheOutcome{"bypass", plan.key, std::nullopt});
+  }
+  // The lookup may wait on redis: it runs on the cache's workers and continues on the strand.
+  auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
+  const cache::ChunkKey key = plan.key;
+  cache->lookup(key, [this, exchange, state, key](std::optional<cache::ResponseRecord> found) mutable {
+    exchange->post([this, exchange, state, key, found = std::move(found)]() mutable {
+      if (draining.load()) {
+        active.fetch_sub(1);
+        log_request(state->record, 503, Outcome{}, "shutdown");
+        return respond_error(*exchange, state->record.endpoint,
+                             ApiError{503, "the server is shutting down", "server_error", "", "shutdown"});
+      }
+      const char* status = found ? "hit" : "miss";
+      launch(std::move(exchange), std::move(state->parsed), std::move(state->request), std::move(state->record),
+             CacheOutcome{status, key, std::move(found)});
+    });
+  });
+}
+
+void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedRequest parsed, GenerationRequest request,
+                          RequestRecord record, std::optional<CacheOutcome> cached) {
+  const ModelInfo& info = backend.model_info();
   TaskHost host{metrics, *info.tokenizer,
                 [this](const RequestRecord& r, int status, const Outcome& o, const std::string& note) {
                   log_request(r, status, o, note);
                 },
                 nullptr};
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
+  const bool want_logprobs = parsed.logprobs;
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
+  const bool store_answer = cached && cached->status == "miss";
+  if (cached) record.cache = cached->status;
+  if (store_answer) gen->record_events();
   auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gen), std::move(parsed),
                                                std::move(meta), std::move(record));
+  if (cached) {
+    std::vector<http::Header> headers = {{"x-kvstash-cache", cached->status}};
+    if (cached->status != "bypass") headers.push_back({"x-kvstash-cache-key", cached->key.hex()});
+    task->set_headers(std::move(headers));
+  }
+  if (store_answer) {
+    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs](
+                                  const Generation& g, const std::string& text) { cache->store(key, g, text, want_logprobs); });
+  }
   GenerationTask* raw = task.get();
   task->set_finished_callback([this, raw] {
     active.fetch_sub(1);
@@ -295,6 +375,10 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
   {
     std::lock_guard<std::mutex> lock(tasks_mutex);
     tasks.emplace(raw, task);
+  }
+  if (cached && cached->record) {
+    task->start_replay(ResponseCache::replay_events(*cached->record));
+    return;
   }
   task->start(std::move(request));  // answers errors itself; finished callback frees the slot
 }
@@ -379,6 +463,8 @@ void Server::stop() {
   s.draining = true;
   s.http->stop_accepting();
   if (s.kv_events) s.kv_events->stop();  // event streams end; their threads join
+  // Lookups in flight finish (their continuations see `draining` and answer 503).
+  if (s.options.response_cache) s.options.response_cache->stop();
   // Open generations end with "abort" (an error event when streaming) and their last bytes go
   // out before the connections close (bounded).
   s.abort_all("shutdown");

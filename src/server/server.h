@@ -1,8 +1,8 @@
 // The OpenAI-compatible HTTP server:
 //   POST /v1/chat/completions, POST /v1/completions (streaming as SSE or not),
-//   GET /v1/models, GET /health (liveness), GET /ready (503 while draining), GET /metrics
-//   (Prometheus text), OPTIONS (CORS preflight, with --cors-origin), and with a KV event log
-//   GET /v1/kv/info and GET /v1/kv/events (server/kv_events_api.h).
+//   GET /v1/models, GET /v1/identity (the node's public key and trusted keys), GET /health (liveness),
+//   GET /ready (503 while draining), GET /metrics (Prometheus text), OPTIONS (CORS preflight, with
+//   --cors-origin), and with a KV event log GET /v1/kv/info and GET /v1/kv/events (server/kv_events_api.h).
 // Errors are OpenAI-style JSON: 400 invalid request (and unsupported parameters), 401 bad API key,
 // 404 unknown endpoint or model, 405 wrong method, 408/413/431 from the HTTP layer's limits,
 // 415 multipart bodies, 429 at capacity, 500 internal, 503 over the connection caps or draining.
@@ -37,6 +37,8 @@
 
 namespace kvstash::server {
 
+class ResponseCache;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";          // address to listen on
   int port = 8080;                         // 0 = any free port (see port())
@@ -70,6 +72,9 @@ struct ServerOptions {
   // signature), and extra_metrics() is appended to /metrics. Null / empty: off.
   std::shared_ptr<http::Handler> share_handler;
   std::function<std::string()> extra_metrics;
+  // The response cache (server/response_cache.h; --response-cache); null = none: every request
+  // goes to the engine and answers carry no x-kvstash-cache header.
+  std::shared_ptr<ResponseCache> response_cache;
 };
 
 class Server {

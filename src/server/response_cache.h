@@ -1,0 +1,116 @@
+// The response cache in the request path: in front of the engine, behind validation. A
+// deterministic request (temperature 0, or an explicit seed) whose signed record is in the store
+// is answered from it; otherwise the engine answers and the whole answer is signed and stored.
+//
+// Key (docs/response-record.md): SHA-256 over "kvstash-response-key-v1", the model fingerprint,
+// the cache salt, the engine's answer-changing settings (engine_config) and the canonical request:
+// endpoint, prompt token ids after templating, temperature, top_k, top_p, the seed (only when
+// temperature > 0: greedy answers do not depend on it), max_tokens, end-of-generation stop, stop
+// token ids, stop strings, logprobs and top_logprobs, kv_budget. Not in the key: stream and
+// stream_options, since a record renders every shape (a streamed miss serves a JSON hit and back).
+//
+// A record found is served only if it decodes, its output hash and signature verify, its producer
+// is trusted and it is younger than the TTL; each rejection is counted by reason, and a damaged or
+// forged record is erased from every tier. Records live in a TieredStore of their own (memory →
+// disk → redis, its own bounds and TTL) so the KV chunk store is unchanged by them.
+//
+// Lookups run on the cache's own worker threads (a redis round trip never blocks an HTTP thread);
+// stores are the TieredStore's write-behind.
+//
+// Thread safety: every method is safe from any thread. stop() before the HTTP layer goes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/response_record.h"
+#include "cache/tiered_store.h"
+#include "http/http_server.h"
+#include "identity/identity.h"
+#include "server/generation.h"
+#include "server/request_parser.h"
+
+namespace kvstash::server {
+
+struct ResponseCacheOptions {
+  std::chrono::seconds ttl{0};  // --response-cache-ttl; records older than this are misses; 0 = none
+  // Engine settings that change answers and are not in the request (the server's KV budget and
+  // eviction policy), as text; hashed into every key.
+  std::string engine_config;
+  int lookup_threads = 2;  // workers running lookups (each may wait on redis)
+};
+
+// Why a request is not looked up ("" = it is).
+struct CachePlan {
+  std::string bypass_reason;  // "no-cache header", "opted out", "sampled without seed"
+  cache::ChunkKey key;
+  bool cacheable() const { return bypass_reason.empty(); }
+};
+
+class ResponseCache {
+ public:
+  // `store` holds the records; `self` signs new ones; `trust` names the producers served.
+  ResponseCache(std::unique_ptr<cache::TieredStore> store, const cache::ModelFingerprint& fingerprint,
+                ResponseCacheOptions options, std::shared_ptr<const identity::NodeIdentity> self,
+                std::shared_ptr<const identity::TrustList> trust);
+  ~ResponseCache();  // stop()
+
+  // Decides whether the request takes part and computes its key. `request` is the built
+  // GenerationRequest (prompt after templating, max_tokens resolved).
+  CachePlan plan(const ParsedRequest& parsed, const GenerationRequest& request, const http::Request& http) const;
+
+  // Looks `key` up on a worker; `done` runs there with a verified record or nullopt (a miss, or
+  // stopped). Counts the hit or miss.
+  void lookup(const cache::ChunkKey& key, std::function<void(std::optional<cache::ResponseRecord>)> done);
+  // The lookup itself, on the calling thread (what the workers run).
+  std::optional<cache::ResponseRecord> lookup_now(const cache::ChunkKey& key);
+  void count_bypass() { bypasses_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Signs and queues the record of a finished answer (its applied events, outcome and text).
+  void store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs);
+
+  // The token events a record replays (Generation::replay), cached_tokens = prompt_tokens.
+  static std::vector<TokenEvent> replay_events(const cache::ResponseRecord& record);
+
+  // Prometheus text of the response cache's counters (appended to /metrics).
+  std::string render_metrics() const;
+  // Ends the workers; lookups queued and not started get nullopt. Idempotent.
+  void stop();
+  cache::TieredStore& records() { return *store_; }
+
+ private:
+  enum Rejection { kBadRecord, kBadSignature, kUntrusted, kRejectionKinds };
+  void reject(const cache::ChunkKey& key, Rejection why, bool erase);
+  void worker_loop();
+
+  std::unique_ptr<cache::TieredStore> store_;
+  const cache::ModelFingerprint fingerprint_;
+  const ResponseCacheOptions options_;
+  std::shared_ptr<const identity::NodeIdentity> self_;
+  std::shared_ptr<const identity::TrustList> trust_;
+
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, bypasses_{0}, expired_{0}, stores_{0}, store_errors_{0};
+  std::atomic<std::uint64_t> bytes_served_{0}, bytes_stored_{0};
+  std::atomic<std::uint64_t> rejected_[kRejectionKinds] = {};
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  struct Job {
+    cache::ChunkKey key;
+    std::function<void(std::optional<cache::ResponseRecord>)> done;
+  };
+  std::deque<Job> jobs_;                    // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kvstash::server
