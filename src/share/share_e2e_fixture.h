@@ -4,15 +4,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include "cache/chunk_key.h"
 #include "cache/test_util.h"
+#include "http/http_server.h"
 #include "modelgen/test_models.h"
 #include "server/serve_process.h"
 #include "share/erasure.h"
@@ -50,92 +51,112 @@ inline const std::string kPeerHits = metric_with("kvstash_kv_tier_hits_total", "
 
 // A malicious relay: B announces the relay's URL as its own, and the relay answers each chunk
 // request with B's chunk, altered according to `mode`.
-class Relay {
+class Relay : public http::Handler {
  public:
   enum Mode { kForgedManifest, kTamperedKv, kResignedByStranger, kTamperedAndResigned };
 
+  // On the project's own HTTP layer (4 I/O threads: a relayed call blocks its thread, which a
+  // test relay may do).
   Relay() : stranger_(identity::NodeIdentity::generate()) {
-    server_.Get(R"(/v1/kv/chunks/([0-9a-f]{64}))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto real = fetch_chunk(target_url(), req.matches[1], {});
-      if (!real) {
-        res.status = 404;
-        return;
-      }
-      served_.fetch_add(1);
-      auto manifest = decode_manifest(real->manifest);
-      std::string manifest_out = real->manifest;
-      cache::Bytes chunk = std::move(real->chunk);
-      switch (mode_.load()) {
-        case kForgedManifest:  // claims another position under the producer's signature
-          manifest->meta.first_position += 256;
-          manifest_out = encode_manifest(*manifest);
-          break;
-        case kTamperedKv:  // other KV in a self-consistent chunk, the producer's manifest kept
-        case kTamperedAndResigned: {  // the same, vouched for by the relay's own (valid) signature
-          auto header = cache::parse_chunk_header(chunk);
-          auto view = cache::decode_chunk(chunk, header->meta);
-          cache::Bytes payload(view->payload.begin(), view->payload.end());
-          for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] ^= 0x40;
-          chunk = *cache::encode_chunk(header->meta, payload);
-          if (mode_.load() == kTamperedAndResigned) manifest_out = encode_manifest(*make_manifest(chunk, stranger_));
-          break;
-        }
-        case kResignedByStranger:  // the genuine chunk, vouched for by an unknown key
-          manifest_out = encode_manifest(*make_manifest(chunk, stranger_));
-          break;
-      }
-      res.set_header(kManifestHeader, hex_encode(manifest_out));
-      res.set_content(std::string(chunk.begin(), chunk.end()), "application/octet-stream");
-    });
-    // Fragments: PUTs are forwarded as they are (the holder checks and keeps them); GETs come
-    // back with one byte flipped while corrupt_fragments is on.
-    server_.Put(R"(/v1/kv/fragments/([0-9a-f]{64})/([0-9]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto set = hex_decode(req.get_header_value(kFragmentSetHeader));
-      auto manifest = hex_decode(req.get_header_value(kManifestHeader));
-      Status st = put_fragment(target_url(), req.matches[1], std::stoi(req.matches[2]),
-                               cache::Bytes(req.body.begin(), req.body.end()), set ? *set : "", manifest ? *manifest : "", {});
-      res.status = st ? 201 : 400;
-    });
-    server_.Get(R"(/v1/kv/fragments/([0-9a-f]{64})/([0-9]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto f = fetch_fragment(target_url(), req.matches[1], std::stoi(req.matches[2]), {});
-      if (!f) {
-        res.status = 404;
-        return;
-      }
-      if (corrupt_fragments_.load() && !f->bytes.empty()) {
-        f->bytes[f->bytes.size() / 2] ^= 0x20;
-        corrupted_.fetch_add(1);
-      }
-      res.set_header(kFragmentSetHeader, hex_encode(f->set));
-      res.set_header(kManifestHeader, hex_encode(f->manifest));
-      res.set_content(std::string(f->bytes.begin(), f->bytes.end()), "application/octet-stream");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    http::HttpServerOptions o;
+    o.port = 0;
+    o.io_threads = 4;
+    o.body_limit = std::size_t{64} << 20;
+    auto started = http::HttpServer::start(o, *this);
+    EXPECT_TRUE(started) << started.status().to_string();
+    if (started) server_ = std::move(*started);
   }
-  ~Relay() {
-    server_.stop();
-    thread_.join();
+  ~Relay() override {
+    if (server_) server_->stop();
   }
-  int port() const { return port_; }
+  int port() const { return server_ ? server_->port() : 0; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
   std::string target_url() const { return "http://127.0.0.1:" + std::to_string(target_.load()); }
   void target(int port) { target_ = port; }
   void mode(Mode m) { mode_ = m; }
   int served() const { return served_.load(); }
   void corrupt_fragments(bool on) { corrupt_fragments_ = on; }
   int corrupted() const { return corrupted_.load(); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void handle(http::Request req, std::shared_ptr<http::Exchange> exchange) override {
+    static const std::regex kChunk(R"(/v1/kv/chunks/([0-9a-f]{64}))");
+    static const std::regex kFragment(R"(/v1/kv/fragments/([0-9a-f]{64})/([0-9]+))");
+    std::smatch m;
+    http::Response r;
+    r.content_type = "application/octet-stream";
+    if (req.method == "GET" && std::regex_match(req.path, m, kChunk)) {
+      relay_chunk(m[1], r);
+    } else if (req.method == "GET" && std::regex_match(req.path, m, kFragment)) {
+      relay_fragment_get(m[1], std::stoi(m[2]), r);
+    } else if (req.method == "PUT" && std::regex_match(req.path, m, kFragment)) {
+      // Forwarded as it is: the holder checks and keeps it.
+      auto set = hex_decode(req.header(kFragmentSetHeader));
+      auto manifest = hex_decode(req.header(kManifestHeader));
+      Status st = put_fragment(target_url(), m[1], std::stoi(m[2]), cache::Bytes(req.body.begin(), req.body.end()),
+                               set ? *set : "", manifest ? *manifest : "", {});
+      r.status = st ? 201 : 400;
+    } else {
+      r.status = 404;
+    }
+    exchange->respond(std::move(r));
+  }
 
  private:
-  identity::NodeIdentity stranger_;
-  httplib::Server server_;
-  int port_ = 0;
+  void relay_chunk(const std::string& key_hex, http::Response& r) {
+    auto real = fetch_chunk(target_url(), key_hex, {});
+    if (!real) {
+      r.status = 404;
+      return;
+    }
+    served_.fetch_add(1);
+    auto manifest = decode_manifest(real->manifest);
+    std::string manifest_out = real->manifest;
+    cache::Bytes chunk = std::move(real->chunk);
+    switch (mode_.load()) {
+      case kForgedManifest:  // claims another position under the producer's signature
+        manifest->meta.first_position += 256;
+        manifest_out = encode_manifest(*manifest);
+        break;
+      case kTamperedKv:  // other KV in a self-consistent chunk, the producer's manifest kept
+      case kTamperedAndResigned: {  // the same, vouched for by the relay's own (valid) signature
+        auto header = cache::parse_chunk_header(chunk);
+        auto view = cache::decode_chunk(chunk, header->meta);
+        cache::Bytes payload(view->payload.begin(), view->payload.end());
+        for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] ^= 0x40;
+        chunk = *cache::encode_chunk(header->meta, payload);
+        if (mode_.load() == kTamperedAndResigned) manifest_out = encode_manifest(*make_manifest(chunk, stranger_));
+        break;
+      }
+      case kResignedByStranger:  // the genuine chunk, vouched for by an unknown key
+        manifest_out = encode_manifest(*make_manifest(chunk, stranger_));
+        break;
+    }
+    r.headers.push_back({kManifestHeader, hex_encode(manifest_out)});
+    r.body.assign(chunk.begin(), chunk.end());
+  }
+  // Fragments come back with one byte flipped while corrupt_fragments is on.
+  void relay_fragment_get(const std::string& key_hex, int index, http::Response& r) {
+    auto f = fetch_fragment(target_url(), key_hex, index, {});
+    if (!f) {
+      r.status = 404;
+      return;
+    }
+    if (corrupt_fragments_.load() && !f->bytes.empty()) {
+      f->bytes[f->bytes.size() / 2] ^= 0x20;
+      corrupted_.fetch_add(1);
+    }
+    r.headers.push_back({kFragmentSetHeader, hex_encode(f->set)});
+    r.headers.push_back({kManifestHeader, hex_encode(f->manifest)});
+    r.body.assign(f->bytes.begin(), f->bytes.end());
+  }
+
+  const identity::NodeIdentity stranger_;
+  std::unique_ptr<http::HttpServer> server_;
   std::atomic<int> target_{0};
   std::atomic<Mode> mode_{kForgedManifest};
   std::atomic<int> served_{0};
   std::atomic<bool> corrupt_fragments_{false};
   std::atomic<int> corrupted_{0};
-  std::thread thread_;
 };
 
 class ShareE2ETest : public ::testing::Test {
