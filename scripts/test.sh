@@ -2,7 +2,7 @@
 # Installs what is needed, builds, and runs every test three times over:
 #   1. the release build (what ships),
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/),
-#   3. the threaded modules' tests (engine, cache, server) under ThreadSanitizer (build-tsan/).
+#   3. the threaded modules' tests (engine, cache, server, router, share) under ThreadSanitizer (build-tsan/).
 # A test that skips counts as a failure: a test that cannot run (no Redis, no Chromium) proves nothing.
 # KVSTASH_TEST_QUICK=1 runs only the release pass (for a quick local check, never in CI).
 set -euo pipefail
