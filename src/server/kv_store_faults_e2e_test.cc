@@ -129,10 +129,14 @@ TEST_F(KvStoreE2ETest, KillNineWhileWritingLoadsNoDamagedChunkAfterRestart) {
     a->kill9();
     for (auto& t : clients) t.join();
   }
-  const auto files = chunk_files(disk);
-  ASSERT_GE(files.size(), 2u) << "the writer had written nothing when killed";
-  fs::resize_file(files[0], fs::file_size(files[0]) - 1);
-  const fs::path torn = files[1].parent_path() / ("." + files[1].stem().string() + ".tmp.999999.0");
+  // Damage the chunk at the highest position: a hit needs an intact first chunk, and damaging the
+  // only one on disk would leave nothing to hit (which chunks the writer finished is up to timing).
+  const auto by_position = files_by_position(disk);
+  ASSERT_GE(by_position.size(), 2u) << "the writer had written nothing when killed";
+  ASSERT_EQ(by_position.begin()->first, 0u) << "no first chunk on disk";
+  const fs::path victim = std::prev(by_position.end())->second;
+  fs::resize_file(victim, fs::file_size(victim) - 1);
+  const fs::path torn = victim.parent_path() / ("." + victim.stem().string() + ".tmp.999999.0");
   write_bytes(torn, cache::Bytes(100, 0xab));
 
   auto b = serve("kill-b", flags);
