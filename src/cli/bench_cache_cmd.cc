@@ -109,7 +109,8 @@ struct Bench {
   // whose leading blocks that run left in the pool: the tail's prefill at full context and nothing
   // loaded (the "+ tail prefill" of the physical-limit bound).
   Expected<std::pair<GenerationResult, GenerationResult>> cold_then_pool_hit(cache::TieredStore* store, const std::vector<TokenId>& prompt,
-                                                                             const std::vector<TokenId>& hit_prompt) {
+                                                                             const std::vector<TokenId>& hit_prompt, int cached_tokens,
+                                                                             int repeats) {
     EngineOptions o = engine_options;
     o.kv_store = store;
     auto engine = Engine::create(model, o);
@@ -120,12 +121,21 @@ struct Bench {
     r.max_tokens = 1;
     auto cold = generate(**engine, std::move(r));
     if (!cold) return cold.status();
-    GenerationRequest h;
-    h.prompt = hit_prompt;
-    h.max_tokens = 1;
-    auto pool = generate(**engine, std::move(h));
-    if (!pool) return pool.status();
-    return std::make_pair(std::move(*cold), std::move(*pool));
+    // Best of `repeats`, each with a tail of its own (a repeated tail would hit the pool too).
+    std::optional<GenerationResult> best;
+    const int nv = model.config().n_vocab;
+    for (int r = 0; r < repeats; ++r) {
+      GenerationRequest h;
+      h.prompt = hit_prompt;
+      for (std::size_t i = static_cast<std::size_t>(cached_tokens); r > 0 && i < h.prompt.size(); ++i) {
+        h.prompt[i] = static_cast<TokenId>((static_cast<int>(i) * 31 + 5 + r * 977) % nv);
+      }
+      h.max_tokens = 1;
+      auto pool = generate(**engine, std::move(h));
+      if (!pool) return pool.status();
+      if (!best || pool->ttft_s < best->ttft_s) best = std::move(*pool);
+    }
+    return std::make_pair(std::move(*cold), std::move(*best));
   }
 };
 
@@ -297,7 +307,7 @@ int bench_cache_main(int argc, char** argv) {
     bench.kv_format = (*engine)->kv_format();
   } else {
     std::fprintf(stderr, "… cold prefill of %d tokens\n", prompt_tokens);
-    auto runs = bench.cold_then_pool_hit(populated->get(), prompt, hit_prompt);
+    auto runs = bench.cold_then_pool_hit(populated->get(), prompt, hit_prompt, cached, repeats);
     if (!runs) return fail(runs.status());
     cold = std::move(runs->first);
     pool_hit = std::move(runs->second);
@@ -431,8 +441,8 @@ int bench_cache_main(int argc, char** argv) {
   std::printf("store: load_threads %d, load_depth %d, redis pool %d per node\n", load_threads, load_depth, redis_pool);
   if (cold) std::printf("cold TTFT %.3f s\n", cold->ttft_s);
   if (pool_hit) {
-    std::printf("tail prefill: TTFT with the %d cached tokens already in the engine's pool (nothing loaded) %.3f s, %d prefilled\n",
-                pool_hit->cached_tokens, pool_hit->ttft_s, prompt_tokens - pool_hit->cached_tokens);
+    std::printf("tail prefill: TTFT with the %d cached tokens already in the engine's pool (nothing loaded), best of %d: %.3f s, %d prefilled\n",
+                pool_hit->cached_tokens, repeats, pool_hit->ttft_s, prompt_tokens - pool_hit->cached_tokens);
   }
   std::printf("\n| tier | TTFT (s) | TTFT / cold | cached tokens | chunks loaded | plan (ms) | plan + load (ms) | load GB/s | limit GB/s | load / limit | limit measured by |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -83,8 +83,11 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
   if (!cv.wait_until(lock, deadline, [&] { return all_have(want) || streams_ended > 0; }) || streams_ended > 0) {
     return unavailable("bench-cache --stall: streams did not reach their warm-up in time");
   }
-  const Clock::time_point submitted = Clock::now();
   lock.unlock();
+  // The streams' own prefetches (their short prompts look for stored tails) ended before they
+  // decoded: from here on only the arrival loads.
+  const std::int64_t loads_before = (*engine)->stats().store_loads_finished;
+  const Clock::time_point submitted = Clock::now();
   GenerationRequest arrival;
   arrival.prompt = arrival_prompt;
   arrival.max_tokens = 1;
@@ -99,15 +102,14 @@ Expected<StallResult> measure_stall(const Model& model, EngineOptions base, cach
     cv.notify_all();
   });
   if (!arrival_id) return arrival_id.status();
-  // The load's end: the first poll after the arrival was seen loading that sees no request loading
-  // (the arrival is the only request that ever loads here). When its first token comes before any
-  // poll saw it loading, no load window is reported.
+  // The load's end: the first poll that sees the arrival's prefetch job finished (the engine
+  // counts a job as its I/O ends, between steps; the arrival is the only request that loads here).
+  // When its first token comes before any load finished, no load window is reported.
   Clock::time_point load_done_at = submitted;
   bool loaded_something = false;
   while (Clock::now() < deadline) {
-    const int loading = (*engine)->stats().loading;
-    if (loading > 0) loaded_something = true;
-    if (loading == 0 && loaded_something) {
+    if ((*engine)->stats().store_loads_finished > loads_before) {
+      loaded_something = true;
       load_done_at = Clock::now();
       break;
     }

@@ -34,6 +34,7 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks
       {
         std::lock_guard<std::mutex> lock(mu);
         load_finished = true;
+        ++stats.store_loads_finished;  // counted as the I/O ends, not at the next step's end
       }
       wake.notify_one();
     });

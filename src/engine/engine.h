@@ -126,6 +126,7 @@ struct EngineStats {
   std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
   int loading = 0;                            // requests waiting for their KV to load from the store
   std::int64_t store_loads_timed_out = 0;     // loads given up at store_load_timeout (recomputed)
+  std::int64_t store_loads_finished = 0;      // prefetch jobs whose I/O ended (counted when it ends)
   std::int64_t compactions = 0;               // KV compactions run (sequences with a budget)
   std::int64_t kv_tokens_evicted = 0;         // KV slots they dropped
   std::int64_t kv_blocks_freed = 0;           // pool blocks they returned
