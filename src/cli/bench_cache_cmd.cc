@@ -92,17 +92,28 @@ struct Bench {
   EngineOptions engine_options;
   std::string kv_format;  // the engine's, learnt on the first request
 
-  // TTFT of one request on a fresh engine (empty pool) in front of `store`.
-  Expected<GenerationResult> ttft(cache::TieredStore* store, const std::vector<TokenId>& prompt) {
+  // A fresh engine (empty pool) in front of `store`.
+  Expected<std::unique_ptr<Engine>> engine_for(cache::TieredStore* store) {
     EngineOptions o = engine_options;
     o.kv_store = store;
     auto engine = Engine::create(model, o);
-    if (!engine) return engine.status();
-    kv_format = (*engine)->kv_format();
+    if (engine) kv_format = (*engine)->kv_format();
+    return engine;
+  }
+
+  // TTFT of one greedy token of `prompt` on `engine`.
+  static Expected<GenerationResult> first_token(Engine& engine, const std::vector<TokenId>& prompt) {
     GenerationRequest r;
     r.prompt = prompt;
     r.max_tokens = 1;
-    return generate(**engine, std::move(r));
+    return generate(engine, std::move(r));
+  }
+
+  // TTFT of one request on a fresh engine (empty pool) in front of `store`.
+  Expected<GenerationResult> ttft(cache::TieredStore* store, const std::vector<TokenId>& prompt) {
+    auto engine = engine_for(store);
+    if (!engine) return engine.status();
+    return first_token(**engine, prompt);
   }
 
   // Cold TTFT of `prompt` in front of `store`, then, on the same engine, the TTFT of `hit_prompt`
@@ -111,27 +122,19 @@ struct Bench {
   Expected<std::pair<GenerationResult, GenerationResult>> cold_then_pool_hit(cache::TieredStore* store, const std::vector<TokenId>& prompt,
                                                                              const std::vector<TokenId>& hit_prompt, int cached_tokens,
                                                                              int repeats) {
-    EngineOptions o = engine_options;
-    o.kv_store = store;
-    auto engine = Engine::create(model, o);
+    auto engine = engine_for(store);
     if (!engine) return engine.status();
-    kv_format = (*engine)->kv_format();
-    GenerationRequest r;
-    r.prompt = prompt;
-    r.max_tokens = 1;
-    auto cold = generate(**engine, std::move(r));
+    auto cold = first_token(**engine, prompt);
     if (!cold) return cold.status();
     // Best of `repeats`, each with a tail of its own (a repeated tail would hit the pool too).
     std::optional<GenerationResult> best;
     const int nv = model.config().n_vocab;
     for (int r = 0; r < repeats; ++r) {
-      GenerationRequest h;
-      h.prompt = hit_prompt;
-      for (std::size_t i = static_cast<std::size_t>(cached_tokens); r > 0 && i < h.prompt.size(); ++i) {
-        h.prompt[i] = static_cast<TokenId>((static_cast<int>(i) * 31 + 5 + r * 977) % nv);
+      std::vector<TokenId> p = hit_prompt;
+      for (std::size_t i = static_cast<std::size_t>(cached_tokens); r > 0 && i < p.size(); ++i) {
+        p[i] = static_cast<TokenId>((static_cast<int>(i) * 31 + 5 + r * 977) % nv);
       }
-      h.max_tokens = 1;
-      auto pool = generate(**engine, std::move(h));
+      auto pool = first_token(**engine, p);
       if (!pool) return pool.status();
       if (!best || pool->ttft_s < best->ttft_s) best = std::move(*pool);
     }
@@ -301,10 +304,8 @@ int bench_cache_main(int argc, char** argv) {
   if (bandwidth_only) {
     // The engine's kv_format without a run; chunks of the engine's payload size, stored as the
     // engine stores them (each with its predecessors).
-    EngineOptions o = bench.engine_options;
-    auto engine = Engine::create(model, o);
+    auto engine = bench.engine_for(nullptr);
     if (!engine) return fail(engine.status());
-    bench.kv_format = (*engine)->kv_format();
   } else {
     std::fprintf(stderr, "… cold prefill of %d tokens\n", prompt_tokens);
     auto runs = bench.cold_then_pool_hit(populated->get(), prompt, hit_prompt, cached, repeats);
