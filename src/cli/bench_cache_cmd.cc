@@ -126,6 +126,7 @@ struct Bench {
     if (!engine) return engine.status();
     auto cold = first_token(**engine, prompt);
     if (!cold) return cold.status();
+    if (store) store->flush();  // the cold run's chunks are written before the timed runs, not during
     // Best of `repeats`, each with a tail of its own (a repeated tail would hit the pool too).
     std::optional<GenerationResult> best;
     const int nv = model.config().n_vocab;
