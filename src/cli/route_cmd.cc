@@ -46,6 +46,10 @@ int route_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--proxy-threads", o.proxy_threads, "Requests proxied at once (one thread each while it runs)")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front")->capture_default_str();
+  app.add_option("--prefix-cache-tokens", o.prefix_cache_tokens,
+                 "Tokens of rendered conversation prefixes kept tokenized, so that a chat's next turn tokenizes only its new "
+                 "messages (byte-level BPE vocabularies; 0 = off)")
+      ->capture_default_str();
   app.add_flag("--log-requests", o.log_requests, "One stderr line per routed request (worker, decision, predicted cached tokens)");
   try {
     app.parse(argc, argv);

@@ -197,7 +197,12 @@ void Router::Impl::handle_admin(const http::Request& req, const std::shared_ptr<
 std::string Router::Impl::metrics_text() const {
   std::vector<WorkerStatus> status;
   for (const auto& w : worker_list()) status.push_back(w->status());
-  return metrics.render(status);
+  RouterMetrics::PrefixCacheCounts counts;
+  if (model && model->prefix_cache) {
+    const PrefixTokenCache::Stats st = model->prefix_cache->stats();
+    counts = {st.lookups, st.hits, st.tokens_reused};
+  }
+  return metrics.render(status, counts);
 }
 
 Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
@@ -210,7 +215,7 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
   Impl& s = *router->impl_;
   s.options = options;
   if (!options.model_path.empty()) {
-    Expected<std::unique_ptr<RouterModel>> model = load_router_model(options.model_path, options.chat_template);
+    Expected<std::unique_ptr<RouterModel>> model = load_router_model(options.model_path, options.chat_template, options.prefix_cache_tokens);
     if (!model) return model.status();
     s.model = std::move(*model);
   }

@@ -47,6 +47,7 @@ struct RouterOptions {
   int http_threads = 2;            // I/O threads of the router's HTTP front
   WorkerOptions worker;
   bool log_requests = false;       // one stderr line per request
+  std::size_t prefix_cache_tokens = std::size_t{1} << 22;  // tokenized conversation prefixes kept (router/prompt_cache.h); 0 = off
 };
 
 class Router {
