@@ -58,6 +58,8 @@ struct RouterModel {
 Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override,
                                                          std::size_t prefix_cache_tokens);
 
+// 127.0.0.0/8, ::1, localhost.
+bool is_loopback_host(const std::string& host);
 void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response r);
 void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code);
 nlohmann::json worker_json(const WorkerStatus& s);

@@ -154,11 +154,16 @@ Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request&
   up.path = req.target;
   up.body = req.body;
   std::string content_type = "application/json";
+  // The client's Authorization goes on only when the router has no keys of its own.
+  const bool replace_auth = !options.worker_api_key.empty() || !options.api_keys.empty();
   for (const http::Header& h : req.headers) {
-    if (lower(h.name) == "content-type") content_type = h.value;
+    const std::string name = lower(h.name);
+    if (name == "content-type") content_type = h.value;
+    if (replace_auth && name == "authorization") continue;
     if (!hop_by_hop(h.name)) up.headers.emplace(h.name, h.value);
   }
   up.headers.emplace("Content-Type", content_type);
+  if (!options.worker_api_key.empty()) up.headers.emplace("Authorization", "Bearer " + options.worker_api_key);
   for (int fresh = 0; fresh < 2; ++fresh) {
     bool reused = false;
     std::unique_ptr<httplib::Client> client = worker.acquire_client(&reused);

@@ -95,6 +95,7 @@ bool Worker::check_due() const {
 bool Worker::check_health() {
   httplib::Client client(host_, port_);
   set_timeout(client, options_.connect_timeout, options_.connect_timeout);
+  if (!options_.api_key.empty()) client.set_bearer_token_auth(options_.api_key);
   auto res = client.Get("/health");
   const bool ok = res && res->status == 200;
   if (ok) {
@@ -193,6 +194,7 @@ void Worker::events_loop() {
     }
     httplib::Client client(host_, port_);
     set_timeout(client, options_.connect_timeout, options_.events_read_timeout);
+    if (!options_.api_key.empty()) client.set_bearer_token_auth(options_.api_key);
     if (!fetch_kv_info(client)) {
       wait_for(backoff);
       backoff = std::min(backoff * 2, options_.backoff_max);

@@ -39,6 +39,7 @@ struct WorkerOptions {
   std::chrono::milliseconds events_read_timeout{10000};  // between bytes of the event stream (the worker sends keepalives)
   std::size_t max_idle_connections = 64;           // kept-alive connections kept per worker
   bool subscribe_events = true;                    // false: no KV index (policies that need none)
+  std::string api_key;                             // sent as a bearer token to the worker ("" = none)
 };
 
 struct WorkerStatus {
