@@ -179,6 +179,7 @@ std::string RouterMetrics::render(const std::vector<WorkerStatus>& workers, cons
   for (const WorkerStatus& w : workers) {
     const std::string l = "{worker=\"" + label(w.url) + "\"}";
     out += "kvstash_router_worker_up" + l + " " + (w.up ? "1" : "0") + "\n";
+    out += "kvstash_router_worker_marked_down_total" + l + " " + std::to_string(w.marked_down) + "\n";
     out += "kvstash_router_worker_draining" + l + " " + (w.draining ? "1" : "0") + "\n";
     out += "kvstash_router_worker_in_flight" + l + " " + std::to_string(w.in_flight) + "\n";
     out += "kvstash_router_worker_load_tokens" + l + " " + std::to_string(w.load_tokens) + "\n";

@@ -15,7 +15,7 @@
 //     (upstream first byte → handed to the client's connection)
 //   kvstash_router_upstream_connections_total{kind="new"|"reused"}  upstream connections used
 //   kvstash_router_prefix_tokens_{lookups,hits,reused}_total  the tokenized-prefix cache (router/prompt_cache.h)
-//   kvstash_router_worker_up / _in_flight / _load_tokens / _kv_keys{worker,source}
+//   kvstash_router_worker_up / _marked_down_total / _in_flight / _load_tokens / _kv_keys{worker,source}
 //
 // Thread safety: every method is safe from any thread (one mutex).
 #pragma once

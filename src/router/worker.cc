@@ -76,6 +76,7 @@ void Worker::mark_failed() {
   std::lock_guard lock(mu_);
   up_ = false;
   ++failures_;
+  ++marked_down_;
   auto backoff = options_.backoff_min;
   for (int i = 1; i < failures_ && backoff < options_.backoff_max; ++i) backoff *= 2;
   next_check_ = std::chrono::steady_clock::now() + std::min(backoff, options_.backoff_max);
@@ -138,6 +139,7 @@ WorkerStatus Worker::status() const {
   s.events_applied = applied_;
   s.events_gaps = gaps_;
   s.failures = failures_;
+  s.marked_down = marked_down_;
   return s;
 }
 
