@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 12's figures: four `kvstash serve` workers behind `kvstash route`, a multi-turn workload
 # (16 users x 6 rounds) per policy against fresh workers each time, the same workload against one
-# worker directly, and the routing overhead at 200 requests/s of short requests.
+# worker directly, and the routing overhead at 200 requests/s of short requests: as the router
+# measures it (/metrics), and end to end (one worker, direct vs through the router, same run).
 #
 #   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
 #
@@ -67,6 +68,26 @@ start_router cache-aware
   --api completions --rate 200 --requests "${OVERHEAD_REQUESTS:-2000}" --no-progress --out "$OUT/overhead.json" ||
   echo "(bench: some requests failed)"
 curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-overhead.txt" || echo "no /metrics" >&2
-grep -E '^kvstash_router_overhead' "$OUT/metrics-overhead.txt" || true
+grep -E '^kvstash_router_(overhead|queue|decision|return)_quantile|^kvstash_router_upstream' "$OUT/metrics-overhead.txt" || true
+cleanup
+
+# End to end, the same run: one worker, the short workload straight to it, then through a router
+# in front of it (policy cache-aware), then straight again; router-added TTFT = through - direct.
+echo "== router-added TTFT end to end: one worker, direct vs through the router, 200 req/s"
+SHORT=(--workload random --input-len 16 --output-len 1 --ignore-eos --api completions --rate 200
+       --requests "${OVERHEAD_REQUESTS:-2000}" --no-progress)
+start_workers 1
+"$KV" route -m "$MODEL" --port 18610 --policy cache-aware --worker http://127.0.0.1:18611 ${ROUTE_FLAGS:-} \
+  >"$OUT/router-e2e.log" 2>&1 &
+pids+=($!)
+wait_port 18610
+sleep 1
+for leg in direct1:18611 router:18610 direct2:18611; do
+  echo "-- ${leg%%:*}"
+  "$KV" bench --url "http://127.0.0.1:${leg##*:}" "${SHORT[@]}" --out "$OUT/e2e-${leg%%:*}.json" 2>&1 |
+    grep -E 'TTFT p(50|99)|throughput|completed' || echo "(bench: some requests failed)"
+done
+curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-e2e.txt" || echo "no /metrics" >&2
+grep -E '^kvstash_router_(overhead|queue|decision|return)_quantile' "$OUT/metrics-e2e.txt" || true
 cleanup
 echo "uptime: $(uptime)"

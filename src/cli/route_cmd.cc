@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "cli/commands.h"
@@ -46,6 +47,20 @@ int route_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--proxy-threads", o.proxy_threads, "Requests proxied at once (one thread each while it runs)")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front")->capture_default_str();
+  app.add_option("--prefix-cache-tokens", o.prefix_cache_tokens,
+                 "Tokens of rendered conversation prefixes kept tokenized, so that a chat's next turn tokenizes only its new "
+                 "messages (byte-level BPE vocabularies; 0 = off)")
+      ->capture_default_str();
+  app.add_option("--api-key", o.api_keys,
+                 "Require 'Authorization: Bearer KEY' from clients on every proxied request (repeatable; /health and /metrics "
+                 "stay open)");
+  std::string api_key_file;
+  app.add_option("--api-key-file", api_key_file, "A file of client API keys, one a line ('#' starts a comment line)");
+  app.add_option("--worker-api-key", o.worker_api_key,
+                 "The key the workers require (their serve --api-key): sent on proxied requests and event subscriptions in "
+                 "place of the client's Authorization");
+  app.add_option("--admin-token", o.admin_token,
+                 "Require 'Authorization: Bearer TOKEN' on /admin/*; needed when --host is not a loopback address");
   app.add_flag("--log-requests", o.log_requests, "One stderr line per routed request (worker, decision, predicted cached tokens)");
   try {
     app.parse(argc, argv);
@@ -53,6 +68,22 @@ int route_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 1;
   }
   o.policy = *router::policy_from_name(policy);
+  if (!api_key_file.empty()) {
+    std::ifstream in(api_key_file);
+    if (!in) {
+      std::fprintf(stderr, "route: --api-key-file: cannot read %s\n", api_key_file.c_str());
+      return 1;
+    }
+    const std::size_t before = o.api_keys.size();
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty() && line[0] != '#') o.api_keys.push_back(line);
+    }
+    if (o.api_keys.size() == before) {
+      std::fprintf(stderr, "route: --api-key-file: no keys in %s\n", api_key_file.c_str());
+      return 1;
+    }
+  }
   if (health_ms <= 0 || backoff_max_ms <= 0) {
     std::fprintf(stderr, "route: --health-interval-ms and --backoff-max-ms must be positive\n");
     return 1;

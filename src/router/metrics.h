@@ -7,9 +7,15 @@
 //   kvstash_router_actual_cached_tokens_total{worker}         what usage.prompt_tokens_details.cached_tokens said
 //   kvstash_router_prompt_tokens_total{worker}                prompt tokens of those answers (usage)
 //   kvstash_router_overhead_seconds (histogram) and _quantile{quantile} over the last samples:
-//     router-added latency to the first byte (arrival → sent upstream, plus upstream first byte →
-//     handed to the client's connection)
-//   kvstash_router_worker_up / _in_flight / _load_tokens / _kv_keys{worker,source}
+//     router-added latency to the first byte, as the router sees it (arrival → sent upstream,
+//     plus upstream first byte → handed to the client's connection)
+//   its parts, each a histogram with _quantile: kvstash_router_queue_seconds (arrival → a proxy
+//     thread takes the request), kvstash_router_decision_seconds (arrival → the request handed to
+//     the upstream connection: queue, tokenizing, keying, scoring), kvstash_router_return_seconds
+//     (upstream first byte → handed to the client's connection)
+//   kvstash_router_upstream_connections_total{kind="new"|"reused"}  upstream connections used
+//   kvstash_router_prefix_tokens_{lookups,hits,reused}_total  the tokenized-prefix cache (router/prompt_cache.h)
+//   kvstash_router_worker_up / _marked_down_total / _in_flight / _load_tokens / _kv_keys{worker,source}
 //
 // Thread safety: every method is safe from any thread (one mutex).
 #pragma once
@@ -26,11 +32,28 @@
 
 namespace kvstash::router {
 
+// A latency histogram (fixed bounds) and the last kMaxSamples samples for quantiles.
+class LatencyHistogram {
+ public:
+  static constexpr std::array<double, 11> kBounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                     0.005,   0.01,   0.05,    0.25,   1.0};
+  static constexpr std::size_t kMaxSamples = 1 << 17;
+  void observe(double seconds);  // caller holds the owner's lock
+  double quantile(double q) const;  // caller holds the owner's lock
+  // Prometheus text: NAME_bucket/_sum/_count and NAME_quantile{quantile="0.5"|"0.99"} (as a
+  // gauge named NAME without "_seconds" + "_quantile_seconds").
+  std::string render(const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<std::int64_t> buckets_ = std::vector<std::int64_t>(kBounds.size() + 1, 0);
+  double sum_ = 0;
+  std::int64_t count_ = 0;
+  std::vector<double> samples_;  // ring of the last kMaxSamples
+  std::size_t next_sample_ = 0;
+};
+
 class RouterMetrics {
  public:
-  // Histogram bounds, seconds.
-  static constexpr std::array<double, 10> kBounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-                                                     0.0025, 0.005, 0.01, 0.05, 0.25};
   void count_request(const std::string& worker, const std::string& decision);
   void count_response(const std::string& worker, int status);
   void count_retry();
@@ -38,11 +61,17 @@ class RouterMetrics {
   // predicted: what the index said; actual: from usage (-1 when the answer had none).
   void count_cached(const std::string& worker, std::int64_t predicted, std::int64_t actual, std::int64_t prompt_tokens);
   void observe_overhead(double seconds);
+  void observe_queue(double seconds);
+  void observe_decision(double seconds);
+  void observe_return(double seconds);
+  void count_connection(bool reused);
   // Quantile q (0..1) of the overhead samples kept (the last kMaxSamples); 0 when none.
   double overhead_quantile(double q) const;
-  std::string render(const std::vector<WorkerStatus>& workers) const;
-
-  static constexpr std::size_t kMaxSamples = 1 << 17;
+  double decision_quantile(double q) const;
+  struct PrefixCacheCounts {
+    std::uint64_t lookups = 0, hits = 0, tokens_reused = 0;
+  };
+  std::string render(const std::vector<WorkerStatus>& workers, const PrefixCacheCounts& prefix_cache) const;
 
  private:
   mutable std::mutex mu_;
@@ -53,11 +82,8 @@ class RouterMetrics {
     std::int64_t predicted = 0, actual = 0, prompt = 0, answers_with_usage = 0;
   };
   std::map<std::string, Cached> cached_;
-  std::vector<std::int64_t> buckets_ = std::vector<std::int64_t>(kBounds.size() + 1, 0);
-  double overhead_sum_ = 0;
-  std::int64_t overhead_count_ = 0;
-  std::vector<double> samples_;  // ring of the last kMaxSamples
-  std::size_t next_sample_ = 0;
+  LatencyHistogram overhead_, queue_, decision_, return_;
+  std::int64_t connections_new_ = 0, connections_reused_ = 0;
 };
 
 }  // namespace kvstash::router

@@ -2,6 +2,7 @@
 // proxied request is route() on a proxy thread (router_proxy.cc does the upstream exchange).
 #include "router/router.h"
 
+#include <cctype>
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -125,6 +126,37 @@ void Router::Impl::health_loop() {
   }
 }
 
+namespace {
+
+// Compares in time that depends on the lengths only, not on where the texts differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// The token of an "Authorization: Bearer TOKEN" header ("" when there is none).
+std::string_view bearer_of(const http::Request& req) {
+  const std::string_view auth = req.header("Authorization");
+  if (auth.size() < 7) return {};
+  for (std::size_t i = 0; i < 7; ++i) {
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != "bearer "[i]) return {};
+  }
+  return auth.substr(7);
+}
+
+void respond_unauthorized(http::Exchange& ex, const std::string& message, const char* code) {
+  ex.respond({401, "application/json", {{"WWW-Authenticate", "Bearer"}},
+              server::ApiError{401, message, "invalid_request_error", "", code}.to_json()});
+}
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 void Router::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exchange) {
   const auto arrived = Clock::now();
   const std::string& path = req.path;
@@ -139,9 +171,20 @@ void Router::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
     exchange->respond({200, "text/plain; version=0.0.4", {}, metrics_text()});
     return;
   }
+  const bool admin = path.rfind("/admin/", 0) == 0;
+  if (admin && !options.admin_token.empty() && !same_secret(bearer_of(req), options.admin_token)) {
+    return respond_unauthorized(*exchange, "Incorrect or missing admin token: send 'Authorization: Bearer TOKEN'",
+                                "invalid_admin_token");
+  }
+  if (!admin && !options.api_keys.empty()) {
+    const std::string_view key = bearer_of(req);
+    if (std::none_of(options.api_keys.begin(), options.api_keys.end(), [&](const std::string& k) { return same_secret(key, k); })) {
+      return respond_unauthorized(*exchange, "Incorrect or missing API key: send 'Authorization: Bearer KEY'", "invalid_api_key");
+    }
+  }
   auto gone = std::make_shared<std::atomic<bool>>(false);
   exchange->on_close([gone] { gone->store(true); });
-  if (path == "/admin/workers" || path == "/admin/workers/drain") {
+  if (admin) {
     jobs->push([self = shared_from_this(), req = std::move(req), exchange] { self->handle_admin(req, exchange); });
     return;
   }
@@ -197,7 +240,12 @@ void Router::Impl::handle_admin(const http::Request& req, const std::shared_ptr<
 std::string Router::Impl::metrics_text() const {
   std::vector<WorkerStatus> status;
   for (const auto& w : worker_list()) status.push_back(w->status());
-  return metrics.render(status);
+  RouterMetrics::PrefixCacheCounts counts;
+  if (model && model->prefix_cache) {
+    const PrefixTokenCache::Stats st = model->prefix_cache->stats();
+    counts = {st.lookups, st.hits, st.tokens_reused};
+  }
+  return metrics.render(status, counts);
 }
 
 Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
@@ -205,12 +253,21 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
       options.health_interval.count() <= 0) {
     return invalid_argument("router: --max-attempts, --proxy-threads, --http-threads and --health-interval must be positive");
   }
+  if (options.admin_token.empty() && !is_loopback_host(options.host)) {
+    return invalid_argument("router: listening on " + options.host +
+                            " would open the admin API (/admin/workers: add, drain and remove workers) to the network; set "
+                            "--admin-token TOKEN, or listen on a loopback address (--host 127.0.0.1)");
+  }
+  for (const std::string& k : options.api_keys) {
+    if (k.empty()) return invalid_argument("router: an empty --api-key");
+  }
   std::unique_ptr<Router> router(new Router());
   router->impl_ = std::make_shared<Impl>();
   Impl& s = *router->impl_;
   s.options = options;
+  s.options.worker.api_key = options.worker_api_key;
   if (!options.model_path.empty()) {
-    Expected<std::unique_ptr<RouterModel>> model = load_router_model(options.model_path, options.chat_template);
+    Expected<std::unique_ptr<RouterModel>> model = load_router_model(options.model_path, options.chat_template, options.prefix_cache_tokens);
     if (!model) return model.status();
     s.model = std::move(*model);
   }

@@ -12,6 +12,8 @@
 //   GET /admin/workers, POST /admin/workers {"url"}, DELETE /admin/workers?url=U,
 //   POST /admin/workers/drain {"url", "drain": true|false}; any other path is proxied to the
 //   least-loaded worker (/v1/models, /tokenize, ...).
+// Keys (RouterOptions): clients' API keys on proxied requests, a separate key towards the
+// workers, and a bearer token on /admin/* (required when listening beyond loopback).
 //
 // Threads: the HTTP layer's I/O threads read requests and write answers; a fixed set of proxy
 // threads (RouterOptions::proxy_threads) runs each request's routing and its blocking upstream
@@ -47,6 +49,17 @@ struct RouterOptions {
   int http_threads = 2;            // I/O threads of the router's HTTP front
   WorkerOptions worker;
   bool log_requests = false;       // one stderr line per request
+  // Clients' keys: non-empty = every proxied request needs "Authorization: Bearer KEY" (one of
+  // them), else 401 in OpenAI's shape; /health and /metrics stay open, as on `kvstash serve`.
+  std::vector<std::string> api_keys;
+  // The key sent to the workers (their `serve --api-key`) on proxied requests and the KV event
+  // subscriptions, in place of the client's Authorization. "" = the client's Authorization is
+  // passed on unchanged when api_keys is empty, and dropped when it is set (it was the router's key).
+  std::string worker_api_key;
+  // Non-empty = /admin/* need "Authorization: Bearer TOKEN". Empty is allowed only when the router
+  // listens on a loopback address (create() refuses otherwise).
+  std::string admin_token;
+  std::size_t prefix_cache_tokens = std::size_t{1} << 22;  // tokenized conversation prefixes kept (router/prompt_cache.h); 0 = off
 };
 
 class Router {

@@ -34,7 +34,7 @@ class RouterE2E : public ::testing::Test {
  protected:
   void SetUp() override {
     model_path_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
-    auto m = load_router_model(model_path_, "");
+    auto m = load_router_model(model_path_, "", 0);
     ASSERT_TRUE(m) << m.status().to_string();
     model_ = std::move(*m);
   }

@@ -17,6 +17,7 @@
 
 #include "gguf/gguf.h"
 #include "router/metrics.h"
+#include "router/prompt_cache.h"
 #include "router/router.h"
 #include "server/backend.h"
 #include "server/chat_template.h"
@@ -45,14 +46,20 @@ class JobQueue {
 };
 
 // The vocabulary and chat template the workers use, from the GGUF's metadata.
+// info.tokenizer is `caching`: the GGUF's tokenizer behind the tokenized-prefix cache.
 struct RouterModel {
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<PrefixTokenCache> prefix_cache;
+  std::unique_ptr<CachingTokenizer> caching;
   server::ChatTemplate chat_template = server::ChatTemplate::kChatML;
   server::ModelInfo info;
 };
-Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override);
+Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override,
+                                                         std::size_t prefix_cache_tokens);
 
+// 127.0.0.0/8, ::1, localhost.
+bool is_loopback_host(const std::string& host);
 void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response r);
 void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code);
 nlohmann::json worker_json(const WorkerStatus& s);

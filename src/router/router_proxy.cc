@@ -47,7 +47,8 @@ std::pair<std::int64_t, std::int64_t> usage_of(const json& j) {
 
 }  // namespace
 
-Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override) {
+Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override,
+                                                         std::size_t prefix_cache_tokens) {
   auto m = std::make_unique<RouterModel>();
   Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(path);
   if (!file) return Status(file.status().code(), "-m " + path + ": " + file.status().message());
@@ -58,7 +59,9 @@ Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path
   Expected<server::ChatTemplateChoice> choice = server::choose_chat_template(m->tokenizer->chat_template(), chat_template_override);
   if (!choice) return choice.status();
   m->chat_template = choice->kind;
-  m->info.tokenizer = m->tokenizer.get();
+  m->prefix_cache = std::make_unique<PrefixTokenCache>(*m->tokenizer, prefix_cache_tokens);
+  m->caching = std::make_unique<CachingTokenizer>(*m->tokenizer, *m->prefix_cache);
+  m->info.tokenizer = m->caching.get();
   m->info.n_vocab = static_cast<int>(m->tokenizer->vocab_size());
   m->info.n_ctx = INT_MAX / 2;  // the worker enforces its context; the router only needs the tokens
   m->info.chat_template = m->tokenizer->chat_template();
@@ -85,6 +88,7 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
 
 void Router::Impl::route(http::Request req, std::shared_ptr<http::Exchange> ex, std::shared_ptr<std::atomic<bool>> gone,
                          Clock::time_point arrived) {
+  metrics.observe_queue(seconds(Clock::now() - arrived));
   const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
   const Policy policy = generation ? options.policy : Policy::kLeastLoaded;
   // Round-robin needs neither keys nor load: it skips the tokenizer.
@@ -150,14 +154,20 @@ Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request&
   up.path = req.target;
   up.body = req.body;
   std::string content_type = "application/json";
+  // The client's Authorization goes on only when the router has no keys of its own.
+  const bool replace_auth = !options.worker_api_key.empty() || !options.api_keys.empty();
   for (const http::Header& h : req.headers) {
-    if (lower(h.name) == "content-type") content_type = h.value;
+    const std::string name = lower(h.name);
+    if (name == "content-type") content_type = h.value;
+    if (replace_auth && name == "authorization") continue;
     if (!hop_by_hop(h.name)) up.headers.emplace(h.name, h.value);
   }
   up.headers.emplace("Content-Type", content_type);
+  if (!options.worker_api_key.empty()) up.headers.emplace("Authorization", "Bearer " + options.worker_api_key);
   for (int fresh = 0; fresh < 2; ++fresh) {
     bool reused = false;
     std::unique_ptr<httplib::Client> client = worker.acquire_client(&reused);
+    metrics.count_connection(reused);
     bool answered = false, streaming = false;
     int status = 0;
     http::Response head;
@@ -165,6 +175,7 @@ Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request&
     bench::SseParser parser;
     std::int64_t actual_cached = -1, prompt_tokens = 0;
     const Clock::time_point sent = Clock::now();
+    metrics.observe_decision(seconds(sent - attempt.arrived));
     up.response_handler = [&](const httplib::Response& r) {
       const Clock::time_point first_byte = Clock::now();
       answered = true;
@@ -178,7 +189,9 @@ Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request&
       streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
       if (streaming) {
         ex->post([ex, h = head]() mutable { ex->begin_stream(std::move(h)); });
-        metrics.observe_overhead(seconds(sent - attempt.arrived) + seconds(Clock::now() - first_byte));
+        const double back = seconds(Clock::now() - first_byte);
+        metrics.observe_return(back);
+        metrics.observe_overhead(seconds(sent - attempt.arrived) + back);
       }
       return !gone->load();
     };
@@ -217,7 +230,9 @@ Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request&
       prompt_tokens = prompt;
       head.body = std::move(body);
       respond_on_strand(ex, std::move(head));
-      metrics.observe_overhead(seconds(sent - attempt.arrived) + seconds(Clock::now() - last_byte));
+      const double back = seconds(Clock::now() - last_byte);
+      metrics.observe_return(back);
+      metrics.observe_overhead(seconds(sent - attempt.arrived) + back);
     } else {
       respond_error(ex, 502, "worker " + worker.url() + " failed in the middle of its answer (" + httplib::to_string(error) + ")",
                     "bad_gateway");

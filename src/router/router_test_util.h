@@ -86,6 +86,72 @@ inline RequestKeys keys_of(const RouterModel& model, const WorkerKvInfo& info, c
   return compute_request_keys(info, gen.prompt, salt);
 }
 
+// `kvstash route ARGS --port 0` as a child process (stderr in `log_path`), its port read from
+// the "routing on http://HOST:PORT" line (a bounded wait). The destructor kills it.
+class RouteProcess {
+ public:
+  RouteProcess(std::vector<std::string> args, const std::string& log_path) : log_path_(log_path) {
+    std::vector<std::string> argv_s = {std::string(KVSTASH_BINARY_DIR) + "/kvstash", "route", "--port", "0"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    const std::string marker = "routing on http://";
+    for (int i = 0; i < 400 && port_ == 0 && exit_code_ < 0; ++i) {  // 400 x 25 ms, bounded
+      const std::string text = log();
+      const auto at = text.find(marker);
+      const auto colon = at == std::string::npos ? at : text.find(':', at + marker.size());
+      if (colon != std::string::npos) {
+        port_ = std::atoi(text.c_str() + colon + 1);
+      } else {
+        poll_exit();
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+    }
+  }
+  ~RouteProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  RouteProcess(const RouteProcess&) = delete;
+  RouteProcess& operator=(const RouteProcess&) = delete;
+  int port() const { return port_; }
+  std::string log() const { return server::testing::read_text_file(log_path_); }
+  // The exit code once it exited by itself (bounded wait), -1 while it runs.
+  int wait_exit() {
+    for (int i = 0; i < 1000 && exit_code_ < 0; ++i) {
+      poll_exit();
+      if (exit_code_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return exit_code_;
+  }
+
+ private:
+  void poll_exit() {
+    int status = 0;
+    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      pid_ = -1;
+    }
+  }
+  std::string log_path_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int exit_code_ = -1;
+};
+
 inline std::string worker_url(const server::testing::ServeProcess& p) { return "http://127.0.0.1:" + std::to_string(p.port()); }
 
 struct Answer {

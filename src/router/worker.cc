@@ -76,6 +76,7 @@ void Worker::mark_failed() {
   std::lock_guard lock(mu_);
   up_ = false;
   ++failures_;
+  ++marked_down_;
   auto backoff = options_.backoff_min;
   for (int i = 1; i < failures_ && backoff < options_.backoff_max; ++i) backoff *= 2;
   next_check_ = std::chrono::steady_clock::now() + std::min(backoff, options_.backoff_max);
@@ -95,6 +96,7 @@ bool Worker::check_due() const {
 bool Worker::check_health() {
   httplib::Client client(host_, port_);
   set_timeout(client, options_.connect_timeout, options_.connect_timeout);
+  if (!options_.api_key.empty()) client.set_bearer_token_auth(options_.api_key);
   auto res = client.Get("/health");
   const bool ok = res && res->status == 200;
   if (ok) {
@@ -137,6 +139,7 @@ WorkerStatus Worker::status() const {
   s.events_applied = applied_;
   s.events_gaps = gaps_;
   s.failures = failures_;
+  s.marked_down = marked_down_;
   return s;
 }
 
@@ -193,6 +196,7 @@ void Worker::events_loop() {
     }
     httplib::Client client(host_, port_);
     set_timeout(client, options_.connect_timeout, options_.events_read_timeout);
+    if (!options_.api_key.empty()) client.set_bearer_token_auth(options_.api_key);
     if (!fetch_kv_info(client)) {
       wait_for(backoff);
       backoff = std::min(backoff * 2, options_.backoff_max);

@@ -39,6 +39,7 @@ struct WorkerOptions {
   std::chrono::milliseconds events_read_timeout{10000};  // between bytes of the event stream (the worker sends keepalives)
   std::size_t max_idle_connections = 64;           // kept-alive connections kept per worker
   bool subscribe_events = true;                    // false: no KV index (policies that need none)
+  std::string api_key;                             // sent as a bearer token to the worker ("" = none)
 };
 
 struct WorkerStatus {
@@ -54,6 +55,7 @@ struct WorkerStatus {
   std::uint64_t events_gaps = 0;
   std::size_t pool_keys = 0, memory_keys = 0, disk_keys = 0;
   int failures = 0;  // consecutive
+  std::uint64_t marked_down = 0;  // times taken out (a failed request or health check), in all
 };
 
 class Worker {
@@ -121,6 +123,7 @@ class Worker {
   bool connected_ = false;                          // guarded by mu_
   httplib::Client* events_client_ = nullptr;        // guarded by mu_ (for stop())
   int failures_ = 0;                                // guarded by mu_
+  std::uint64_t marked_down_ = 0;                   // guarded by mu_
   std::chrono::steady_clock::time_point next_check_{};  // guarded by mu_
   std::vector<std::unique_ptr<httplib::Client>> idle_;  // guarded by mu_
   std::thread events_thread_;
