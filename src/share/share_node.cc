@@ -1,9 +1,13 @@
 #include "share/share_node.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
+#include "cache/disk_tier.h"
+#include "cache/file_system.h"
 #include "cache/log.h"
+#include "cache/response_record.h"
 #include "share/peers_tier.h"
 #include "share/response_peers_tier.h"
 
@@ -106,7 +110,9 @@ void ShareNode::set_peer_url(const std::string& url) {
     announced_url = peer_url_;
     pending.assign(announced_.begin(), announced_.end());
     pending_responses.assign(announced_responses_.begin(), announced_responses_.end());
+    walk_pending_ = true;
   }
+  wake_.notify_all();
   cache::log_info("peer sharing: announcing chunks as " + announced_url);
   dht_->put(kDirectoryTopic, announced_url);
   for (const auto& key : pending) put_announcement(key, announced_url);
@@ -186,6 +192,42 @@ void ShareNode::remember_manifest(const Manifest& manifest, std::uint64_t payloa
   manifests_[manifest.meta.key] = {encode_manifest(manifest), payload_checksum};
 }
 
+void ShareNode::announce_disk(cache::TieredStore* store, bool records) {
+  const std::size_t batch = std::max<std::size_t>(1, options_.startup_announce_per_second / 10);
+  const std::uint64_t header_bytes = cache::chunk_header_min_size() + cache::kMaxKvFormatLength;
+  std::size_t announced = 0;
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    auto* disk = dynamic_cast<cache::DiskTier*>(&store->tier(t));
+    if (!disk) continue;
+    auto keys = disk->list_keys();
+    if (!keys) continue;
+    for (std::size_t i = 0; i < keys->size(); ++i) {
+      if (i > 0 && i % batch == 0) {  // a tenth of a second per batch: the rate
+        std::unique_lock lock(mu_);
+        if (wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) return;
+      }
+      const cache::ChunkKey& key = (*keys)[i];
+      auto prefix = cache::posix_file_system()->read_file(disk->path_of(key), header_bytes);
+      if (!prefix) continue;  // evicted since
+      auto header = cache::parse_chunk_header(*prefix);
+      if (!header || header->meta.key != key) continue;
+      const bool is_record = header->meta.kv_format == cache::kResponseKvFormat;
+      if (is_record != records) continue;
+      if (records) {
+        announce_response(key, *header);
+      } else {
+        announce(key, *header);
+      }
+      ++announced;
+    }
+  }
+  if (announced > 0) {
+    counters_.startup_announced.fetch_add(announced, std::memory_order_relaxed);
+    cache::log_info("peer sharing: " + std::to_string(announced) + (records ? " response records" : " chunks") +
+                    " found on disk offered to peers");
+  }
+}
+
 std::vector<bool> ShareNode::held_locally(cache::TieredStore* store, const std::vector<cache::ChunkKey>& keys) {
   std::vector<bool> held(keys.size(), false);
   for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
@@ -200,8 +242,18 @@ std::vector<bool> ShareNode::held_locally(cache::TieredStore* store, const std::
 void ShareNode::reannounce_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_; });
+    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_ || walk_pending_; });
     if (stopping_) return;
+    if (walk_pending_) {
+      walk_pending_ = false;
+      cache::TieredStore* store = store_;
+      cache::TieredStore* response_store = response_store_;
+      lock.unlock();
+      announce_disk(store, false);
+      announce_disk(response_store, true);
+      lock.lock();
+      continue;
+    }
     std::vector<cache::ChunkKey> keys(announced_.begin(), announced_.end());
     std::vector<cache::ChunkKey> responses(announced_responses_.begin(), announced_responses_.end());
     std::vector<std::pair<cache::ChunkKey, int>> held_fragments(fragment_order_.begin(), fragment_order_.end());
@@ -332,6 +384,8 @@ std::string ShareNode::render_metrics() const {
     o << "kvstash_share_response_rejections_total{reason=\"" << kResponseRejectionNames[r] << "\"} "
       << value(counters_.response_rejected[r]) << "\n";
   }
+  counter("kvstash_share_startup_announced_total", "Chunks and response records found on disk at start and announced",
+          value(counters_.startup_announced));
   counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
           value(counters_.chunks_reconstructed));
   return o.str();

@@ -25,6 +25,10 @@
 // (share/response_peers_tier.h) and is attached with attach_response_store(); each record it
 // stores or fetches is announced under response_topic(key), re-announced like chunks.
 //
+// At start (once set_peer_url() runs) the same thread walks the disk tiers' indexes (the KV
+// store's and the record store's), reads each file's header only, and announces what may leave,
+// at startup_announce_per_second: chunks kept from before a restart are offered again.
+//
 // Lifetime: create it before the store (its peers tier goes into the store), attach_store() once
 // the store exists, set_peer_url() once the HTTP server listens, stop() before the store is
 // destroyed (the re-announce thread reads the store's tiers).
@@ -68,6 +72,9 @@ struct ShareOptions {
   std::size_t max_providers_tried = 4;                // providers asked for one chunk before a miss
   std::chrono::seconds reannounce_interval{300};      // < dht.value_ttl (600 s), so values never lapse
   std::size_t max_announced = 1 << 20;                // chunks kept announced at most
+  // Chunks (and response records) found on the disk tier at start are announced at this rate, in
+  // the background once the peer URL is known: a restarted node offers what it kept.
+  std::size_t startup_announce_per_second = 500;
   std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
   bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
@@ -94,6 +101,7 @@ struct ShareCounters {
   std::atomic<std::uint64_t> responses_fetched{0}, response_fetch_errors{0}, responses_served{0};
   std::atomic<std::uint64_t> response_refused_salted{0}, response_kept_salted{0};
   std::atomic<std::uint64_t> response_rejected[4]{};  // by ResponseRejection
+  std::atomic<std::uint64_t> startup_announced{0};  // chunks and records found on disk at start
 };
 
 // Why a record fetched from a peer was refused.
@@ -168,6 +176,9 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   void put_response_announcement(const cache::ChunkKey& key, const std::string& url);
   void reannounce_loop();
   // Per key: does a local tier (memory, disk) of `store` hold it (all false without a store).
+  // The startup walk of one store's disk tier (records: a response record store). Stops early
+  // when stop() runs.
+  void announce_disk(cache::TieredStore* store, bool records);
   static std::vector<bool> held_locally(cache::TieredStore* store, const std::vector<cache::ChunkKey>& keys);
 
   const ShareOptions options_;
@@ -200,6 +211,7 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::map<identity::PublicKey, std::vector<cache::ChunkKey>> unchecked_;  // guarded by mu_
   std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
   bool stopping_ = false;                                         // guarded by mu_
+  bool walk_pending_ = false;  // set_peer_url() ran: the startup walk is due; guarded by mu_
   std::thread reannouncer_;
 };
 
