@@ -1,6 +1,7 @@
-// Chunks kept on disk across a restart are offered to peers again (issue 13): real `kvstash
-// serve` processes on loopback; the restarted node announces what its disk tier holds before any
-// request reaches it.
+// Providers that come and go (issue 13): chunks kept on disk across a restart are offered to peers
+// again (the restarted node announces what its disk tier holds before any request reaches it), and
+// a chunk with several providers is fetched from one that answers when another is gone. Real
+// `kvstash serve` processes on loopback.
 #include "share/share_e2e_fixture.h"
 
 namespace kvstash::share::testing {
@@ -41,6 +42,30 @@ TEST_F(ShareE2ETest, ChunksOnDiskFromBeforeARestartAreAnnouncedAtStart) {
   EXPECT_GE(cached_of(r), kFullChunks * 256) << e->log();
   EXPECT_GE(e->metric(kPeerHits), kFullChunks);
   EXPECT_GE(a->metric("kvstash_share_served_chunks_total"), kFullChunks);
+}
+
+TEST_F(ShareE2ETest, AChunkWithTwoProvidersIsFetchedFromTheLiveOne) {
+  auto b = node("b", {});  // the DHT's bootstrap node, up throughout
+  dht_port_ = dht_port_of(*b);
+  ASSERT_GT(dht_port_, 0) << b->log();
+  auto a = node("a", {});
+  auto c = node("c", {});
+  ASSERT_TRUE(a->ready() && c->ready());
+  const auto doc = document(60);
+  const auto truth = produce(*a, doc);
+  EXPECT_EQ(produce(*c, doc), truth);  // C computes it too: every chunk has two providers
+
+  a->kill9();  // one provider gone; its announcements stay in the DHT until their TTL
+  auto e = node("e", {"--trust-keys", dir_.path() + "/trust-abc"});
+  ASSERT_TRUE(e->ready());
+  json r = e->complete(doc, kMaxTokens);
+  ASSERT_FALSE(r.is_null()) << e->last_error();
+  EXPECT_EQ(tokens_of(r), truth);
+  EXPECT_GE(cached_of(r), kFullChunks * 256) << e->log();
+  EXPECT_GE(e->metric(kPeerHits), kFullChunks);
+  EXPECT_GE(c->metric("kvstash_share_served_chunks_total"), kFullChunks);
+  // Each chunk whose dead provider came first cost one refused connection (order is the DHT's).
+  std::cout << "fetches from the dead provider first: " << e->metric("kvstash_share_fetch_errors_total") << "\n";
 }
 
 }  // namespace
