@@ -259,6 +259,8 @@ Status open_response_cache(const std::string& size_text, const std::string& ttl_
     options.ttl = *ttl;
   }
   options.engine_config = answer_config(engine);
+  // Each local miss may wait on a bounded DHT lookup (--dht-port): more workers keep misses flowing.
+  if (share_node) options.lookup_threads = 8;
   cache::StoreOptions records = kv;
   records.ram_bytes = *size;
   records.disk_bytes = *size;
