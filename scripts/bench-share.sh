@@ -4,14 +4,14 @@
 # loads the document's KV from A through the DHT; same run, same binary, same flags. TTFT is the
 # server's own figure (its request log line).
 #
-#   scripts/bench-share.sh [BUILD_DIR] [MODEL]
+#   [QUESTION=N] scripts/bench-share.sh [BUILD_DIR] [MODEL]
 #
 # MODEL defaults to a qwen2.5-0.5b-shaped q8_0 model made by `kvstash gen-model` (random weights).
 set -euo pipefail
 build=${1:-build}
 model=${2:-/tmp/kvstash-bench/qwen2.5-0.5b-q8_0.gguf}
 tokens=4096    # the document: 16 chunks of 256
-question=16    # tokens after it: what E computes itself
+question=${QUESTION:-16}  # tokens after it: what E computes itself (QUESTION=0: the document alone)
 work=$(mktemp -d /tmp/kvstash-bench-share.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }

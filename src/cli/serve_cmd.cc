@@ -248,7 +248,7 @@ std::string answer_config(const EngineOptions& e) {
 // KV store's redis under its own key prefix and TTL) behind the server's response cache.
 Status open_response_cache(const std::string& size_text, const std::string& ttl_text, const cache::StoreOptions& kv,
                            const EngineOptions& engine, const std::array<std::uint8_t, 32>& fingerprint,
-                           server::ServerOptions& o) {
+                           server::ServerOptions& o, share::ShareNode* share_node) {
   auto size = cache::parse_byte_size(size_text);
   if (!size) return invalid_argument("--response-cache: " + size.status().message());
   if (*size == 0) return invalid_argument("--response-cache must be > 0 (omit it for no response cache)");
@@ -259,18 +259,24 @@ Status open_response_cache(const std::string& size_text, const std::string& ttl_
     options.ttl = *ttl;
   }
   options.engine_config = answer_config(engine);
+  // Each local miss may wait on a bounded DHT lookup (--dht-port): more workers keep misses flowing.
+  if (share_node) options.lookup_threads = 8;
   cache::StoreOptions records = kv;
   records.ram_bytes = *size;
   records.disk_bytes = *size;
   if (!kv.disk_dir.empty()) records.disk_dir = kv.disk_dir + "/responses";
   records.redis_key_prefix = std::string(cache::kRedisResponseKeyPrefix);
   records.redis_ttl = options.ttl;
-  Expected<std::unique_ptr<cache::TieredStore>> store = cache::open_tiered_store(records);
+  // With peer sharing, other nodes' records are the slowest tier (share/response_peers_tier.h).
+  Expected<std::unique_ptr<cache::TieredStore>> store =
+      cache::open_tiered_store(records, share_node ? share_node->make_response_peers_tier() : nullptr);
   if (!store) return Status(store.status().code(), "response cache: " + store.status().message());
+  if (share_node) share_node->attach_response_store(store->get());
   o.response_cache = std::make_shared<server::ResponseCache>(std::move(*store), fingerprint, options, o.identity, o.trust);
   std::string tiers = "memory " + human_bytes(records.ram_bytes);
   if (!records.disk_dir.empty()) tiers += " -> disk " + records.disk_dir;
   if (!records.redis.empty()) tiers += " -> redis (" + std::string(cache::kRedisResponseKeyPrefix) + "*)";
+  if (share_node) tiers += " -> peers";
   log_line("response cache: " + tiers + ", TTL " +
            (options.ttl.count() > 0 ? std::to_string(options.ttl.count()) + " s" : std::string("none")) +
            "; records signed by this node's key");
@@ -497,7 +503,7 @@ int serve_main(int argc, char** argv) {
   engine_options.kv_events = kv_events.get();
   if (!response_cache_size.empty()) {
     if (Status st = open_response_cache(response_cache_size, response_cache_ttl, *store_options, engine_options,
-                                        (*model)->fingerprint(), server_options);
+                                        (*model)->fingerprint(), server_options, share_node.get());
         !st) {
       log_line("serve: " + st.to_string());
       return 1;

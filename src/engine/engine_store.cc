@@ -54,7 +54,15 @@ void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool fro
     const int pool_hits = count_pool_hits(*seq);
     const int first = pool_hits / bpc;
     // A tail after the last full chunk, longest first, if it would add blocks beyond the pool's.
+    // When the prompt ends on a chunk boundary, the longest is that whole last chunk: install
+    // takes all its blocks but the one holding the last token, so at most a block's tokens are
+    // computed again, not a chunk's (a prompt exactly cached costs one block, not 256 tokens).
     std::vector<cache::ChunkMeta> tails;
+    const int prompt_chunks = static_cast<int>(seq->tokens.size()) / options.chunk_tokens;
+    if (prompt_chunks > max_chunks && max_blocks > pool_hits) {
+      extend_chunk_keys(*seq, max_chunks + 1);
+      tails.push_back(chunk_meta(*seq, max_chunks));
+    }
     for (int k = max_blocks - max_chunks * bpc; k > 0 && max_chunks * bpc + k > pool_hits; --k) {
       tails.push_back(tail_meta(*seq, max_chunks, k));
     }
@@ -111,9 +119,10 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   // Copies n_blocks blocks of payload, the first at block index `at`, after the first `hits`;
   // false when the payload is not this pool's layout or the pool is out of blocks.
   const std::size_t block_bytes = pool.view().block_bytes();
-  auto install = [&](std::span<const std::uint8_t> payload, int at, int n_blocks) {
+  // Only the first n_use of them are installed (a whole last chunk: all but the last token's block).
+  auto install = [&](std::span<const std::uint8_t> payload, int at, int n_blocks, int n_use) {
     if (payload.size() != block_bytes * static_cast<std::size_t>(n_blocks)) return false;  // a miss
-    for (int j = 0; j < n_blocks; ++j) {
+    for (int j = 0; j < n_use; ++j) {
       const int g = at + j;
       if (g < hits) continue;  // the pool already had this block
       auto b = pool.allocate();
@@ -126,11 +135,16 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
     return true;
   };
   for (std::size_t i = 0; i < job->chunks.size(); ++i) {
-    if (!install(job->chunks[i].view.payload, (first + static_cast<int>(i)) * bpc, bpc)) return hits;
+    if (!install(job->chunks[i].view.payload, (first + static_cast<int>(i)) * bpc, bpc, bpc)) return hits;
   }
   if (job->tail && hits == (first + static_cast<int>(job->chunks.size())) * bpc) {
     const int n_blocks = static_cast<int>(job->tail->view.header.meta.token_count) / bs;
-    install(job->tail->view.payload, hits, n_blocks);
+    const int max_blocks = (static_cast<int>(seq.tokens.size()) - 1) / bs;  // the last token is computed
+    const int tail_chunk = hits / bpc;
+    if (install(job->tail->view.payload, hits, n_blocks, std::min(n_blocks, max_blocks - hits)) && n_blocks == bpc) {
+      // A whole chunk the store holds already: not stored again once its last token is computed.
+      seq.num_stored_chunks = std::max(seq.num_stored_chunks, tail_chunk + 1);
+    }
   }
   return hits;
 }

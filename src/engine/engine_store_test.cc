@@ -88,6 +88,32 @@ TEST_F(EngineStoreTest, SecondEngineLoadsChunksFromMemoryTierInsteadOfPrefilling
   EXPECT_EQ(r->tokens, expected) << "a store hit must give exactly the uncached output";
 }
 
+// A prompt that ends exactly on a chunk boundary and is wholly in the store: the last chunk is
+// loaded too, all of it but the block holding the last token (whose forward pass gives the first
+// token's logits), so one block is computed instead of a whole chunk; and that chunk, which the
+// store holds, is not stored again.
+TEST_F(EngineStoreTest, ExactlyCachedPromptComputesOneBlockNotTheLastChunk) {
+  std::vector<std::unique_ptr<cache::Tier>> tiers;
+  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
+  cache::TieredStore store(std::move(tiers));
+  auto req = request(192, 7);  // exactly 3 chunks of 64
+  const auto expected = uncached(req);
+  {
+    auto a = make_engine(&store);
+    EXPECT_EQ(generate(*a, req)->tokens, expected);
+    EXPECT_EQ(a->stats().chunks_stored, 3);
+  }
+  store.flush();
+  auto b = make_engine(&store);
+  auto r = generate(*b, req);
+  const int block = 16;  // EngineOptions' default block size
+  EXPECT_EQ(r->cached_tokens, 192 - block);
+  EXPECT_EQ(b->stats().prompt_tokens_from_store, 192 - block);
+  EXPECT_EQ(r->tokens, expected);
+  store.flush();
+  EXPECT_EQ(b->stats().chunks_stored, 0);
+}
+
 TEST_F(EngineStoreTest, RestartedEngineServesFromDisk) {
   auto req = request(150, 2);
   const auto expected = uncached(req);

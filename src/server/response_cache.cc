@@ -173,7 +173,8 @@ std::optional<cache::ResponseRecord> ResponseCache::lookup_now(const cache::Chun
   return std::move(*record);
 }
 
-void ResponseCache::store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs) {
+void ResponseCache::store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs,
+                          bool salted) {
   if (!self_) return;  // nothing to sign with: records are never stored unsigned
   const std::vector<TokenEvent>& events = gen.applied_events();
   if (events.empty()) return;
@@ -201,7 +202,9 @@ void ResponseCache::store(const cache::ChunkKey& key, const Generation& gen, con
     store_errors_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (Status st = store_->store(cache::response_envelope_meta(key, fingerprint_), *bytes); !st) {
+  cache::ChunkMeta meta = cache::response_envelope_meta(key, fingerprint_);
+  meta.salted = salted;
+  if (Status st = store_->store(meta, *bytes); !st) {
     store_errors_.fetch_add(1, std::memory_order_relaxed);
     return;
   }

@@ -76,7 +76,10 @@ class ResponseCache {
   void count_bypass() { bypasses_.fetch_add(1, std::memory_order_relaxed); }
 
   // Signs and queues the record of a finished answer (its applied events, outcome and text).
-  void store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs);
+  // `salted`: the request had a cache salt; the envelope says so, and peer sharing keeps such
+  // records on this node unless --share-salted.
+  void store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs,
+             bool salted = false);
 
   // The token events a record replays (Generation::replay), cached_tokens = prompt_tokens.
   static std::vector<TokenEvent> replay_events(const cache::ResponseRecord& record);

@@ -204,7 +204,7 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                          {{"WWW-Authenticate", "Bearer"}});
   }
   if (options.share_handler && (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/fragments/") ||
-                                starts_with(path, "/v1/kv/peer"))) {
+                                starts_with(path, "/v1/kv/responses/") || starts_with(path, "/v1/kv/peer"))) {
     // Counted by the share module's own counters (kvstash_share_*), not per endpoint here.
     return options.share_handler->handle(std::move(req), std::move(exchange));
   }
@@ -343,6 +343,7 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
                 nullptr};
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
   const bool want_logprobs = parsed.logprobs;
+  const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
   const bool store_answer = cached && cached->status == "miss";
   if (cached) record.cache = cached->status;
@@ -355,8 +356,10 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
     task->set_headers(std::move(headers));
   }
   if (store_answer) {
-    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs](
-                                  const Generation& g, const std::string& text) { cache->store(key, g, text, want_logprobs); });
+    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs, salted](
+                                  const Generation& g, const std::string& text) {
+      cache->store(key, g, text, want_logprobs, salted);
+    });
   }
   GenerationTask* raw = task.get();
   task->set_finished_callback([this, raw] {

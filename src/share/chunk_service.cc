@@ -1,10 +1,12 @@
-// ShareNode's HTTP side: GET /v1/kv/chunks/{key} and GET /v1/kv/peers (share_node.h).
+// ShareNode's HTTP side: GET /v1/kv/chunks/{key}, GET /v1/kv/responses/{key} and GET
+// /v1/kv/peers (share_node.h).
 //
 // Chunks are read from the memory and disk tiers only (never from redis, an organisation's own
 // store, nor from the peers tier, which would turn this node into a proxy). A disk read is bounded
 // by the chunk's size; it runs on the HTTP layer's I/O thread like any other small answer.
 #include <nlohmann/json.hpp>
 
+#include "cache/response_record.h"
 #include "share/share_node.h"
 
 namespace kvstash::share {
@@ -28,6 +30,8 @@ void ShareNode::handle(http::Request request, std::shared_ptr<http::Exchange> ex
     return exchange->respond(std::move(r));
   }
   if (request.path.starts_with(kChunks)) return serve_chunk(request.path.substr(kChunks.size()), *exchange);
+  constexpr std::string_view kResponses = "/v1/kv/responses/";
+  if (request.path.starts_with(kResponses)) return serve_response(request.path.substr(kResponses.size()), *exchange);
   if (request.path == "/v1/kv/peers") return serve_peers(*exchange);
   exchange->respond(plain(404, "unknown endpoint: " + request.method + " " + request.path));
 }
@@ -65,6 +69,37 @@ void ShareNode::serve_chunk(const std::string& key_hex, http::Exchange& exchange
   r.body.assign(reinterpret_cast<const char*>(chunk->data()), chunk->size());
   counters_.served_chunks.fetch_add(1, std::memory_order_relaxed);
   counters_.served_bytes.fetch_add(chunk->size(), std::memory_order_relaxed);
+  exchange.respond(std::move(r));
+}
+
+void ShareNode::serve_response(const std::string& key_hex, http::Exchange& exchange) {
+  auto key = cache::ChunkKey::from_hex(key_hex);
+  if (!key) return exchange.respond(plain(400, "record key '" + key_hex.substr(0, 80) + "': expected 64 hex digits"));
+  cache::TieredStore* store = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    store = response_store_;
+  }
+  cache::SharedBytes record;
+  for (std::size_t t = 0; store && t < store->tier_count() && !record; ++t) {
+    const std::string name = store->tier(t).name();
+    if (name != "memory" && name != "disk") continue;
+    if (auto got = store->tier(t).get_shared(*key)) record = std::move(*got);
+  }
+  if (!record) return exchange.respond(plain(404, "response record " + key->hex() + " is not held here"));
+  auto header = cache::verify_chunk(*record);
+  if (!header || header->meta.key != *key || header->meta.kv_format != cache::kResponseKvFormat ||
+      record->size() > options_.fetch.max_bytes) {
+    return exchange.respond(plain(404, "response record " + key->hex() + " is not held here"));
+  }
+  if (header->meta.salted && !options_.share_salted) {
+    counters_.response_refused_salted.fetch_add(1, std::memory_order_relaxed);
+    return exchange.respond(plain(403, "response record " + key->hex() + " is of a salted request: not shared"));
+  }
+  http::Response r;
+  r.content_type = "application/octet-stream";
+  r.body.assign(reinterpret_cast<const char*>(record->data()), record->size());
+  counters_.responses_served.fetch_add(1, std::memory_order_relaxed);
   exchange.respond(std::move(r));
 }
 

@@ -60,7 +60,11 @@ Expected<std::pair<std::string, int>> parse_peer_url(std::string_view url) {
   return std::make_pair(std::string(rest.substr(0, colon)), static_cast<int>(p));
 }
 
-Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::string& key_hex, const FetchLimits& limits) {
+namespace {
+
+// GET {peer}{path}, bounded in time and bytes; the body and the value of `header` (may be empty).
+Expected<std::pair<cache::Bytes, std::string>> bounded_get(const std::string& peer_url, const std::string& path,
+                                                           const char* header, const FetchLimits& limits) {
   auto where = parse_peer_url(peer_url);
   if (!where) return where.status();
   using Clock = std::chrono::steady_clock;
@@ -68,15 +72,15 @@ Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::strin
   httplib::Client client(where->first, where->second);
   set_timeouts(client, limits.timeout);
 
-  FetchedChunk out;
+  cache::Bytes body;
   int status = 0;
-  std::string manifest_hex;
+  std::string header_value;
   bool too_big = false, too_slow = false;
   auto result = client.Get(
-      "/v1/kv/chunks/" + key_hex,
+      path,
       [&](const httplib::Response& r) {
         status = r.status;
-        manifest_hex = r.get_header_value(kManifestHeader);
+        header_value = r.get_header_value(header);
         if (status != 200) return false;
         const std::string length = r.get_header_value("Content-Length");
         if (!length.empty()) {
@@ -85,12 +89,12 @@ Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::strin
             too_big = true;
             return false;
           }
-          out.chunk.reserve(n);
+          body.reserve(n);
         }
         return true;
       },
       [&](const char* data, std::size_t n) {
-        if (out.chunk.size() + n > limits.max_bytes) {
+        if (body.size() + n > limits.max_bytes) {
           too_big = true;
           return false;
         }
@@ -98,21 +102,35 @@ Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::strin
           too_slow = true;
           return false;
         }
-        out.chunk.insert(out.chunk.end(), data, data + n);
+        body.insert(body.end(), data, data + n);
         return true;
       });
-  if (too_big) return unavailable("peer " + peer_url + ": chunk larger than " + std::to_string(limits.max_bytes) + " bytes");
+  if (too_big) return unavailable("peer " + peer_url + ": answer larger than " + std::to_string(limits.max_bytes) + " bytes");
   if (too_slow) return unavailable("peer " + peer_url + ": fetch took longer than " + std::to_string(limits.timeout.count()) + " ms");
-  if (status == 404) return not_found("peer " + peer_url + ": no chunk " + key_hex);
+  if (status == 404) return not_found("peer " + peer_url + ": no " + path);
   if (status != 200) {
     if (!result && status == 0) return unavailable("peer " + peer_url + ": " + httplib::to_string(result.error()));
     return unavailable("peer " + peer_url + ": status " + std::to_string(status));
   }
   if (!result) return unavailable("peer " + peer_url + ": " + httplib::to_string(result.error()));
-  auto manifest = hex_decode(manifest_hex);
+  return std::make_pair(std::move(body), std::move(header_value));
+}
+
+}  // namespace
+
+Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::string& key_hex, const FetchLimits& limits) {
+  auto got = bounded_get(peer_url, "/v1/kv/chunks/" + key_hex, kManifestHeader, limits);
+  if (!got) return got.status();
+  auto manifest = hex_decode(got->second);
   if (!manifest || manifest->empty()) return corrupt("peer " + peer_url + ": no valid " + kManifestHeader + " header");
-  out.manifest = std::move(*manifest);
-  return out;
+  return FetchedChunk{std::move(got->first), std::move(*manifest)};
+}
+
+Expected<cache::Bytes> fetch_response_record(const std::string& peer_url, const std::string& key_hex,
+                                             const FetchLimits& limits) {
+  auto got = bounded_get(peer_url, "/v1/kv/responses/" + key_hex, kManifestHeader, limits);
+  if (!got) return got.status();
+  return std::move(got->first);
 }
 
 Expected<FetchedFragment> fetch_fragment(const std::string& peer_url, const std::string& key_hex, int index,

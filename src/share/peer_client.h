@@ -36,6 +36,11 @@ Expected<std::pair<std::string, int>> parse_peer_url(std::string_view url);
 // header).
 Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::string& key_hex, const FetchLimits& limits);
 
+// GET {peer}/v1/kv/responses/{key}: a response record in its chunk envelope, unverified (the
+// record carries its own signature). Errors as fetch_chunk() (no manifest header is expected).
+Expected<cache::Bytes> fetch_response_record(const std::string& peer_url, const std::string& key_hex,
+                                             const FetchLimits& limits);
+
 inline constexpr const char* kFragmentSetHeader = "X-Kvstash-Fragment-Set";
 
 struct FetchedFragment {

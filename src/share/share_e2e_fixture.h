@@ -182,8 +182,9 @@ class ShareE2ETest : public ::testing::Test {
     }
   }
 
-  // A node of the test network; `extra` after the common flags.
-  std::unique_ptr<ServeProcess> node(const std::string& name, std::vector<std::string> extra) {
+  // A node of the test network; `extra` after the common flags. `life` > 0: the same node started
+  // again (its own log file, so the old log's address is never read as the new one's).
+  std::unique_ptr<ServeProcess> node(const std::string& name, std::vector<std::string> extra, int life = 0) {
     std::vector<std::string> args = {"--ctx", "2304", "--cache-ram", "64MiB", "--identity", key_path(name),
                                      "--dht-port", "0", "--peer-negative-ttl-ms", "0"};
     if (dht_port_ > 0) {
@@ -191,7 +192,8 @@ class ShareE2ETest : public ::testing::Test {
       args.push_back("127.0.0.1:" + std::to_string(dht_port_));
     }
     args.insert(args.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<ServeProcess>(model_, args, dir_.path() + "/" + name + ".log");
+    const std::string log = dir_.path() + "/" + name + (life > 0 ? "." + std::to_string(life) : "") + ".log";
+    auto p = std::make_unique<ServeProcess>(model_, args, log);
     EXPECT_TRUE(p->ready()) << p->log();
     return p;
   }

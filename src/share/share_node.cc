@@ -1,10 +1,15 @@
 #include "share/share_node.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
+#include "cache/disk_tier.h"
+#include "cache/file_system.h"
 #include "cache/log.h"
+#include "cache/response_record.h"
 #include "share/peers_tier.h"
+#include "share/response_peers_tier.h"
 
 namespace kvstash::share {
 
@@ -39,12 +44,47 @@ ShareNode::~ShareNode() { stop(); }
 
 std::unique_ptr<cache::Tier> ShareNode::make_peers_tier() { return std::make_unique<PeersTier>(shared_from_this()); }
 
+std::unique_ptr<cache::Tier> ShareNode::make_response_peers_tier() {
+  return std::make_unique<ResponsePeersTier>(shared_from_this());
+}
+
+std::string response_topic(const cache::ChunkKey& key) { return "kvstash-response-v1:" + key.hex(); }
+
+void ShareNode::attach_response_store(cache::TieredStore* store) {
+  std::lock_guard lock(mu_);
+  if (!stopping_) response_store_ = store;
+}
+
+void ShareNode::announce_response(const cache::ChunkKey& key, const cache::ChunkHeader& header) {
+  if (header.meta.salted && !options_.share_salted) {
+    counters_.response_kept_salted.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::string url;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || announced_responses_.size() >= options_.max_announced) return;
+    if (!announced_responses_.insert(key).second) return;  // the loop refreshes it
+    url = peer_url_;
+  }
+  if (!url.empty()) put_response_announcement(key, url);  // else set_peer_url() announces it
+}
+
+void ShareNode::put_response_announcement(const cache::ChunkKey& key, const std::string& url) {
+  dht_->put(response_topic(key), url, [self = weak_from_this()](bool ok) {
+    if (auto node = self.lock()) {
+      (ok ? node->counters_.response_announcements_ok : node->counters_.response_announcements_failed).fetch_add(1);
+    }
+  });
+}
+
 void ShareNode::stop() {
   {
     std::lock_guard lock(mu_);
     if (stopping_ && !reannouncer_.joinable()) return;
     stopping_ = true;
     store_ = nullptr;
+    response_store_ = nullptr;
   }
   wake_.notify_all();
   if (reannouncer_.joinable()) reannouncer_.join();
@@ -62,17 +102,21 @@ std::string ShareNode::peer_url() const {
 }
 
 void ShareNode::set_peer_url(const std::string& url) {
-  std::vector<cache::ChunkKey> pending;
+  std::vector<cache::ChunkKey> pending, pending_responses;
   std::string announced_url;
   {
     std::lock_guard lock(mu_);
     if (peer_url_.empty()) peer_url_ = url;  // else --peer-url was given: it wins
     announced_url = peer_url_;
     pending.assign(announced_.begin(), announced_.end());
+    pending_responses.assign(announced_responses_.begin(), announced_responses_.end());
+    walk_pending_ = true;
   }
+  wake_.notify_all();
   cache::log_info("peer sharing: announcing chunks as " + announced_url);
   dht_->put(kDirectoryTopic, announced_url);
   for (const auto& key : pending) put_announcement(key, announced_url);
+  for (const auto& key : pending_responses) put_response_announcement(key, announced_url);
 }
 
 TrustPolicy ShareNode::trust_policy() const {
@@ -148,40 +192,94 @@ void ShareNode::remember_manifest(const Manifest& manifest, std::uint64_t payloa
   manifests_[manifest.meta.key] = {encode_manifest(manifest), payload_checksum};
 }
 
+void ShareNode::announce_disk(cache::TieredStore* store, bool records) {
+  const std::size_t batch = std::max<std::size_t>(1, options_.startup_announce_per_second / 10);
+  const std::uint64_t header_bytes = cache::chunk_header_min_size() + cache::kMaxKvFormatLength;
+  std::size_t announced = 0;
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    auto* disk = dynamic_cast<cache::DiskTier*>(&store->tier(t));
+    if (!disk) continue;
+    auto keys = disk->list_keys();
+    if (!keys) continue;
+    for (std::size_t i = 0; i < keys->size(); ++i) {
+      if (i > 0 && i % batch == 0) {  // a tenth of a second per batch: the rate
+        std::unique_lock lock(mu_);
+        if (wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) return;
+      }
+      const cache::ChunkKey& key = (*keys)[i];
+      auto prefix = cache::posix_file_system()->read_file(disk->path_of(key), header_bytes);
+      if (!prefix) continue;  // evicted since
+      auto header = cache::parse_chunk_header(*prefix);
+      if (!header || header->meta.key != key) continue;
+      const bool is_record = header->meta.kv_format == cache::kResponseKvFormat;
+      if (is_record != records) continue;
+      if (records) {
+        announce_response(key, *header);
+      } else {
+        announce(key, *header);
+      }
+      ++announced;
+    }
+  }
+  if (announced > 0) {
+    counters_.startup_announced.fetch_add(announced, std::memory_order_relaxed);
+    cache::log_info("peer sharing: " + std::to_string(announced) + (records ? " response records" : " chunks") +
+                    " found on disk offered to peers");
+  }
+}
+
+std::vector<bool> ShareNode::held_locally(cache::TieredStore* store, const std::vector<cache::ChunkKey>& keys) {
+  std::vector<bool> held(keys.size(), false);
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    const std::string name = store->tier(t).name();
+    if (name == "peers" || name == "redis") continue;
+    const std::vector<bool> h = store->tier(t).holds(keys);
+    for (std::size_t i = 0; i < keys.size() && i < h.size(); ++i) held[i] = held[i] || h[i];
+  }
+  return held;
+}
+
 void ShareNode::reannounce_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_; });
+    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_ || walk_pending_; });
     if (stopping_) return;
+    if (walk_pending_) {
+      walk_pending_ = false;
+      cache::TieredStore* store = store_;
+      cache::TieredStore* response_store = response_store_;
+      lock.unlock();
+      announce_disk(store, false);
+      announce_disk(response_store, true);
+      lock.lock();
+      continue;
+    }
     std::vector<cache::ChunkKey> keys(announced_.begin(), announced_.end());
+    std::vector<cache::ChunkKey> responses(announced_responses_.begin(), announced_responses_.end());
     std::vector<std::pair<cache::ChunkKey, int>> held_fragments(fragment_order_.begin(), fragment_order_.end());
     cache::TieredStore* store = store_;
+    cache::TieredStore* response_store = response_store_;
     const std::string url = peer_url_;
     lock.unlock();
     if (!url.empty()) {
       dht_->put(kDirectoryTopic, url);
       for (const auto& [key, index] : held_fragments) dht_->put(fragment_topic(key), std::to_string(index) + " " + url);
     }
-    // Which announced chunks a local tier still holds (tier locks, never ours, while asking).
-    std::vector<bool> held(keys.size(), false);
-    if (store) {
-      for (std::size_t t = 0; t < store->tier_count(); ++t) {
-        const std::string name = store->tier(t).name();
-        if (name == "peers" || name == "redis") continue;
-        const std::vector<bool> h = store->tier(t).holds(keys);
-        for (std::size_t i = 0; i < keys.size() && i < h.size(); ++i) held[i] = held[i] || h[i];
-      }
+    // Which announced chunks and records a local tier still holds (tier locks, never ours).
+    const std::vector<bool> held = held_locally(store, keys);
+    const std::vector<bool> held_responses = held_locally(response_store, responses);
+    for (std::size_t i = 0; i < keys.size() && !url.empty(); ++i) {
+      if (held[i]) put_announcement(keys[i], url);
     }
-    std::size_t refreshed = 0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (held[i] && !url.empty()) {
-        put_announcement(keys[i], url);
-        ++refreshed;
-      }
+    for (std::size_t i = 0; i < responses.size() && !url.empty(); ++i) {
+      if (held_responses[i]) put_response_announcement(responses[i], url);
     }
     lock.lock();
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (!held[i]) announced_.erase(keys[i]);
+    }
+    for (std::size_t i = 0; i < responses.size(); ++i) {
+      if (!held_responses[i]) announced_responses_.erase(responses[i]);
     }
   }
 }
@@ -253,6 +351,41 @@ std::string ShareNode::render_metrics() const {
     o << "# HELP kvstash_share_spot_check_max_abs_diff Largest |ours - theirs| of a KV element seen in spot checks\n"
          "# TYPE kvstash_share_spot_check_max_abs_diff gauge\nkvstash_share_spot_check_max_abs_diff " << diff << "\n";
   }
+  std::size_t announced_responses = 0;
+  {
+    std::lock_guard lock(mu_);
+    announced_responses = announced_responses_.size();
+  }
+  o << "# HELP kvstash_share_response_announced_records Response-cache records this node announces\n"
+       "# TYPE kvstash_share_response_announced_records gauge\nkvstash_share_response_announced_records "
+    << announced_responses << "\n";
+  o << "# HELP kvstash_share_response_announcements_total DHT announcements of response records by result\n"
+       "# TYPE kvstash_share_response_announcements_total counter\n"
+    << "kvstash_share_response_announcements_total{result=\"ok\"} " << value(counters_.response_announcements_ok) << "\n"
+    << "kvstash_share_response_announcements_total{result=\"failed\"} " << value(counters_.response_announcements_failed)
+    << "\n";
+  o << "# HELP kvstash_share_response_lookups_total DHT lookups of response record keys by result\n"
+       "# TYPE kvstash_share_response_lookups_total counter\n"
+    << "kvstash_share_response_lookups_total{result=\"hit\"} " << value(counters_.response_lookups_hit) << "\n"
+    << "kvstash_share_response_lookups_total{result=\"miss\"} " << value(counters_.response_lookups_miss) << "\n"
+    << "kvstash_share_response_lookups_total{result=\"timeout\"} " << value(counters_.response_lookups_timeout) << "\n";
+  counter("kvstash_share_response_fetches_total", "Response records fetched from peers and verified",
+          value(counters_.responses_fetched));
+  counter("kvstash_share_response_fetch_errors_total", "Response record fetches that failed (unreachable, timeout, 404)",
+          value(counters_.response_fetch_errors));
+  counter("kvstash_share_response_served_total", "Response records served to peers", value(counters_.responses_served));
+  counter("kvstash_share_response_refused_salted_total", "Requests for a salted request's record refused",
+          value(counters_.response_refused_salted));
+  counter("kvstash_share_response_kept_salted_total", "Salted requests' records stored and not announced",
+          value(counters_.response_kept_salted));
+  o << "# HELP kvstash_share_response_rejections_total Response records from peers refused, by reason\n"
+       "# TYPE kvstash_share_response_rejections_total counter\n";
+  for (int r = 0; r < 4; ++r) {
+    o << "kvstash_share_response_rejections_total{reason=\"" << kResponseRejectionNames[r] << "\"} "
+      << value(counters_.response_rejected[r]) << "\n";
+  }
+  counter("kvstash_share_startup_announced_total", "Chunks and response records found on disk at start and announced",
+          value(counters_.startup_announced));
   counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
           value(counters_.chunks_reconstructed));
   return o.str();

@@ -9,6 +9,10 @@
 //   PUT /v1/kv/fragments/{key}/{i}  a fragment of an erasure-coded chunk to hold (accepted when its
 //                            signed fragment set verifies, its producer is trusted and its hash
 //                            matches); GET returns it with its set and the chunk's manifest.
+//   GET /v1/kv/responses/{key}  a response-cache record (cache/response_record.h) this node holds
+//                            in its record store's memory or disk tier, in its chunk envelope; the
+//                            record is signed by its producer, so no manifest travels with it.
+//                            404: not held; 403: a salted request's record without --share-salted.
 //   GET /v1/kv/peers         this node's identity, peer URL, DHT node and neighbours, trust list
 //                            and banned producers, as JSON (`kvstash peers`).
 //
@@ -16,6 +20,14 @@
 // write-behind queue) and every chunk fetched and verified from a peer is announced as
 // `key → peer_url`, unless it is salted and --share-salted is off. A thread re-announces every
 // `reannounce_interval` the announced chunks that a local tier still holds and forgets the rest.
+//
+// Response records (with --response-cache): the record store gets a response peers tier
+// (share/response_peers_tier.h) and is attached with attach_response_store(); each record it
+// stores or fetches is announced under response_topic(key), re-announced like chunks.
+//
+// At start (once set_peer_url() runs) the same thread walks the disk tiers' indexes (the KV
+// store's and the record store's), reads each file's header only, and announces what may leave,
+// at startup_announce_per_second: chunks kept from before a restart are offered again.
 //
 // Lifetime: create it before the store (its peers tier goes into the store), attach_store() once
 // the store exists, set_peer_url() once the HTTP server listens, stop() before the store is
@@ -60,6 +72,9 @@ struct ShareOptions {
   std::size_t max_providers_tried = 4;                // providers asked for one chunk before a miss
   std::chrono::seconds reannounce_interval{300};      // < dht.value_ttl (600 s), so values never lapse
   std::size_t max_announced = 1 << 20;                // chunks kept announced at most
+  // Chunks (and response records) found on the disk tier at start are announced at this rate, in
+  // the background once the peer URL is known: a restarted node offers what it kept.
+  std::size_t startup_announce_per_second = 500;
   std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
   bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
@@ -80,12 +95,25 @@ struct ShareCounters {
   std::atomic<std::uint64_t> chunks_reconstructed{0};
   std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
   std::atomic<std::uint32_t> spot_check_max_diff_bits{0};  // max |ours - theirs| seen (a float's bits)
+  // Response-cache records (kvstash_share_response_*).
+  std::atomic<std::uint64_t> response_announcements_ok{0}, response_announcements_failed{0};
+  std::atomic<std::uint64_t> response_lookups_hit{0}, response_lookups_miss{0}, response_lookups_timeout{0};
+  std::atomic<std::uint64_t> responses_fetched{0}, response_fetch_errors{0}, responses_served{0};
+  std::atomic<std::uint64_t> response_refused_salted{0}, response_kept_salted{0};
+  std::atomic<std::uint64_t> response_rejected[4]{};  // by ResponseRejection
+  std::atomic<std::uint64_t> startup_announced{0};  // chunks and records found on disk at start
 };
+
+// Why a record fetched from a peer was refused.
+enum class ResponseRejection { kRecord = 0, kKey, kSignature, kUntrusted };
+inline constexpr const char* kResponseRejectionNames[4] = {"record", "key", "signature", "untrusted"};
 
 // DHT topics besides chunk_topic() (dht_node.h): every node's peer URL, and a chunk's fragment
 // holders (values "INDEX URL").
 inline constexpr const char* kDirectoryTopic = "kvstash-nodes-v1";
 std::string fragment_topic(const cache::ChunkKey& key);
+// A response record's providers: "kvstash-response-v1:" + hex(key).
+std::string response_topic(const cache::ChunkKey& key);
 
 class ShareNode : public http::Handler, public std::enable_shared_from_this<ShareNode> {
  public:
@@ -99,6 +127,10 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::unique_ptr<cache::Tier> make_peers_tier();
   // The store whose local tiers (every tier but "peers") this node serves from and re-announces.
   void attach_store(cache::TieredStore* store);
+  // The response peers tier of the response cache's record store, and that store (its memory and
+  // disk tiers are served and re-announced). Optional: without them records are not shared.
+  std::unique_ptr<cache::Tier> make_response_peers_tier();
+  void attach_response_store(cache::TieredStore* store);
   // The URL peers fetch from; announcements made before it is known go out now.
   void set_peer_url(const std::string& url);
   // Stops re-announcing, detaches the store, leaves the DHT. Idempotent.
@@ -115,6 +147,8 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   TrustPolicy trust_policy() const;
   // Announces key (now, and again while a local tier holds it) if its header allows it to leave.
   void announce(const cache::ChunkKey& key, const cache::ChunkHeader& header);
+  // Announces a response record (its envelope header says whether its request was salted).
+  void announce_response(const cache::ChunkKey& key, const cache::ChunkHeader& header);
   // Remembers the verified manifest of a chunk fetched from a peer, to serve it on.
   void remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum);
   // Bans `producer` (spot check failed): its chunks are refused from now on, and those accepted from
@@ -133,12 +167,19 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
             std::shared_ptr<const identity::TrustList> trust);
   void serve_chunk(const std::string& key_hex, http::Exchange& exchange);
   void serve_peers(http::Exchange& exchange);
+  void serve_response(const std::string& key_hex, http::Exchange& exchange);
   void handle_fragment(const http::Request& request, http::Exchange& exchange);
   // The manifest to send with `chunk` (a remembered one whose chunk is these bytes, else our own).
   Expected<std::string> manifest_for(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk,
                                      const cache::ChunkHeader& header);
   void put_announcement(const cache::ChunkKey& key, const std::string& url);
+  void put_response_announcement(const cache::ChunkKey& key, const std::string& url);
   void reannounce_loop();
+  // Per key: does a local tier (memory, disk) of `store` hold it (all false without a store).
+  // The startup walk of one store's disk tier (records: a response record store). Stops early
+  // when stop() runs.
+  void announce_disk(cache::TieredStore* store, bool records);
+  static std::vector<bool> held_locally(cache::TieredStore* store, const std::vector<cache::ChunkKey>& keys);
 
   const ShareOptions options_;
   const std::shared_ptr<const identity::NodeIdentity> identity_;
@@ -151,6 +192,8 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   cache::TieredStore* store_ = nullptr;           // guarded by mu_
   std::string peer_url_;                          // guarded by mu_
   std::unordered_set<cache::ChunkKey> announced_; // guarded by mu_
+  cache::TieredStore* response_store_ = nullptr;  // guarded by mu_
+  std::unordered_set<cache::ChunkKey> announced_responses_;  // guarded by mu_
   struct KnownManifest {
     std::string bytes;
     std::uint64_t payload_checksum = 0;  // the chunk header's XXH3: the bytes it was checked with
@@ -168,6 +211,7 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::map<identity::PublicKey, std::vector<cache::ChunkKey>> unchecked_;  // guarded by mu_
   std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
   bool stopping_ = false;                                         // guarded by mu_
+  bool walk_pending_ = false;  // set_peer_url() ran: the startup walk is due; guarded by mu_
   std::thread reannouncer_;
 };
 
