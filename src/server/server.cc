@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/chat_template.h"
+#include "server/embeddings_api.h"
 #include "server/tokenize_api.h"
 #include "server/generation_task.h"
 #include "server/log.h"
@@ -33,10 +34,10 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
 const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events",
-                           "/v1/identity"};
+                           "/v1/identity", "/v1/embeddings"};
 
 std::string known_endpoint(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/tokenize", "/detokenize",
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
                         "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
@@ -72,12 +73,14 @@ struct Server::Impl : http::Handler {
   bool keeper_stop = false;                                         // guarded by tasks_mutex
   std::thread time_keeper;
   std::unique_ptr<KvEventsApi> kv_events;  // set when options.kv_events is
+  std::unique_ptr<EmbeddingsApi> embeddings;  // POST /v1/embeddings (its own worker thread)
 
   Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {
     if (options.kv_events) {
       kv_events = std::make_unique<KvEventsApi>(*options.kv_events, options.kv_info, backend.model_info().id,
                                                 options.identity ? options.identity->public_key_hex() : "");
     }
+    embeddings = std::make_unique<EmbeddingsApi>(backend, [this](const std::string& model) { return check_model(model); });
   }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
@@ -221,6 +224,18 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
     if (req.method == "POST") {
       return handle_generation(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, req,
                                std::move(exchange));
+    }
+    allowed = "POST";
+  } else if (path == "/v1/embeddings") {
+    if (req.method == "POST") {
+      return embeddings->submit(std::move(req.body), [this, exchange, path](int status, std::string body) {
+        exchange->post([this, exchange, path, status, body = std::move(body)]() mutable {
+          http::Response r;
+          r.status = status;
+          r.body = std::move(body);
+          respond(*exchange, path, std::move(r));
+        });
+      });
     }
     allowed = "POST";
   } else if (path == "/tokenize" || path == "/detokenize") {
@@ -465,6 +480,7 @@ void Server::stop() {
   if (s.kv_events) s.kv_events->stop();  // event streams end; their threads join
   // Lookups in flight finish (their continuations see `draining` and answer 503).
   if (s.options.response_cache) s.options.response_cache->stop();
+  s.embeddings->stop();  // queued embedding requests answer 503
   // Open generations end with "abort" (an error event when streaming) and their last bytes go
   // out before the connections close (bounded).
   s.abort_all("shutdown");
