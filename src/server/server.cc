@@ -85,11 +85,13 @@ struct Server::Impl : http::Handler {
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
   void handle_generation(Endpoint endpoint, const http::Request& req, std::shared_ptr<http::Exchange> exchange);
-  // What the response cache decided for a request: "hit" (record set), "miss" or "bypass".
+  // What the response cache decided for a request: "hit" or "semantic-hit" (record set), "miss"
+  // (query set when the answer is to be indexed for semantic hits) or "bypass".
   struct CacheOutcome {
     std::string status;
     cache::ChunkKey key;
     std::optional<cache::ResponseRecord> record;
+    std::optional<SemanticQuery> query;
   };
   struct PendingGeneration {
     ParsedRequest parsed;
@@ -330,10 +332,12 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
     return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record),
                   CacheOutcome{"bypass", plan.key, std::nullopt});
   }
-  // The lookup may wait on redis: it runs on the cache's workers and continues on the strand.
+  // The lookup may wait on redis (and embed the text for a semantic lookup): it runs on the
+  // cache's workers and continues on the strand.
+  std::optional<SemanticQuery> query = cache->semantic_query(parsed, request, *info.tokenizer);
   auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
   const cache::ChunkKey key = plan.key;
-  cache->lookup(key, [this, exchange, state, key](std::optional<cache::ResponseRecord> found) mutable {
+  cache->lookup(key, std::move(query), [this, exchange, state, key](LookupResult found) mutable {
     exchange->post([this, exchange, state, key, found = std::move(found)]() mutable {
       if (draining.load()) {
         active.fetch_sub(1);
@@ -341,9 +345,9 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
         return respond_error(*exchange, state->record.endpoint,
                              ApiError{503, "the server is shutting down", "server_error", "", "shutdown"});
       }
-      const char* status = found ? "hit" : "miss";
+      const char* status = !found.record ? "miss" : found.semantic ? "semantic-hit" : "hit";
       launch(std::move(exchange), std::move(state->parsed), std::move(state->request), std::move(state->record),
-             CacheOutcome{status, key, std::move(found)});
+             CacheOutcome{status, key, std::move(found.record), std::move(found.query)});
     });
   });
 }
@@ -358,6 +362,7 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
                 nullptr};
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
   const bool want_logprobs = parsed.logprobs;
+  const int prompt_tokens = static_cast<int>(request.prompt.size());
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
   const bool store_answer = cached && cached->status == "miss";
   if (cached) record.cache = cached->status;
@@ -367,11 +372,18 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   if (cached) {
     std::vector<http::Header> headers = {{"x-kvstash-cache", cached->status}};
     if (cached->status != "bypass") headers.push_back({"x-kvstash-cache-key", cached->key.hex()});
+    // A semantic hit also names the record it served (the near-duplicate's request key).
+    if (cached->record && cached->status == "semantic-hit") {
+      headers.push_back({"x-kvstash-cache-source", cached->record->request_key.hex()});
+    }
     task->set_headers(std::move(headers));
   }
   if (store_answer) {
-    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs](
-                                  const Generation& g, const std::string& text) { cache->store(key, g, text, want_logprobs); });
+    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs,
+                               query = std::move(cached->query)](const Generation& g, const std::string& text) {
+      cache->store(key, g, text, want_logprobs);
+      if (query) cache->store_semantic(key, *query);
+    });
   }
   GenerationTask* raw = task.get();
   task->set_finished_callback([this, raw] {
@@ -392,7 +404,13 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
     tasks.emplace(raw, task);
   }
   if (cached && cached->record) {
-    task->start_replay(ResponseCache::replay_events(*cached->record));
+    std::vector<TokenEvent> events = ResponseCache::replay_events(*cached->record);
+    if (cached->status == "semantic-hit") {
+      // The record answered another (near-duplicate) prompt: usage counts this request's prompt,
+      // all of it "cached" since none of it was prefilled.
+      for (TokenEvent& e : events) e.prompt_tokens = e.cached_tokens = prompt_tokens;
+    }
+    task->start_replay(std::move(events));
     return;
   }
   task->start(std::move(request));  // answers errors itself; finished callback frees the slot
