@@ -8,7 +8,9 @@
 // come from the gate: without it, each of these requests would be a semantic hit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <regex>
 
 #include "cache/test_util.h"
@@ -258,6 +260,26 @@ TEST_F(SemanticCacheE2ETest, IndexIsRebuiltAtStartAndNeverCrossesModels) {
   auto c = serve("other-model", {"--cache-disk", disk}, other);
   EXPECT_EQ(metric(*c, "kvstash_response_cache_semantic_entries"), 0);
   EXPECT_EQ(post(*c, "/v1/chat/completions", chat("What is 2+3")).cache, "miss");
+}
+
+// Embeddings (the endpoint's worker), semantic lookups (the cache's workers) and generations (the
+// engine thread) at once: every answer is whole and the server stays up (run under TSan by CI).
+TEST_F(SemanticCacheE2ETest, EmbeddingsLookupsAndGenerationsRunConcurrently) {
+  auto s = serve("concurrent");
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  constexpr int kClients = 6;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      const std::string text = "Question number " + std::to_string(c) + " please";
+      if (post(*s, "/v1/chat/completions", chat(text + "?")).status == 200) ++ok;
+      if (embed(*s, json::array({text, "world"})).size() == 2) ++ok;
+      if (post(*s, "/v1/chat/completions", chat(text)).status == 200) ++ok;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 3 * kClients);
+  EXPECT_EQ(s->client()->Get("/health")->status, 200);
 }
 
 }  // namespace
