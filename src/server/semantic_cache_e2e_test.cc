@@ -184,6 +184,14 @@ TEST_F(SemanticCacheE2ETest, NearDuplicateIsASemanticHitWithItsOwnUsage) {
   EXPECT_EQ(hit.body["usage"]["prompt_tokens_details"]["cached_tokens"], engine.body["usage"]["prompt_tokens"]);
   EXPECT_EQ(hit.body["usage"]["completion_tokens"], 8);
   EXPECT_GE(metric(*s, "kvstash_response_cache_requests_total{result=\"semantic_hit\"}"), 2);
+  // Streamed: the same answer as SSE, usage at the end with this request's prompt.
+  auto sse = s->client()->Post(
+      "/v1/chat/completions",
+      chat("What is 2+3", {{"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump(), "application/json");
+  ASSERT_TRUE(sse);
+  EXPECT_EQ(sse->get_header_value("x-kvstash-cache"), "semantic-hit");
+  EXPECT_NE(sse->body.find("\"prompt_tokens\":" + engine.body["usage"]["prompt_tokens"].dump()), std::string::npos);
+  EXPECT_NE(sse->body.find("data: [DONE]"), std::string::npos);
   // Texts far apart are not near-duplicates.
   EXPECT_EQ(post(*s, "/v1/chat/completions", chat("Tell me a story about dragons")).cache, "miss");
 }
