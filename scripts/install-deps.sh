@@ -12,6 +12,7 @@ PACKAGES=(
   libsodium-dev              # ed25519 node identity: signed response records and manifests
   libopendht-dev             # peer sharing: DHT discovery of chunk providers (issue 13)
   libisal-dev                # peer sharing: erasure-coded fragments (ISA-L Reed-Solomon)
+  libhnswlib-dev             # semantic response cache: the per-namespace HNSW index (header-only)
   libgtest-dev
   redis-server redis-tools   # real Redis (and Redis Cluster) for the KV store's tests
   chromium                   # renders the bench report in its screenshot test

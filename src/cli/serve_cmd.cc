@@ -29,6 +29,7 @@
 #include "modelgen/modelgen.h"
 #include "server/backend.h"
 #include "server/log.h"
+#include "engine/embedder.h"
 #include "server/response_cache.h"
 #include "server/server.h"
 
@@ -246,9 +247,12 @@ std::string answer_config(const EngineOptions& e) {
 
 // --response-cache SIZE: a record store of its own (memory SIZE → disk DIR/responses SIZE → the
 // KV store's redis under its own key prefix and TTL) behind the server's response cache.
+// With --semantic-cache THRESHOLD the cache also answers near-duplicates (server/semantic_cache.h),
+// embedding request texts with an Embedder of its own.
 Status open_response_cache(const std::string& size_text, const std::string& ttl_text, const cache::StoreOptions& kv,
-                           const EngineOptions& engine, const std::array<std::uint8_t, 32>& fingerprint,
+                           const EngineOptions& engine, const Model& model, float semantic_threshold,
                            server::ServerOptions& o, share::ShareNode* share_node) {
+  const std::array<std::uint8_t, 32>& fingerprint = model.fingerprint();
   auto size = cache::parse_byte_size(size_text);
   if (!size) return invalid_argument("--response-cache: " + size.status().message());
   if (*size == 0) return invalid_argument("--response-cache must be > 0 (omit it for no response cache)");
@@ -261,6 +265,11 @@ Status open_response_cache(const std::string& size_text, const std::string& ttl_
   options.engine_config = answer_config(engine);
   // Each local miss may wait on a bounded DHT lookup (--dht-port): more workers keep misses flowing.
   if (share_node) options.lookup_threads = 8;
+  if (semantic_threshold > 0.0f) {
+    options.semantic.threshold = semantic_threshold;
+    auto embedder = std::make_shared<Embedder>(model);
+    options.embed = [embedder](std::span<const TokenId> tokens) { return embedder->embed(tokens); };
+  }
   cache::StoreOptions records = kv;
   records.ram_bytes = *size;
   records.disk_bytes = *size;
@@ -370,6 +379,13 @@ int serve_main(int argc, char** argv) {
                  "Answer repeated deterministic requests (temperature 0 or a seed) from signed records: the bound of "
                  "their memory tier, e.g. 256MiB, also of their disk tier (DIR/responses of --cache-disk); they go "
                  "to --cache-redis too (default: off)");
+  float semantic_threshold = 0.0f;
+  app.add_option("--semantic-cache", semantic_threshold,
+                 "With --response-cache: also answer a near-duplicate request (cosine of the embeddings of its last user "
+                 "message >= THRESHOLD, e.g. 0.95) from the cached answer, only under the same model, salt, context and "
+                 "sampling parameters, never with a seed or logprobs, never when numbers or quoted strings differ "
+                 "(docs/semantic-cache.md; default: off)")
+      ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--response-cache-ttl", response_cache_ttl,
                  "Age after which a response record is a miss: 3600, 30m, 12h, 7d; also its redis expiry (default: none)");
   try {
@@ -503,13 +519,14 @@ int serve_main(int argc, char** argv) {
   engine_options.kv_events = kv_events.get();
   if (!response_cache_size.empty()) {
     if (Status st = open_response_cache(response_cache_size, response_cache_ttl, *store_options, engine_options,
-                                        (*model)->fingerprint(), server_options, share_node.get());
+                                        **model, semantic_threshold, server_options, share_node.get());
         !st) {
       log_line("serve: " + st.to_string());
       return 1;
     }
-  } else if (!response_cache_ttl.empty()) {
-    log_line("serve: --response-cache-ttl needs --response-cache SIZE");
+  } else if (!response_cache_ttl.empty() || semantic_threshold > 0.0f) {
+    log_line(std::string("serve: ") + (semantic_threshold > 0.0f ? "--semantic-cache" : "--response-cache-ttl") +
+             " needs --response-cache SIZE");
     return 1;
   }
   Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);

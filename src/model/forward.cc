@@ -207,6 +207,11 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     kernels::add_inplace(x.data(), xn.data(), T * d);
   }
 
+  if (batch.final_hidden) {
+    for (int t = 0; t < T; ++t) {
+      kernels::rms_norm(&x[sz(t, d)], output_norm_.data(), d, c.rms_eps, batch.final_hidden + sz(t, d));
+    }
+  }
   // Final norm for the rows that need logits, then the output projection.
   int rows = 0, t0 = 0;
   for (const BatchSequence& seq : batch.sequences) {

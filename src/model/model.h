@@ -93,6 +93,9 @@ struct BatchSequence {
 struct ForwardBatch {
   std::vector<TokenId> tokens;  // the new tokens of all sequences, in sequence order
   std::vector<BatchSequence> sequences;
+  // When set: forward() also writes the final hidden state of every new token, after the final
+  // norm (the output projection's input), tokens.size() rows of n_embd floats (embeddings).
+  float* final_hidden = nullptr;
   // Rows of logits forward() writes: per sequence, 0 unless want_logits, else n_new if all_logits, else 1.
   int logit_rows() const;
 };

@@ -78,6 +78,14 @@ class ReferenceModel {
 
   // Logits for every position of `tokens` (a fresh sequence from position 0).
   std::vector<std::vector<double>> forward(const std::vector<int>& tokens) const {
+    std::vector<std::vector<double>> hidden = final_hidden(tokens);
+    std::vector<std::vector<double>> logits(hidden.size());
+    for (std::size_t t = 0; t < hidden.size(); ++t) logits[t] = matvec(out_, hidden[t], n_vocab_, {});
+    return logits;
+  }
+
+  // The final hidden state of every position after the final norm (the output projection's input).
+  std::vector<std::vector<double>> final_hidden(const std::vector<int>& tokens) const {
     const int T = static_cast<int>(tokens.size());
     std::vector<std::vector<double>> x(T, std::vector<double>(d_));
     for (int t = 0; t < T; ++t)
@@ -122,9 +130,8 @@ class ReferenceModel {
         for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
       }
     }
-    std::vector<std::vector<double>> logits(T);
-    for (int t = 0; t < T; ++t) logits[t] = matvec(out_, rms_norm(x[t], out_norm_), n_vocab_, {});
-    return logits;
+    for (int t = 0; t < T; ++t) x[t] = rms_norm(x[t], out_norm_);
+    return x;
   }
 
  private:

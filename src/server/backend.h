@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "cache/tiered_store.h"
@@ -48,6 +49,15 @@ class GenerationBackend {
   // The KV store's counters; the default is "no store" (scripted backends need not care).
   virtual KvStoreSnapshot kv_store_stats() const { return {}; }
   virtual const ModelInfo& model_info() const = 0;
+  // The normalised mean-pooled embedding of `tokens` (engine/embedder.h), from any thread; the
+  // default is kUnsupported (scripted backends). Errors: kInvalidArgument (empty, too long, id out
+  // of range).
+  virtual Expected<std::vector<float>> embed(std::span<const TokenId> tokens) {
+    (void)tokens;
+    return unsupported("this backend computes no embeddings");
+  }
+  // Longest embedding input in tokens (0 = no embeddings).
+  virtual int embedding_max_tokens() const { return 0; }
 };
 
 // Adapts an engine (which must outlive the result). `model_id` overrides the model's name when

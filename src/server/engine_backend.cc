@@ -1,6 +1,10 @@
 // The one place that knows how the engine and the model expose what the server needs (the
 // tokenizer, the vocabulary size, the context length, the model's name and chat template).
+#include <algorithm>
+#include <mutex>
+
 #include "cache/tiered_store.h"
+#include "engine/embedder.h"
 #include "model/model.h"
 #include "server/backend.h"
 
@@ -35,8 +39,21 @@ class EngineBackend final : public GenerationBackend {
     return out;
   }
   const ModelInfo& model_info() const override { return info_; }
+  // The embedder is made at the first call (its KV buffer is unused memory otherwise).
+  Expected<std::vector<float>> embed(std::span<const TokenId> tokens) override { return embedder().embed(tokens); }
+  int embedding_max_tokens() const override {
+    const int train = engine_.model().config().n_ctx_train;  // the Embedder's own cap
+    return train > 0 ? std::min(EmbedderOptions{}.max_tokens, train) : EmbedderOptions{}.max_tokens;
+  }
 
  private:
+  Embedder& embedder() {
+    std::call_once(embedder_once_, [this] { embedder_ = std::make_unique<Embedder>(engine_.model()); });
+    return *embedder_;
+  }
+
+  std::once_flag embedder_once_;
+  std::unique_ptr<Embedder> embedder_;  // set once by embedder()
   Engine& engine_;
   ModelInfo info_;
 };

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <ctime>
 
+#include "cache/semantic_entry.h"
 #include "common/sha256.h"
 #include "server/log.h"
 
@@ -36,6 +37,10 @@ ResponseCache::ResponseCache(std::unique_ptr<cache::TieredStore> store, const ca
       options_(std::move(options)),
       self_(std::move(self)),
       trust_(std::move(trust)) {
+  if (options_.semantic.threshold > 0.0f && options_.embed) {
+    semantic_ = std::make_unique<SemanticIndex>(options_.semantic);
+    rebuild_semantic_index();
+  }
   for (int i = 0; i < std::max(1, options_.lookup_threads); ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -54,7 +59,7 @@ void ResponseCache::stop() {
     if (t.joinable()) t.join();
   }
   workers_.clear();
-  for (Job& job : left) job.done(std::nullopt);
+  for (Job& job : left) job.done(LookupResult{});
 }
 
 void ResponseCache::worker_loop() {
@@ -67,7 +72,7 @@ void ResponseCache::worker_loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job.done(lookup_now(job.key));
+    job.done(run_lookup(job.key, std::move(job.query)));
   }
 }
 
@@ -114,15 +119,20 @@ CachePlan ResponseCache::plan(const ParsedRequest& parsed, const GenerationReque
 }
 
 void ResponseCache::lookup(const cache::ChunkKey& key, std::function<void(std::optional<cache::ResponseRecord>)> done) {
+  lookup(key, std::nullopt, [done = std::move(done)](LookupResult r) { done(std::move(r.record)); });
+}
+
+void ResponseCache::lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query,
+                           std::function<void(LookupResult)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      jobs_.push_back({key, std::move(done)});
+      jobs_.push_back({key, std::move(query), std::move(done)});
       wake_.notify_one();
       return;
     }
   }
-  done(std::nullopt);
+  done(LookupResult{});
 }
 
 void ResponseCache::reject(const cache::ChunkKey& key, Rejection why, bool erase) {
@@ -134,18 +144,22 @@ void ResponseCache::reject(const cache::ChunkKey& key, Rejection why, bool erase
 }
 
 std::optional<cache::ResponseRecord> ResponseCache::lookup_now(const cache::ChunkKey& key) {
+  std::size_t bytes = 0;
+  std::optional<cache::ResponseRecord> record = fetch(key, &bytes);
+  (record ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
+  bytes_served_.fetch_add(bytes, std::memory_order_relaxed);
+  return record;
+}
+
+std::optional<cache::ResponseRecord> ResponseCache::fetch(const cache::ChunkKey& key, std::size_t* payload_bytes) {
   const cache::ChunkMeta expected = cache::response_envelope_meta(key, fingerprint_);
   std::vector<cache::LoadedChunk> loaded = store_->load(std::span<const cache::ChunkMeta>(&expected, 1));
-  if (loaded.empty()) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
-  }
+  if (loaded.empty()) return std::nullopt;
   const std::span<const std::uint8_t> payload = loaded.front().view.payload;
   cache::RecordError why{};
   Expected<cache::ResponseRecord> record = cache::decode_response_record(payload, &why);
   auto miss = [&](std::optional<Rejection> rejection, bool erase) -> std::optional<cache::ResponseRecord> {
     if (rejection) reject(key, *rejection, erase);
-    misses_.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   };
   if (!record) {
@@ -168,8 +182,7 @@ std::optional<cache::ResponseRecord> ResponseCache::lookup_now(const cache::Chun
     for (std::size_t t = 0; t < store_->tier_count(); ++t) (void)store_->tier(t).erase(key);
     return miss(std::nullopt, false);
   }
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  bytes_served_.fetch_add(payload.size(), std::memory_order_relaxed);
+  if (payload_bytes) *payload_bytes = payload.size();
   return std::move(*record);
 }
 
@@ -241,7 +254,8 @@ std::string ResponseCache::render_metrics() const {
   out += "kvstash_response_cache_requests_total{result=\"hit\"} " + v(hits_) + "\n";
   out += "kvstash_response_cache_requests_total{result=\"miss\"} " + v(misses_) + "\n";
   out += "kvstash_response_cache_requests_total{result=\"bypass\"} " + v(bypasses_) + "\n";
-  out += "kvstash_response_cache_requests_total{result=\"semantic_hit\"} 0\n";
+  out += "kvstash_response_cache_requests_total{result=\"semantic_hit\"} " + v(semantic_hits_) + "\n";
+  if (semantic_) out += render_semantic_metrics();
   out += "# HELP kvstash_response_cache_rejected_records_total Records found but not served, by reason.\n";
   out += "# TYPE kvstash_response_cache_rejected_records_total counter\n";
   const char* reasons[kRejectionKinds] = {"bad_record", "bad_signature", "untrusted"};

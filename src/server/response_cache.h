@@ -17,6 +17,12 @@
 // Lookups run on the cache's own worker threads (a redis round trip never blocks an HTTP thread);
 // stores are the TieredStore's write-behind.
 //
+// Semantic hits (opt-in, server/semantic_cache.h, docs/semantic-cache.md): with
+// options.semantic.threshold > 0, a lookup that misses exactly embeds the request's text and asks
+// the per-namespace index for a near-duplicate whose record passes every gate and every check above;
+// a stored answer also stores a signed semantic entry next to its record. The index is rebuilt from
+// the entries in the store's tiers at construction.
+//
 // Thread safety: every method is safe from any thread. stop() before the HTTP layer goes.
 #pragma once
 
@@ -38,6 +44,7 @@
 #include "identity/identity.h"
 #include "server/generation.h"
 #include "server/request_parser.h"
+#include "server/semantic_cache.h"
 
 namespace kvstash::server {
 
@@ -47,6 +54,18 @@ struct ResponseCacheOptions {
   // eviction policy), as text; hashed into every key.
   std::string engine_config;
   int lookup_threads = 2;  // workers running lookups (each may wait on redis)
+  // The semantic cache (--semantic-cache THRESHOLD); threshold 0 = off. `embed` computes the
+  // embedding of a request's text (GenerationBackend::embed); required when on.
+  SemanticCacheOptions semantic;
+  std::function<Expected<std::vector<float>>(std::span<const TokenId>)> embed;
+};
+
+// What a lookup found: an exact hit, a semantic hit (record of a near-duplicate request), or a
+// miss; `query` carries the semantic query with its embedding, for store_semantic() after a miss.
+struct LookupResult {
+  std::optional<cache::ResponseRecord> record;
+  bool semantic = false;
+  std::optional<SemanticQuery> query;
 };
 
 // Why a request is not looked up ("" = it is).
@@ -75,6 +94,20 @@ class ResponseCache {
   std::optional<cache::ResponseRecord> lookup_now(const cache::ChunkKey& key);
   void count_bypass() { bypasses_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Semantic lookups: on when options.semantic.threshold > 0.
+  bool semantic_enabled() const { return semantic_ != nullptr; }
+  // The request's semantic query, or nullopt when the semantic cache is off or a gate rules the
+  // request out (counted by reason).
+  std::optional<SemanticQuery> semantic_query(const ParsedRequest& parsed, const GenerationRequest& request,
+                                              const Tokenizer& tokenizer) const;
+  // lookup() with a semantic fallback: on an exact miss and a query, embeds the text and serves
+  // the nearest near-duplicate's record that passes every gate. `done` runs on a worker.
+  void lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query, std::function<void(LookupResult)> done);
+  // After store(key, ...): signs and stores the semantic entry of the answer, and indexes it.
+  void store_semantic(const cache::ChunkKey& key, const SemanticQuery& query);
+  // The index's entries (tests, logs).
+  std::size_t semantic_entries() const { return semantic_ ? semantic_->size() : 0; }
+
   // Signs and queues the record of a finished answer (its applied events, outcome and text).
   // `salted`: the request had a cache salt; the envelope says so, and peer sharing keeps such
   // records on this node unless --share-salted.
@@ -94,6 +127,13 @@ class ResponseCache {
   enum Rejection { kBadRecord, kBadSignature, kUntrusted, kRejectionKinds };
   void reject(const cache::ChunkKey& key, Rejection why, bool erase);
   void worker_loop();
+  // A verified, trusted, unexpired record of `key`, or nullopt (rejections counted, not the miss).
+  // `payload_bytes` (optional) gets the record's size when one is returned.
+  std::optional<cache::ResponseRecord> fetch(const cache::ChunkKey& key, std::size_t* payload_bytes = nullptr);
+  LookupResult run_lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query);
+  // Reads every semantic entry the tiers hold into the index (construction).
+  void rebuild_semantic_index();
+  std::string render_semantic_metrics() const;  // part of render_metrics() when on
 
   std::unique_ptr<cache::TieredStore> store_;
   const cache::ModelFingerprint fingerprint_;
@@ -104,12 +144,17 @@ class ResponseCache {
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, bypasses_{0}, expired_{0}, stores_{0}, store_errors_{0};
   std::atomic<std::uint64_t> bytes_served_{0}, bytes_stored_{0};
   std::atomic<std::uint64_t> rejected_[kRejectionKinds] = {};
+  std::unique_ptr<SemanticIndex> semantic_;  // null: semantic cache off
+  std::atomic<std::uint64_t> semantic_hits_{0}, semantic_refused_literals_{0}, semantic_not_indexed_{0};
+  mutable std::atomic<std::uint64_t> semantic_skipped_{0};
+  std::atomic<std::uint64_t> semantic_embed_errors_{0}, semantic_rebuilt_{0}, semantic_entries_rejected_{0};
 
   std::mutex mu_;
   std::condition_variable wake_;
   struct Job {
     cache::ChunkKey key;
-    std::function<void(std::optional<cache::ResponseRecord>)> done;
+    std::optional<SemanticQuery> query;
+    std::function<void(LookupResult)> done;
   };
   std::deque<Job> jobs_;                    // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_

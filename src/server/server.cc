@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/chat_template.h"
+#include "server/embeddings_api.h"
 #include "server/tokenize_api.h"
 #include "server/generation_task.h"
 #include "server/log.h"
@@ -33,10 +34,10 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
 const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events",
-                           "/v1/identity"};
+                           "/v1/identity", "/v1/embeddings"};
 
 std::string known_endpoint(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/tokenize", "/detokenize",
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
                         "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
@@ -72,21 +73,25 @@ struct Server::Impl : http::Handler {
   bool keeper_stop = false;                                         // guarded by tasks_mutex
   std::thread time_keeper;
   std::unique_ptr<KvEventsApi> kv_events;  // set when options.kv_events is
+  std::unique_ptr<EmbeddingsApi> embeddings;  // POST /v1/embeddings (its own worker thread)
 
   Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {
     if (options.kv_events) {
       kv_events = std::make_unique<KvEventsApi>(*options.kv_events, options.kv_info, backend.model_info().id,
                                                 options.identity ? options.identity->public_key_hex() : "");
     }
+    embeddings = std::make_unique<EmbeddingsApi>(backend, [this](const std::string& model) { return check_model(model); });
   }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
   void handle_generation(Endpoint endpoint, const http::Request& req, std::shared_ptr<http::Exchange> exchange);
-  // What the response cache decided for a request: "hit" (record set), "miss" or "bypass".
+  // What the response cache decided for a request: "hit" or "semantic-hit" (record set), "miss"
+  // (query set when the answer is to be indexed for semantic hits) or "bypass".
   struct CacheOutcome {
     std::string status;
     cache::ChunkKey key;
     std::optional<cache::ResponseRecord> record;
+    std::optional<SemanticQuery> query;
   };
   struct PendingGeneration {
     ParsedRequest parsed;
@@ -223,6 +228,18 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                                std::move(exchange));
     }
     allowed = "POST";
+  } else if (path == "/v1/embeddings") {
+    if (req.method == "POST") {
+      return embeddings->submit(std::move(req.body), [this, exchange, path](int status, std::string body) {
+        exchange->post([this, exchange, path, status, body = std::move(body)]() mutable {
+          http::Response r;
+          r.status = status;
+          r.body = std::move(body);
+          respond(*exchange, path, std::move(r));
+        });
+      });
+    }
+    allowed = "POST";
   } else if (path == "/tokenize" || path == "/detokenize") {
     if (req.method == "POST") {
       std::string body;
@@ -315,10 +332,12 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
     return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record),
                   CacheOutcome{"bypass", plan.key, std::nullopt});
   }
-  // The lookup may wait on redis: it runs on the cache's workers and continues on the strand.
+  // The lookup may wait on redis (and embed the text for a semantic lookup): it runs on the
+  // cache's workers and continues on the strand.
+  std::optional<SemanticQuery> query = cache->semantic_query(parsed, request, *info.tokenizer);
   auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
   const cache::ChunkKey key = plan.key;
-  cache->lookup(key, [this, exchange, state, key](std::optional<cache::ResponseRecord> found) mutable {
+  cache->lookup(key, std::move(query), [this, exchange, state, key](LookupResult found) mutable {
     exchange->post([this, exchange, state, key, found = std::move(found)]() mutable {
       if (draining.load()) {
         active.fetch_sub(1);
@@ -326,9 +345,9 @@ void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req
         return respond_error(*exchange, state->record.endpoint,
                              ApiError{503, "the server is shutting down", "server_error", "", "shutdown"});
       }
-      const char* status = found ? "hit" : "miss";
+      const char* status = !found.record ? "miss" : found.semantic ? "semantic-hit" : "hit";
       launch(std::move(exchange), std::move(state->parsed), std::move(state->request), std::move(state->record),
-             CacheOutcome{status, key, std::move(found)});
+             CacheOutcome{status, key, std::move(found.record), std::move(found.query)});
     });
   });
 }
@@ -344,6 +363,7 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
   const bool want_logprobs = parsed.logprobs;
   const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
+  const int prompt_tokens = static_cast<int>(request.prompt.size());
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
   const bool store_answer = cached && cached->status == "miss";
   if (cached) record.cache = cached->status;
@@ -353,12 +373,17 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   if (cached) {
     std::vector<http::Header> headers = {{"x-kvstash-cache", cached->status}};
     if (cached->status != "bypass") headers.push_back({"x-kvstash-cache-key", cached->key.hex()});
+    // A semantic hit also names the record it served (the near-duplicate's request key).
+    if (cached->record && cached->status == "semantic-hit") {
+      headers.push_back({"x-kvstash-cache-source", cached->record->request_key.hex()});
+    }
     task->set_headers(std::move(headers));
   }
   if (store_answer) {
-    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs, salted](
-                                  const Generation& g, const std::string& text) {
+    task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs, salted,
+                               query = std::move(cached->query)](const Generation& g, const std::string& text) {
       cache->store(key, g, text, want_logprobs, salted);
+      if (query) cache->store_semantic(key, *query);
     });
   }
   GenerationTask* raw = task.get();
@@ -380,7 +405,13 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
     tasks.emplace(raw, task);
   }
   if (cached && cached->record) {
-    task->start_replay(ResponseCache::replay_events(*cached->record));
+    std::vector<TokenEvent> events = ResponseCache::replay_events(*cached->record);
+    if (cached->status == "semantic-hit") {
+      // The record answered another (near-duplicate) prompt: usage counts this request's prompt,
+      // all of it "cached" since none of it was prefilled.
+      for (TokenEvent& e : events) e.prompt_tokens = e.cached_tokens = prompt_tokens;
+    }
+    task->start_replay(std::move(events));
     return;
   }
   task->start(std::move(request));  // answers errors itself; finished callback frees the slot
@@ -468,6 +499,7 @@ void Server::stop() {
   if (s.kv_events) s.kv_events->stop();  // event streams end; their threads join
   // Lookups in flight finish (their continuations see `draining` and answer 503).
   if (s.options.response_cache) s.options.response_cache->stop();
+  s.embeddings->stop();  // queued embedding requests answer 503
   // Open generations end with "abort" (an error event when streaming) and their last bytes go
   // out before the connections close (bounded).
   s.abort_all("shutdown");

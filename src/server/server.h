@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP server:
 //   POST /v1/chat/completions, POST /v1/completions (streaming as SSE or not),
-//   GET /v1/models, GET /v1/identity (the node's public key and trusted keys), GET /health (liveness),
+//   POST /v1/embeddings (server/embeddings_api.h), GET /v1/models, GET /v1/identity (the node's public key and trusted keys), GET /health (liveness),
 //   GET /ready (503 while draining), GET /metrics (Prometheus text), OPTIONS (CORS preflight, with
 //   --cors-origin), and with a KV event log GET /v1/kv/info and GET /v1/kv/events (server/kv_events_api.h).
 // Errors are OpenAI-style JSON: 400 invalid request (and unsupported parameters), 401 bad API key,
