@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "cache/byte_io.h"
 #include "common/sha256.h"
 
 namespace kvstash::cache {
@@ -15,53 +16,6 @@ constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 32 + 32 + 32 + 64 + 8;
 constexpr std::size_t kMaxFinishReason = 64;
 constexpr std::size_t kMaxTopPerToken = 255;  // stored in a u8
 
-class Writer {
- public:
-  explicit Writer(Bytes& out) : out_(out) {}
-  void u8(std::uint8_t v) { out_.push_back(v); }
-  void le(std::uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void f32(float v) { le(std::bit_cast<std::uint32_t>(v), 4); }
-  void raw(const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    out_.insert(out_.end(), b, b + n);
-  }
-
- private:
-  Bytes& out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
-  bool ok() const { return ok_; }
-  bool at_end() const { return pos_ == in_.size(); }
-  std::uint64_t le(int n) {
-    if (!need(n)) return 0;
-    std::uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= std::uint64_t{in_[pos_ + i]} << (8 * i);
-    pos_ += n;
-    return v;
-  }
-  float f32() { return std::bit_cast<float>(static_cast<std::uint32_t>(le(4))); }
-  void raw(void* p, std::size_t n) {
-    if (!need(n)) return;
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-  }
-  std::size_t left() const { return in_.size() - pos_; }
-
- private:
-  bool need(std::size_t n) {
-    if (!ok_ || in_.size() - pos_ < n) ok_ = false;
-    return ok_;
-  }
-  std::span<const std::uint8_t> in_;
-  std::size_t pos_ = 0;
-  bool ok_ = true;
-};
-
 // The output section: everything output_hash() covers, in its canonical order.
 Status write_output(const ResponseRecord& r, Bytes& out) {
   if (r.has_logprobs && r.logprobs.size() != r.tokens.size()) {
@@ -69,7 +23,7 @@ Status write_output(const ResponseRecord& r, Bytes& out) {
                             std::to_string(r.tokens.size()) + " tokens");
   }
   if (r.finish_reason.size() > kMaxFinishReason) return invalid_argument("response record: finish_reason too long");
-  Writer w(out);
+  ByteWriter w(out);
   w.le(r.prompt_tokens, 4);
   w.le(r.completion_tokens, 4);
   w.u8(r.final_finish);
@@ -138,7 +92,7 @@ std::string signed_message(const ResponseRecord& r) {
 
 Expected<Bytes> encode_response_record(const ResponseRecord& r) {
   Bytes out;
-  Writer w(out);
+  ByteWriter w(out);
   w.raw(kMagic.data(), kMagic.size());
   w.le(kResponseRecordVersion, 2);
   w.le(0, 2);  // flags
@@ -156,7 +110,7 @@ Expected<ResponseRecord> decode_response_record(std::span<const std::uint8_t> by
   if (bytes.size() > kMaxResponseRecordBytes) return fail(RecordError::kTooLarge, why, std::to_string(bytes.size()) + " bytes");
   if (bytes.size() < kHeaderBytes) return fail(RecordError::kTruncated, why, "shorter than its header");
   if (!std::equal(kMagic.begin(), kMagic.end(), bytes.begin())) return fail(RecordError::kBadMagic, why, "not a response record");
-  Reader in(bytes.subspan(4));
+  ByteReader in(bytes.subspan(4));
   const auto version = static_cast<std::uint16_t>(in.le(2));
   if (version != kResponseRecordVersion) return fail(RecordError::kBadVersion, why, "version " + std::to_string(version));
   in.le(2);  // flags: none defined in version 1

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "cache/byte_io.h"
 #include "common/sha256.h"
 
 namespace kvstash::cache {
@@ -11,54 +12,19 @@ namespace {
 constexpr std::array<std::uint8_t, 4> kMagic = {'K', 'V', 'S', 'E'};
 constexpr std::size_t kMaxLiteralBytes = 4096;
 
-void put_le(Bytes& out, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void put_raw(Bytes& out, const void* p, std::size_t n) {
-  const auto* b = static_cast<const std::uint8_t*>(p);
-  out.insert(out.end(), b, b + n);
-}
-
 // Everything after the signature: dims, floats, literals.
 Bytes body_bytes(const SemanticEntry& e) {
   Bytes out;
-  put_le(out, e.embedding.size(), 4);
-  for (float f : e.embedding) put_le(out, std::bit_cast<std::uint32_t>(f), 4);
-  put_le(out, e.literals.size(), 4);
+  ByteWriter w(out);
+  w.le(e.embedding.size(), 4);
+  for (float f : e.embedding) w.f32(f);
+  w.le(e.literals.size(), 4);
   for (const std::string& l : e.literals) {
-    put_le(out, l.size(), 4);
-    put_raw(out, l.data(), l.size());
+    w.le(l.size(), 4);
+    w.raw(l.data(), l.size());
   }
   return out;
 }
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
-  bool ok() const { return ok_; }
-  bool at_end() const { return pos_ == in_.size(); }
-  std::uint64_t le(int n) {
-    if (!need(n)) return 0;
-    std::uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= std::uint64_t{in_[pos_ + i]} << (8 * i);
-    pos_ += n;
-    return v;
-  }
-  void raw(void* p, std::size_t n) {
-    if (!need(n)) return;
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-  }
-
- private:
-  bool need(std::size_t n) {
-    if (!ok_ || in_.size() - pos_ < n) ok_ = false;
-    return ok_;
-  }
-  std::span<const std::uint8_t> in_;
-  std::size_t pos_ = 0;
-  bool ok_ = true;
-};
 
 }  // namespace
 
@@ -91,21 +57,22 @@ Expected<Bytes> encode_semantic_entry(const SemanticEntry& e) {
     if (l.size() > kMaxLiteralBytes) return invalid_argument("semantic entry: a literal is too long");
   }
   Bytes out;
-  put_raw(out, kMagic.data(), kMagic.size());
-  put_le(out, kSemanticEntryVersion, 2);
-  put_le(out, 0, 2);  // flags
-  put_raw(out, e.record_key.bytes.data(), 32);
-  put_raw(out, e.ns.bytes.data(), 32);
-  put_raw(out, e.model_fingerprint.data(), 32);
-  put_raw(out, e.producer.data(), 32);
-  put_raw(out, e.signature.data(), 64);
+  ByteWriter w(out);
+  w.raw(kMagic.data(), kMagic.size());
+  w.le(kSemanticEntryVersion, 2);
+  w.le(0, 2);  // flags
+  w.raw(e.record_key.bytes.data(), 32);
+  w.raw(e.ns.bytes.data(), 32);
+  w.raw(e.model_fingerprint.data(), 32);
+  w.raw(e.producer.data(), 32);
+  w.raw(e.signature.data(), 64);
   const Bytes body = body_bytes(e);
   out.insert(out.end(), body.begin(), body.end());
   return out;
 }
 
 Expected<SemanticEntry> decode_semantic_entry(std::span<const std::uint8_t> bytes) {
-  Reader r(bytes);
+  ByteReader r(bytes);
   std::array<std::uint8_t, 4> magic{};
   r.raw(magic.data(), magic.size());
   if (!r.ok() || magic != kMagic) return corrupt("semantic entry: bad magic");
@@ -124,7 +91,7 @@ Expected<SemanticEntry> decode_semantic_entry(std::span<const std::uint8_t> byte
   const std::uint64_t dims = r.le(4);
   if (!r.ok() || dims == 0 || dims > kMaxSemanticDimensions) return corrupt("semantic entry: bad dimension count");
   e.embedding.resize(dims);
-  for (float& f : e.embedding) f = std::bit_cast<float>(static_cast<std::uint32_t>(r.le(4)));
+  for (float& f : e.embedding) f = r.f32();
   const std::uint64_t n = r.le(4);
   if (!r.ok() || n > kMaxSemanticLiterals) return corrupt("semantic entry: bad literal count");
   for (std::uint64_t i = 0; i < n; ++i) {
