@@ -4,6 +4,8 @@
 #include <functional>
 #include <optional>
 
+#include "cache/prefix_alias.h"
+
 namespace kvstash::cache {
 
 namespace {
@@ -143,47 +145,73 @@ TieredStore::~TieredStore() {
   for (auto& q : queues_) q->writer.join();
 }
 
-LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const ChunkKey> tail_candidates) {
-  plans_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<ChunkKey> all(keys.begin(), keys.end());
-  all.insert(all.end(), tail_candidates.begin(), tail_candidates.end());
-  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  std::vector<std::size_t> tier_of(all.size(), kNone);
+std::vector<std::size_t> TieredStore::fastest_holders(std::span<const ChunkKey> keys) {
+  std::vector<std::size_t> tier_of(keys.size(), kNoTier);
   if (!tiers_.empty()) {
     std::lock_guard lock(pending_mu_);  // queued for tier 0 but not yet written: tier 0 has them
-    for (std::size_t i = 0; i < all.size() && !pending_.empty(); ++i) {
-      if (pending_.count(all[i])) tier_of[i] = 0;
+    for (std::size_t i = 0; i < keys.size() && !pending_.empty(); ++i) {
+      if (pending_.count(keys[i])) tier_of[i] = 0;
     }
   }
   // Tier by tier, each asked once, about the keys no faster tier holds: chunk i may live anywhere.
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     std::vector<std::size_t> unclaimed;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (tier_of[i] == kNone) unclaimed.push_back(i);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (tier_of[i] == kNoTier) unclaimed.push_back(i);
     }
     if (unclaimed.empty()) break;
     std::vector<ChunkKey> ask;
     ask.reserve(unclaimed.size());
-    for (std::size_t i : unclaimed) ask.push_back(all[i]);
+    for (std::size_t i : unclaimed) ask.push_back(keys[i]);
     const std::vector<bool> held = tiers_[t]->holds(ask);
     for (std::size_t j = 0; j < unclaimed.size() && j < held.size(); ++j) {
       if (held[j]) tier_of[unclaimed[j]] = t;
     }
   }
+  return tier_of;
+}
+
+LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates) {
+  plans_.fetch_add(1, std::memory_order_relaxed);
+  // One round per tier for the full chunks and the tails after the last of them; a second only
+  // when the run breaks earlier and some tail could continue it there (at most a chunk's blocks).
+  std::vector<ChunkKey> ask(keys.begin(), keys.end());
+  std::vector<std::size_t> asked;  // indices of the candidates in `ask`, after the keys
+  for (std::size_t c = 0; c < tail_candidates.size(); ++c) {
+    if (tail_candidates[c].at == keys.size()) {
+      ask.push_back(tail_candidates[c].key);
+      asked.push_back(c);
+    }
+  }
+  std::vector<std::size_t> tier_of = fastest_holders(ask);
   LoadPlan plan;
-  while (plan.full_chunks < keys.size() && tier_of[plan.full_chunks] != kNone) {
+  while (plan.full_chunks < keys.size() && tier_of[plan.full_chunks] != kNoTier) {
     plan.keys.push_back(keys[plan.full_chunks]);
     plan.tiers.push_back(tier_of[plan.full_chunks]);
     ++plan.full_chunks;
   }
-  if (plan.full_chunks == keys.size()) {
-    for (std::size_t c = tail_candidates.size(); c-- > 0;) {
-      if (tier_of[keys.size() + c] != kNone) {
-        plan.tail = c;
-        plan.keys.push_back(tail_candidates[c]);
-        plan.tiers.push_back(tier_of[keys.size() + c]);
-        break;
+  std::vector<std::size_t> tail_tier(tail_candidates.size(), kNoTier);
+  for (std::size_t j = 0; j < asked.size(); ++j) tail_tier[asked[j]] = tier_of[keys.size() + j];
+  if (plan.full_chunks < keys.size()) {
+    ask.clear();
+    asked.clear();
+    for (std::size_t c = 0; c < tail_candidates.size(); ++c) {
+      if (tail_candidates[c].at == plan.full_chunks) {
+        ask.push_back(tail_candidates[c].key);
+        asked.push_back(c);
       }
+    }
+    if (!ask.empty()) {
+      tier_of = fastest_holders(ask);
+      for (std::size_t j = 0; j < asked.size(); ++j) tail_tier[asked[j]] = tier_of[j];
+    }
+  }
+  for (std::size_t c = tail_candidates.size(); c-- > 0;) {
+    if (tail_candidates[c].at == plan.full_chunks && tail_tier[c] != kNoTier) {
+      plan.tail = c;
+      plan.keys.push_back(tail_candidates[c].key);
+      plan.tiers.push_back(tail_tier[c]);
+      break;
     }
   }
   return plan;
@@ -268,11 +296,24 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
       chunk.tier_index = t;
       auto view = decode_chunk(*chunk.bytes, meta);
       if (!view) {
+        if (decode_alias(*chunk.bytes, meta)) {  // a tail stored as an alias: its chunk's head
+          auto target = follow_alias(*chunk.bytes, meta, skipped);
+          if (!target) {
+            (void)tiers_[t]->erase(meta.key);  // its chunk is gone: the alias leads nowhere
+            continue;
+          }
+          out.push_back(std::move(*target));
+          aliases_followed_.fetch_add(1, std::memory_order_relaxed);
+          chunks_loaded_.fetch_add(1, std::memory_order_relaxed);
+          found = true;
+          break;
+        }
         (void)tiers_[t]->erase(meta.key);  // a wrong chunk is never served, nor kept
         rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       chunk.view = std::move(*view);
+      chunk.use_tokens = chunk.view.header.meta.token_count;
       out.push_back(std::move(chunk));
       chunks_loaded_.fetch_add(1, std::memory_order_relaxed);
       found = true;
@@ -294,32 +335,75 @@ void TieredStore::after_load(const std::vector<LoadedChunk>& out, std::span<cons
     const std::size_t t = out[i].tier_index;
     deepest_tier = std::max(deepest_tier, t);
     if (t == 0) continue;
-    for (std::size_t f = 0; f < t; ++f) enqueue(f, {expected[i].key, out[i].bytes, nullptr});
+    // A tail found through an alias is promoted as the chunk it is (the alias stays where it was).
+    const ChunkKey& key = out[i].via_alias ? out[i].view.header.meta.key : expected[i].key;
+    for (std::size_t f = 0; f < t; ++f) enqueue(f, {key, out[i].bytes, nullptr});
   }
   // The gets (and promotions) made the run's tail the most recently used: turn that around, in
   // each tier after its promotions (same queue).
   auto tail_first = std::make_shared<std::vector<ChunkKey>>();
-  for (std::size_t i = out.size(); i-- > 0;) tail_first->push_back(expected[i].key);
+  for (std::size_t i = out.size(); i-- > 0;) {
+    tail_first->push_back(expected[i].key);
+    if (out[i].via_alias) tail_first->push_back(out[i].view.header.meta.key);
+  }
   for (std::size_t t = 0; t <= deepest_tier; ++t) enqueue(t, {ChunkKey{}, nullptr, tail_first});
 }
 
 Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
-                          std::span<const ChunkKey> predecessors) {
+                          std::span<const ChunkKey> predecessors, std::span<const ChunkKey> leading_block_keys) {
   auto encoded = encode_chunk(meta, payload, options_.encode);
   if (!encoded) return encoded.status();
   if (tiers_.empty()) return Status::ok();
-  auto shared = std::make_shared<const Bytes>(std::move(*encoded));
   std::shared_ptr<const std::vector<ChunkKey>> tail_first;
   if (!predecessors.empty()) {
     tail_first = std::make_shared<std::vector<ChunkKey>>(predecessors.rbegin(), predecessors.rend());
   }
+  queue_put(meta.key, std::make_shared<const Bytes>(std::move(*encoded)), std::move(tail_first));
+  if (!options_.prefix_aliases || leading_block_keys.empty()) return Status::ok();
+  const std::uint32_t block_tokens = meta.token_count / static_cast<std::uint32_t>(leading_block_keys.size() + 1);
+  for (std::size_t j = 0; j < leading_block_keys.size(); ++j) {
+    auto alias = encode_alias(meta, leading_block_keys[j], block_tokens * static_cast<std::uint32_t>(j + 1));
+    if (alias) queue_put(leading_block_keys[j], std::make_shared<const Bytes>(std::move(*alias)), nullptr);
+  }
+  return Status::ok();
+}
+
+void TieredStore::queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes,
+                            std::shared_ptr<const std::vector<ChunkKey>> touch_after) {
   {
     std::lock_guard lock(pending_mu_);
-    pending_[meta.key] = shared;
+    pending_[key] = bytes;
   }
-  if (!enqueue(0, {meta.key, shared, tail_first})) forget_pending(meta.key, shared.get());
-  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {meta.key, shared, tail_first});
-  return Status::ok();
+  if (!enqueue(0, {key, bytes, touch_after})) forget_pending(key, bytes.get());
+  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {key, bytes, touch_after});
+}
+
+std::optional<LoadedChunk> TieredStore::follow_alias(const Bytes& bytes, const ChunkMeta& expected,
+                                                     const std::vector<bool>& skipped) {
+  const std::optional<AliasTarget> target = decode_alias(bytes, expected);
+  if (!target) return std::nullopt;
+  ChunkMeta meta = expected;
+  meta.key = target->key;
+  meta.token_count = target->token_count;
+  for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (skipped[t]) continue;
+    auto got = tier_get(t, meta.key);
+    if (!got) continue;
+    LoadedChunk chunk;
+    chunk.bytes = std::move(*got);
+    chunk.tier_index = t;
+    auto view = decode_chunk(*chunk.bytes, meta);
+    if (!view) {
+      (void)tiers_[t]->erase(meta.key);
+      rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    chunk.view = std::move(*view);
+    chunk.use_tokens = expected.token_count;
+    chunk.via_alias = true;
+    return chunk;
+  }
+  return std::nullopt;
 }
 
 Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) {
@@ -405,6 +489,7 @@ StoreStats TieredStore::stats() const {
   s.write_errors = write_errors_.load(std::memory_order_relaxed);
   s.plans = plans_.load(std::memory_order_relaxed);
   s.load_deadlines = load_deadlines_.load(std::memory_order_relaxed);
+  s.aliases_followed = aliases_followed_.load(std::memory_order_relaxed);
   for (const auto& q : queues_) {
     std::lock_guard lock(q->mu);
     s.queue_bytes += q->bytes;

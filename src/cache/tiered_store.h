@@ -4,8 +4,10 @@
 // holds (Tier::holds: one lock for memory and disk, one pipelined round trip per node for redis;
 // a slower tier is only asked about the keys no faster tier holds) and credits each leading chunk
 // to the fastest tier holding it; the plan ends at the first chunk no tier holds. Given tail
-// candidates (the keys of a prompt's last, partial chunk at each block boundary), it also finds
-// the best stored tail in the same round trips. load(expected, plan) then gets each chunk from its
+// candidates (the block-chain keys of a prompt's partial chunks at each block boundary), it also
+// finds, in the same round trips, the longest stored tail that continues the run where it ends: a
+// tail stored as such, or a prefix alias (prefix_alias.h) naming the leading blocks of a stored
+// chunk, which load() follows to that chunk. load(expected, plan) then gets each chunk from its
 // planned tier, in order, with up to load_depth gets in flight on a small pool of I/O threads
 // owned by the store (a disk tier sees several reads at once; a redis tier uses several pooled
 // connections). Every chunk is decoded against the meta the caller expects before it is returned:
@@ -49,6 +51,9 @@ struct TieredStoreOptions {
   std::uint64_t write_queue_bytes = std::uint64_t{256} << 20;  // write-behind bound per tier, 256 MiB
   std::chrono::milliseconds tier_timeout{500};  // a get slower than this skips the tier after it
   EncodeOptions encode;                         // compression of stored chunks (off by default)
+  // With every stored chunk of n blocks, also write the n-1 prefix aliases of its leading blocks
+  // (store()'s leading_block_keys), so a prompt that diverges inside the chunk can use its head.
+  bool prefix_aliases = true;
   // Threads that run load()'s gets ahead of its walk; 0 = one get at a time on the caller's thread.
   // 4: reading the 63 files of a 4,032-token prefix from 4 threads took the disk tier from 0.52 to
   // 0.70-0.88 GB/s on the dev VM (BENCHMARKS.md, issue 4).
@@ -62,6 +67,18 @@ struct LoadedChunk {
   SharedBytes bytes;
   ChunkView view;
   std::size_t tier_index = 0;  // which tier served it
+  // The leading tokens of view that the load asked for: all of them (view's token_count), or fewer
+  // when a tail was found through a prefix alias and view is the longer chunk it names.
+  std::uint32_t use_tokens = 0;
+  bool via_alias = false;
+};
+
+// A possible tail of a prefix (a partial chunk): its key is the block-chain key at its last block.
+struct TailCandidate {
+  ChunkKey key;
+  // Where it would continue the run: the index, among plan_load()'s keys, of the full chunk it
+  // stands in for (keys.size(): after the last one).
+  std::size_t at = 0;
 };
 
 // The chunks a load will fetch and where each is, as plan_load() found them. Plain data: it may be
@@ -71,7 +88,7 @@ struct LoadPlan {
   std::vector<std::size_t> tiers;  // tiers[i]: the fastest tier that held keys[i] when planned
   std::size_t full_chunks = 0;     // keys[0, full_chunks) are full chunks (a prefix of the keys asked)
   // Index, among the tail candidates passed to plan_load(), of the tail found (then keys.back());
-  // empty if none was (or the run of full chunks did not reach the end of the keys asked).
+  // empty if none was. Its `at` is full_chunks.
   std::optional<std::size_t> tail;
   std::size_t size() const { return keys.size(); }
   bool empty() const { return keys.empty(); }
@@ -92,6 +109,7 @@ struct StoreStats {
   std::uint64_t queue_bytes = 0;      // bytes waiting in the queues now (a chunk queued for k tiers counts k times)
   std::uint64_t plans = 0;            // plan_load() calls (lookup() and the one-argument load() included)
   std::uint64_t load_deadlines = 0;   // loads cut short by their deadline
+  std::uint64_t aliases_followed = 0; // tails loaded through a prefix alias
 };
 
 class TieredStore {
@@ -107,12 +125,17 @@ class TieredStore {
   // --- Planned loads (one plan per request; safe from any thread, e.g. a prefetch thread). ---
 
   // Which tier holds each leading chunk of `keys` (one Tier::holds() per tier, no data moved,
-  // nothing verified), and, when every key is held, the best of `tail_candidates` held by some
-  // tier: the one with the highest index (pass them shortest first). The plan's size is what a
-  // load may return; the load may still return fewer (chunks evicted or damaged since).
-  LoadPlan plan_load(std::span<const ChunkKey> keys, std::span<const ChunkKey> tail_candidates = {});
+  // nothing verified), and the best tail held by some tier among the candidates whose `at` is
+  // where that run ends: the last such in `tail_candidates` (list each `at`'s shortest first).
+  // Tails after the last key are asked in the same round; those of an earlier `at` in a second
+  // round, only when the run ends there. The
+  // plan's size is what a load may return; the load may still return fewer (chunks evicted or
+  // damaged since, an alias whose chunk is gone).
+  LoadPlan plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates = {});
 
-  // Loads the chunks of `plan`, each verified against expected[i] (its key included). expected
+  // Loads the chunks of `plan`, each verified against expected[i] (its key included; a tail found
+  // as a prefix alias is verified as an alias, then its chunk against expected[i] with the
+  // chunk's key and length, and returned with use_tokens = expected[i].token_count). expected
   // must follow plan.keys in order (expected[i].key == plan.keys[i]) and may stop early (load
   // fewer chunks than planned); a chunk whose key differs from the plan's, or past the plan, ends
   // the run. Returns the longest run of verified leading chunks, cut at `deadline` (the gets in
@@ -135,9 +158,12 @@ class TieredStore {
   // dropped where a queue is full): no tier i/o on the caller's thread. `predecessors` are the keys
   // of the chunks before it in its prefix, in prefix order: every tier then holds them as more
   // recently used than the new chunk (touched after the put, in the same queue), so eviction takes
-  // a prefix's tail before its head. Fails only if the chunk cannot be encoded.
+  // a prefix's tail before its head. `leading_block_keys`: the block-chain keys at the end of each
+  // of the chunk's blocks but the last (n-1 for n equal blocks); each gets a prefix alias, queued
+  // after the chunk (unless options.prefix_aliases is off). Fails only if the chunk cannot be
+  // encoded.
   Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
-               std::span<const ChunkKey> predecessors = {});
+               std::span<const ChunkKey> predecessors = {}, std::span<const ChunkKey> leading_block_keys = {});
 
   // Blocks until every write-behind queue is empty and its writer idle (tests, shutdown).
   void flush();
@@ -162,6 +188,15 @@ class TieredStore {
   void writer_loop(std::size_t t);
   // tiers_[t]->get_shared(key), except that tier 0 first serves a chunk still in its write queue.
   Expected<SharedBytes> tier_get(std::size_t t, const ChunkKey& key);
+  static constexpr std::size_t kNoTier = static_cast<std::size_t>(-1);
+  // For each key, the fastest tier holding it (tier 0's queue counts as tier 0), or kNoTier: one
+  // Tier::holds() per tier, each about the keys no faster tier holds.
+  std::vector<std::size_t> fastest_holders(std::span<const ChunkKey> keys);
+  // The chunk a prefix alias (bytes, found for `expected`) names, from the fastest tier that has it
+  // whole and verified; nothing if it is gone or damaged everywhere.
+  std::optional<LoadedChunk> follow_alias(const Bytes& bytes, const ChunkMeta& expected, const std::vector<bool>& skipped);
+  // Puts `bytes` under key into every tier's queue (tier 0's pending_ included).
+  void queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes, std::shared_ptr<const std::vector<ChunkKey>> touch_after);
   // Drops key from pending_ if it still maps to `bytes` (a later store of the same key keeps its own).
   void forget_pending(const ChunkKey& key, const Bytes* bytes);
   // After a load of keys tail_first (reversed): promotions queued, then touches, per tier.
@@ -171,7 +206,7 @@ class TieredStore {
   const TieredStoreOptions options_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> rejected_by_tier_;
   std::atomic<std::uint64_t> chunks_loaded_{0}, tier_skips_{0}, writes_queued_{0};
-  std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0}, plans_{0}, load_deadlines_{0};
+  std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0}, plans_{0}, load_deadlines_{0}, aliases_followed_{0};
   // Chunks store() queued for tier 0 that its writer has not put yet; guarded by pending_mu_.
   std::mutex pending_mu_;
   std::unordered_map<ChunkKey, std::shared_ptr<const Bytes>> pending_;

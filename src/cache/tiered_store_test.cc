@@ -507,7 +507,7 @@ TEST(TieredStore, PlanFindsTheLongestStoredTail) {
   ASSERT_TRUE(s.slow->inner().put(tails[0].key, test_chunk(tails[0])).is_ok());
   ASSERT_TRUE(s.slow->inner().put(tails[1].key, test_chunk(tails[1])).is_ok());
   std::vector<ChunkKey> keys = {metas[0].key, metas[1].key};
-  std::vector<ChunkKey> candidates = {tails[0].key, tails[1].key, tails[2].key};
+  std::vector<TailCandidate> candidates = {{tails[0].key, 2}, {tails[1].key, 2}, {tails[2].key, 2}};
   LoadPlan plan = s.store->plan_load(keys, candidates);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan.full_chunks, 2u);
@@ -529,6 +529,92 @@ TEST(TieredStore, PlanFindsTheLongestStoredTail) {
   plan = s.store->plan_load(keys, candidates);
   EXPECT_EQ(plan.size(), 1u);
   EXPECT_FALSE(plan.tail.has_value());
+}
+
+// Prefix aliases: a chunk stored with the block-chain keys of its leading blocks can be loaded by
+// a prompt that shares only those blocks. Here chunk 1 (4 blocks of 4 tokens) is stored; a prompt
+// that diverges in its 4th block finds chunk 0 by key and chunk 1's first 3 blocks through the
+// alias of block 3, planned where its own run of full chunks ends (at 1), in a second round.
+TEST(TieredStore, PrefixAliasLoadsTheLeadingBlocksOfAStoredChunk) {
+  Stack s = make_stack();
+  auto metas = prefix_metas(2);
+  const std::vector<ChunkKey> block_keys = {test_key(801), test_key(802), test_key(803)};
+  ASSERT_TRUE(s.store->store(metas[0], test_payload(256, 0)).is_ok());
+  ASSERT_TRUE(s.store->store(metas[1], test_payload(256, 1), std::vector<ChunkKey>{metas[0].key}, block_keys).is_ok());
+  s.store->flush();
+  for (const ChunkKey& k : block_keys) EXPECT_TRUE(s.memory->holds(std::vector<ChunkKey>{k})[0]);
+
+  const ChunkKey other_chunk = test_key(899);  // the new prompt's chunk 1: not stored
+  std::vector<ChunkKey> keys = {metas[0].key, other_chunk};
+  std::vector<ChunkMeta> tails;
+  std::vector<TailCandidate> candidates;
+  for (int k = 1; k <= 3; ++k) {
+    ChunkMeta t = metas[1];
+    t.key = k < 3 ? block_keys[static_cast<std::size_t>(k - 1)] : test_key(850);  // block 3 diverges
+    t.token_count = static_cast<std::uint32_t>(4 * k);
+    tails.push_back(t);
+    candidates.push_back({t.key, 1});
+  }
+  LoadPlan plan = s.store->plan_load(keys, candidates);
+  ASSERT_EQ(plan.full_chunks, 1u);
+  ASSERT_TRUE(plan.tail.has_value());
+  EXPECT_EQ(*plan.tail, 1u);  // blocks 1..2 through the alias of block 2
+  std::vector<ChunkMeta> expected = {metas[0], tails[1]};
+  auto loaded = s.store->load(expected, plan);
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_TRUE(loaded[1].via_alias);
+  EXPECT_EQ(loaded[1].use_tokens, 8u);
+  EXPECT_EQ(loaded[1].view.header.meta.key, metas[1].key);  // the chunk itself, whole and verified
+  EXPECT_EQ(loaded[1].view.header.meta.token_count, 16u);
+  EXPECT_EQ(std::vector<std::uint8_t>(loaded[1].view.payload.begin(), loaded[1].view.payload.end()), test_payload(256, 1));
+  EXPECT_EQ(s.store->stats().aliases_followed, 1u);
+
+  // Without the run's chunk 0 the tail would not follow anything: not planned.
+  s.store->flush();
+  ASSERT_TRUE(s.memory->erase(metas[0].key).is_ok());
+  ASSERT_TRUE(s.mid->inner().erase(metas[0].key).is_ok());
+  ASSERT_TRUE(s.slow->inner().erase(metas[0].key).is_ok());
+  plan = s.store->plan_load(keys, candidates);
+  EXPECT_TRUE(plan.empty());
+}
+
+// An alias whose chunk is gone is a miss (and is dropped), never an error or a wrong chunk; an
+// alias never stands in for a different length than it was made for.
+TEST(TieredStore, PrefixAliasWithoutItsChunkIsAMiss) {
+  Stack s = make_stack();
+  auto metas = prefix_metas(1);
+  const std::vector<ChunkKey> block_keys = {test_key(811), test_key(812), test_key(813)};
+  ASSERT_TRUE(s.store->store(metas[0], test_payload(256, 3), {}, block_keys).is_ok());
+  s.store->flush();
+  auto tail = [&](int k) {
+    ChunkMeta t = metas[0];
+    t.key = block_keys[static_cast<std::size_t>(k - 1)];
+    t.token_count = static_cast<std::uint32_t>(4 * k);
+    return t;
+  };
+  // Asked as a longer tail than the alias stands for (block 1's alias as 2 blocks): not served.
+  ChunkMeta wrong = tail(1);
+  wrong.token_count = 8;
+  LoadPlan plan = s.store->plan_load({}, std::vector<TailCandidate>{{wrong.key, 0}});
+  ASSERT_TRUE(plan.tail.has_value());
+  EXPECT_TRUE(s.store->load(std::vector<ChunkMeta>{wrong}, plan).empty());
+  // The right length is served.
+  plan = s.store->plan_load({}, std::vector<TailCandidate>{{block_keys[1], 0}});
+  auto loaded = s.store->load(std::vector<ChunkMeta>{tail(2)}, plan);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].use_tokens, 8u);
+  // The chunk erased from every tier: the alias leads nowhere, the load finds nothing, and the
+  // alias is dropped from the tiers that held it.
+  s.store->flush();  // the load's promotions and touches
+  ASSERT_TRUE(s.memory->erase(metas[0].key).is_ok());
+  ASSERT_TRUE(s.mid->inner().erase(metas[0].key).is_ok());
+  ASSERT_TRUE(s.slow->inner().erase(metas[0].key).is_ok());
+  plan = s.store->plan_load({}, std::vector<TailCandidate>{{block_keys[2], 0}});
+  ASSERT_TRUE(plan.tail.has_value());
+  EXPECT_TRUE(s.store->load(std::vector<ChunkMeta>{tail(3)}, plan).empty());
+  EXPECT_FALSE(s.memory->holds(std::vector<ChunkKey>{block_keys[2]})[0]);
+  EXPECT_FALSE(s.mid->inner().holds(std::vector<ChunkKey>{block_keys[2]})[0]);
+  EXPECT_EQ(s.store->stats().aliases_followed, 1u);
 }
 
 TEST(TieredStore, LoadStopsAtItsDeadline) {

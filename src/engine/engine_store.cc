@@ -53,25 +53,35 @@ void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool fro
     const int max_chunks = max_blocks / bpc;
     const int pool_hits = count_pool_hits(*seq);
     const int first = pool_hits / bpc;
-    // A tail after the last full chunk, longest first, if it would add blocks beyond the pool's.
-    // When the prompt ends on a chunk boundary, the longest is that whole last chunk: install
-    // takes all its blocks but the one holding the last token, so at most a block's tokens are
-    // computed again, not a chunk's (a prompt exactly cached costs one block, not 256 tokens).
+    // Tails, so that at most one block of a stored prefix is computed again: where the run of
+    // stored full chunks ends (a chunk the new prompt shares only the head of: the store finds its
+    // leading blocks through prefix aliases), and after the last full chunk. Listed by chunk, each
+    // chunk's shortest first. When the prompt ends on a chunk boundary, the longest after the last
+    // full chunk is that whole chunk: install takes all its blocks but the one holding the last
+    // token (a prompt exactly cached costs one block, not a chunk).
+    extend_block_keys(*seq, max_blocks);
     std::vector<cache::ChunkMeta> tails;
+    std::vector<std::size_t> tail_at;
+    for (int c = first; c <= max_chunks; ++c) {
+      const int n_max = c < max_chunks ? bpc - 1 : max_blocks - max_chunks * bpc;
+      for (int k = 1; k <= n_max; ++k) {
+        if (c * bpc + k <= pool_hits) continue;  // the pool has these blocks already
+        tails.push_back(tail_meta(*seq, c, k));
+        tail_at.push_back(static_cast<std::size_t>(c - first));
+      }
+    }
     const int prompt_chunks = static_cast<int>(seq->tokens.size()) / options.chunk_tokens;
     if (prompt_chunks > max_chunks && max_blocks > pool_hits) {
       extend_chunk_keys(*seq, max_chunks + 1);
       tails.push_back(chunk_meta(*seq, max_chunks));
-    }
-    for (int k = max_blocks - max_chunks * bpc; k > 0 && max_chunks * bpc + k > pool_hits; --k) {
-      tails.push_back(tail_meta(*seq, max_chunks, k));
+      tail_at.push_back(static_cast<std::size_t>(max_chunks - first));
     }
     if (first < max_chunks || !tails.empty()) {
       extend_chunk_keys(*seq, max_chunks);
       std::vector<cache::ChunkMeta> metas;
       for (int c = first; c < max_chunks; ++c) metas.push_back(chunk_meta(*seq, c));
       seq->load_deadline = Clock::now() + options.store_load_timeout;
-      seq->prefetch = prefetcher->submit(std::move(metas), std::move(tails), seq->load_deadline);
+      seq->prefetch = prefetcher->submit(std::move(metas), std::move(tails), std::move(tail_at), seq->load_deadline);
       seq->prefetch_first_chunk = first;
       loading.push_back(std::move(seq));
       return;
@@ -137,11 +147,15 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   for (std::size_t i = 0; i < job->chunks.size(); ++i) {
     if (!install(job->chunks[i].view.payload, (first + static_cast<int>(i)) * bpc, bpc, bpc)) return hits;
   }
-  if (job->tail && hits == (first + static_cast<int>(job->chunks.size())) * bpc) {
+  // The tail continues the loaded run (or the pool's blocks, if they reach into it).
+  if (job->tail && hits >= (first + static_cast<int>(job->chunks.size())) * bpc) {
+    // Found as a prefix alias, the payload is a longer chunk of which only the first use_blocks
+    // are this prompt's.
     const int n_blocks = static_cast<int>(job->tail->view.header.meta.token_count) / bs;
+    const int use_blocks = static_cast<int>(job->tail->use_tokens) / bs;
     const int max_blocks = (static_cast<int>(seq.tokens.size()) - 1) / bs;  // the last token is computed
-    const int tail_chunk = hits / bpc;
-    if (install(job->tail->view.payload, hits, n_blocks, std::min(n_blocks, max_blocks - hits)) && n_blocks == bpc) {
+    const int tail_start = (first + static_cast<int>(job->chunks.size())) * bpc, tail_chunk = tail_start / bpc;
+    if (install(job->tail->view.payload, tail_start, n_blocks, std::min(use_blocks, max_blocks - tail_start)) && use_blocks == bpc) {
       // A whole chunk the store holds already: not stored again once its last token is computed.
       seq.num_stored_chunks = std::max(seq.num_stored_chunks, tail_chunk + 1);
     }
@@ -170,7 +184,13 @@ bool Engine::Impl::store_blocks(const Sequence& seq, const cache::ChunkMeta& met
     std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
   }
   const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(n_predecessors));
-  if (!options.kv_store->store(meta, payload, predecessors).is_ok()) return false;
+  // The block-chain keys at the end of each block but the last: the store writes a prefix alias
+  // for each, so a prompt that shares only this chunk's first blocks still loads them.
+  std::span<const cache::ChunkKey> leading;
+  if (n_blocks > 1 && static_cast<int>(seq.block_keys.size()) >= first_block + n_blocks - 1) {
+    leading = std::span<const cache::ChunkKey>(seq.block_keys.data() + first_block, static_cast<std::size_t>(n_blocks - 1));
+  }
+  if (!options.kv_store->store(meta, payload, predecessors, leading).is_ok()) return false;
   std::lock_guard<std::mutex> lock(mu);
   ++stats.chunks_stored;
   return true;
@@ -184,6 +204,7 @@ void Engine::Impl::store_full_chunks(Sequence& seq) {
   const int full = seq.num_computed_tokens / options.chunk_tokens;
   if (seq.num_stored_chunks >= full) return;
   extend_chunk_keys(seq, full);
+  extend_block_keys(seq, full * bpc);
   for (; seq.num_stored_chunks < full; ++seq.num_stored_chunks) {
     const int c = seq.num_stored_chunks;
     store_blocks(seq, chunk_meta(seq, c), c * bpc, bpc, c);

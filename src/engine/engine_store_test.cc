@@ -114,6 +114,33 @@ TEST_F(EngineStoreTest, ExactlyCachedPromptComputesOneBlockNotTheLastChunk) {
   EXPECT_EQ(b->stats().chunks_stored, 0);
 }
 
+// Issue 10: a new question after the same document. The second prompt shares the first 180
+// tokens of the first one, so its chunk 2 (tokens 128..191) is not the stored chunk 2; the store
+// still serves that chunk's first 3 blocks (to 176) through its prefix aliases, from a restarted
+// engine on the same disk: at most one block of the shared prefix is computed again, and the
+// output is the uncached output.
+TEST_F(EngineStoreTest, PromptSharingTheHeadOfAStoredChunkLoadsItsLeadingBlocks) {
+  auto first = request(200, 8);
+  auto second = first;
+  second.prompt.resize(180);
+  for (int i = 0; i < 30; ++i) second.prompt.push_back(static_cast<TokenId>((i * 53 + 7) % model_->config().n_vocab));
+  const auto expected = uncached(second);
+  {
+    auto store = disk_store();
+    auto a = make_engine(store.get());
+    generate(*a, first);
+    store->flush();
+  }
+  auto store = disk_store();
+  auto b = make_engine(store.get());
+  auto r = generate(*b, second);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->cached_tokens, 176);  // chunks 0 and 1, then 3 of chunk 2's 4 blocks
+  EXPECT_EQ(b->stats().prompt_tokens_from_store, 176);
+  EXPECT_EQ(store->stats().aliases_followed, 1u);
+  EXPECT_EQ(r->tokens, expected) << "a hit through a prefix alias must give exactly the uncached output";
+}
+
 TEST_F(EngineStoreTest, RestartedEngineServesFromDisk) {
   auto req = request(150, 2);
   const auto expected = uncached(req);

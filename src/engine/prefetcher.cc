@@ -18,11 +18,13 @@ Prefetcher::~Prefetcher() {
 
 std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> metas,
                                                 std::vector<cache::ChunkMeta> tail_candidates,
+                                                std::vector<std::size_t> tail_at,
                                                 std::chrono::steady_clock::time_point deadline) {
   auto job = std::make_shared<PrefetchJob>();
   job->deadline = deadline;
   job->metas = std::move(metas);
   job->tail_candidates = std::move(tail_candidates);
+  job->tail_at = std::move(tail_at);
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(job);
@@ -32,16 +34,18 @@ std::shared_ptr<PrefetchJob> Prefetcher::submit(std::vector<cache::ChunkMeta> me
 }
 
 // One plan for the request: the full chunks and, in the same round per tier, the longest stored
-// tail; then one load of what the plan found, cut at the job's deadline.
+// tail where their run ends; then one load of what the plan found, cut at the job's deadline.
 void Prefetcher::load(PrefetchJob& job) {
-  std::vector<cache::ChunkKey> keys, tails;
+  std::vector<cache::ChunkKey> keys;
+  std::vector<cache::TailCandidate> tails;
   for (const auto& m : job.metas) keys.push_back(m.key);
-  // plan_load wants the candidates shortest first; the job lists them longest first.
-  for (auto it = job.tail_candidates.rbegin(); it != job.tail_candidates.rend(); ++it) tails.push_back(it->key);
+  for (std::size_t i = 0; i < job.tail_candidates.size() && i < job.tail_at.size(); ++i) {
+    tails.push_back({job.tail_candidates[i].key, job.tail_at[i]});
+  }
   const cache::LoadPlan plan = store_.plan_load(keys, tails);
   if (plan.empty()) return;
   std::vector<cache::ChunkMeta> expected(job.metas.begin(), job.metas.begin() + static_cast<std::ptrdiff_t>(plan.full_chunks));
-  if (plan.tail) expected.push_back(job.tail_candidates[job.tail_candidates.size() - 1 - *plan.tail]);
+  if (plan.tail) expected.push_back(job.tail_candidates[*plan.tail]);
   auto loaded = store_.load(expected, plan, job.deadline);
   if (plan.tail && loaded.size() == expected.size()) {
     job.tail = std::move(loaded.back());

@@ -27,9 +27,12 @@ namespace kvstash {
 
 struct PrefetchJob {
   std::vector<cache::ChunkMeta> metas;     // the full chunks wanted, a prefix's consecutive run
-  // Partial chunks that may follow the run (a prompt's stored tail), longest first: tried one by
-  // one when the whole run loaded; the first one found is loaded into `tail`.
+  // Partial chunks that may continue the run (a stored tail, or a stored chunk's leading blocks
+  // through a prefix alias): at[i] is the index in `metas` of the full chunk tail_candidates[i]
+  // stands for (metas.size(): after them), listed by `at`, each `at`'s shortest first. The longest
+  // one stored where the run of full chunks ends is loaded into `tail`.
   std::vector<cache::ChunkMeta> tail_candidates;
+  std::vector<std::size_t> tail_at;
   std::vector<cache::LoadedChunk> chunks;  // the leading ones found and verified; set before done
   std::optional<cache::LoadedChunk> tail;  // set before done
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();  // gets past it are abandoned
@@ -46,6 +49,7 @@ class Prefetcher {
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   std::shared_ptr<PrefetchJob> submit(std::vector<cache::ChunkMeta> metas, std::vector<cache::ChunkMeta> tail_candidates,
+                                      std::vector<std::size_t> tail_at,
                                       std::chrono::steady_clock::time_point deadline);
 
  private:

@@ -59,7 +59,7 @@ TEST(PrefixIndex, CountsEachTokenOnceAtItsFastestPlace) {
   EXPECT_EQ(index.match(info, k).pool_tokens, 80);
 }
 
-TEST(PrefixIndex, FindsAStoredTailAfterTheFullChunks) {
+TEST(PrefixIndex, FindsAStoredTailWhereTheRunOfChunksEnds) {
   const WorkerKvInfo info = layout();
   const RequestKeys k = compute_request_keys(info, tokens(150), "");  // 9 blocks: 2 chunks + a 1-block tail
   ASSERT_EQ(k.chunk_keys.size(), 2u);
@@ -70,6 +70,12 @@ TEST(PrefixIndex, FindsAStoredTailAfterTheFullChunks) {
   // Without the second chunk, the tail is unreachable.
   index.apply({false, cache::KvSource::kMemory, k.chunk_keys[1]});
   EXPECT_EQ(index.match(info, k).memory_tokens, 64);
+  // Where the run ends (chunk 1), the head of a stored chunk that diverges later: its prefix alias
+  // at block 6 (the third of chunk 1) stands for blocks 4..6, as the engine would load them.
+  index.apply({true, cache::KvSource::kDisk, k.block_keys[6]});
+  const PrefixMatch m = index.match(info, k);
+  EXPECT_EQ(m.memory_tokens, 64);
+  EXPECT_EQ(m.disk_tokens, 48);
 }
 
 TEST(Policy, CacheAwareScoresHeldTokensByPlaceMinusLoad) {

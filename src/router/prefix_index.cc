@@ -68,9 +68,10 @@ PrefixMatch PrefixIndex::match(const WorkerKvInfo& info, const RequestKeys& keys
       if (!mem && !disk.count(keys.chunk_keys[c])) break;
       in_memory.insert(in_memory.end(), static_cast<std::size_t>(bpc), mem);
     }
-    if (c == keys.chunk_keys.size()) {
+    {  // where the run ends: a stored tail, or a stored chunk's head (its prefix aliases)
       const int first = static_cast<int>(c) * bpc;
-      for (int k = keys.max_blocks - first; k > 0; --k) {
+      const int k_max = c == keys.chunk_keys.size() ? keys.max_blocks - first : bpc - 1;
+      for (int k = k_max; k > 0; --k) {
         const cache::ChunkKey& tail = keys.block_keys[static_cast<std::size_t>(first + k - 1)];
         const bool mem = memory.count(tail) > 0;
         if (!mem && !disk.count(tail)) continue;

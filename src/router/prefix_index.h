@@ -6,7 +6,9 @@
 // keys (the 16-token chain the pool registers) and chunk keys (the chunk_tokens chain the tiers
 // store; a stored tail is keyed by its last block's key). The match mirrors what the engine does
 // at admission (engine_store.cc): the pool's leading run of blocks first, then the tiers' leading
-// run of full chunks and at most one tail after them; the last prompt token is always computed.
+// run of full chunks and at most one tail where it ends (a stored tail, or a prefix alias of a
+// stored chunk's leading blocks: both are block keys in the tiers' events); the last prompt token
+// is always computed.
 //
 // Thread safety: PrefixIndex is safe from any thread (one mutex); compute_request_keys and
 // WorkerKvInfo are plain values and pure functions.

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "cache/chunk_codec.h"
+#include "cache/prefix_alias.h"
 #include "cache/redis_test_server.h"
 #include "cache/test_util.h"
 #include "modelgen/test_models.h"
@@ -46,19 +47,23 @@ inline std::string tier_metric(const char* family, const char* tier) {
   return std::string(family) + "{tier=\"" + tier + "\"}";
 }
 
-// Every *.kvc file under a disk tier's directory.
-inline std::vector<fs::path> chunk_files(const std::string& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (e.is_regular_file() && e.path().extension() == ".kvc") out.push_back(e.path());
-  }
-  return out;
-}
-
 inline cache::Bytes read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return cache::Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every *.kvc file under a disk tier's directory that holds KV (or anything but a prefix alias:
+// a damaged file counts), or, with aliases = true, only the prefix aliases (cache/prefix_alias.h).
+inline std::vector<fs::path> chunk_files(const std::string& dir, bool aliases = false) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || e.path().extension() != ".kvc") continue;
+    auto h = cache::parse_chunk_header(read_bytes(e.path()));
+    const bool alias = h && h->meta.kv_format == cache::kAliasKvFormat;
+    if (alias == aliases) out.push_back(e.path());
+  }
+  return out;
 }
 inline void write_bytes(const fs::path& p, const cache::Bytes& b) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);

@@ -92,6 +92,9 @@ void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
   sample(out, "kvstash_kv_store_load_plans_total", d(st.plans));
   header(out, "kvstash_kv_store_load_deadlines_total", "counter", "Store loads cut short by their deadline.");
   sample(out, "kvstash_kv_store_load_deadlines_total", d(st.load_deadlines));
+  header(out, "kvstash_kv_store_aliases_followed_total", "counter",
+         "Prompt tails loaded as the leading blocks of a longer stored chunk (through a prefix alias).");
+  sample(out, "kvstash_kv_store_aliases_followed_total", d(st.aliases_followed));
   header(out, "kvstash_kv_store_write_errors_total", "counter", "Tier writes that failed (disk full, redis down).");
   sample(out, "kvstash_kv_store_write_errors_total", d(st.write_errors));
   header(out, "kvstash_kv_store_queue_bytes", "gauge", "Bytes waiting in the write-behind queue.");

@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "cache/prefix_alias.h"
 #include "share/spot_check.h"
 
 namespace kvstash::share {
@@ -255,6 +256,7 @@ void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const st
 Status PeersTier::put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) {
   auto header = cache::parse_chunk_header(bytes);
   if (!header || header->meta.key != key) return invalid_argument("peers: not a chunk of key " + key.hex());
+  if (header->meta.kv_format == cache::kAliasKvFormat) return Status::ok();  // prefix aliases stay local
   finish_spot_check(key, bytes);  // the engine's own KV of a chunk held back for a check
   node_->announce(key, *header);
   node_->place_fragments(key, bytes, *header);  // --erasure only

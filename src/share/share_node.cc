@@ -7,6 +7,7 @@
 #include "cache/disk_tier.h"
 #include "cache/file_system.h"
 #include "cache/log.h"
+#include "cache/prefix_alias.h"
 #include "cache/response_record.h"
 #include "share/peers_tier.h"
 #include "share/response_peers_tier.h"
@@ -162,6 +163,9 @@ void ShareNode::remember_unchecked(const identity::PublicKey& producer, const ca
 }
 
 void ShareNode::announce(const cache::ChunkKey& key, const cache::ChunkHeader& header) {
+  // Prefix aliases stay local: peers find chunks by their own keys, and an alias per block would
+  // cost a DHT put per block.
+  if (header.meta.kv_format == cache::kAliasKvFormat) return;
   if (header.meta.salted && !options_.share_salted) {
     counters_.kept_salted.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -211,6 +215,7 @@ void ShareNode::announce_disk(cache::TieredStore* store, bool records) {
       if (!prefix) continue;  // evicted since
       auto header = cache::parse_chunk_header(*prefix);
       if (!header || header->meta.key != key) continue;
+      if (header->meta.kv_format == cache::kAliasKvFormat) continue;  // local only (see announce)
       const bool is_record = header->meta.kv_format == cache::kResponseKvFormat;
       if (is_record != records) continue;
       if (records) {
