@@ -32,10 +32,11 @@ namespace {
 constexpr int kDefaultPrefillMinTokens = std::numeric_limits<int>::max();
 std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // Weight bytes of one decode chunk: the unit a thread takes at a time. Small, so that the threads
-// of a call finish within one chunk of each other (the join waits for the last one); a multiple of
-// the row kernels' register block (4 rows) and large enough that taking one (an uncontended
-// compare-exchange) is noise against streaming it.
+// of a call finish within one chunk of each other (the join waits for the last one), and large
+// enough that taking one (an uncontended compare-exchange) is noise against streaming it.
 constexpr std::int64_t kDecodeChunkBytes = 32 << 10;
+// Rows of a chunk are a multiple of this: the widest one-token register tile (8 rows, AVX-512).
+constexpr std::int64_t kChunkRowMultiple = 8;
 // f32 bytes of one converted weight panel in prefill: about the L2+L3 share that keeps the panel
 // cached between its conversion and sgemm reading it.
 constexpr std::int64_t kPanelBytes = 4 << 20;
@@ -170,7 +171,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   for (int i = 0; i < layout.n_matrices; ++i) {
     const WeightView& w = ws[static_cast<std::size_t>(i)];
     const std::int64_t rows = kDecodeChunkBytes / std::max<std::int64_t>(1, static_cast<std::int64_t>(w.row_bytes));
-    layout.chunk_rows[i] = std::max<std::int64_t>(4, rows / 4 * 4);
+    layout.chunk_rows[i] = std::max<std::int64_t>(kChunkRowMultiple, rows / kChunkRowMultiple * kChunkRowMultiple);
     layout.first_chunk[i + 1] = layout.first_chunk[i] + (w.rows + layout.chunk_rows[i] - 1) / layout.chunk_rows[i];
     layout.first_byte[i + 1] = layout.first_byte[i] + w.rows * static_cast<std::int64_t>(w.row_bytes);
   }
