@@ -100,7 +100,7 @@ std::int64_t cols_for(WeightType type, std::int64_t float_cols, std::int64_t blo
 TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
   ThreadPool pool(3);
   for (WeightType type : kAllWeightTypes) {
-    // 37 rows: not a multiple of the row tile (4, 2) nor of the 3 threads; 83 columns leave a tail
+    // 37 rows: not a multiple of the row tiles (8, 4, 2) nor of the 3 threads; 83 columns leave a tail
     // after every vector width (quantized types need whole blocks: 3 blocks, an odd count, so the
     // AVX-512 kernels that take two 32-blocks per register end on a lone one).
     const std::int64_t cols = cols_for(type, 83, 3);
