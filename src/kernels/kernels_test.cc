@@ -3,10 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <limits>
-
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -100,7 +100,7 @@ std::int64_t cols_for(WeightType type, std::int64_t float_cols, std::int64_t blo
 TEST_P(KernelsOnPath, MatmulAllTypesOddShapes) {
   ThreadPool pool(3);
   for (WeightType type : kAllWeightTypes) {
-    // 37 rows: not a multiple of the row tile (4, 2) nor of the 3 threads; 83 columns leave a tail
+    // 37 rows: not a multiple of the row tiles (8, 4, 2) nor of the 3 threads; 83 columns leave a tail
     // after every vector width (quantized types need whole blocks: 3 blocks, an odd count, so the
     // AVX-512 kernels that take two 32-blocks per register end on a lone one).
     const std::int64_t cols = cols_for(type, 83, 3);
@@ -171,6 +171,53 @@ TEST_P(KernelsOnPath, MatmulManyMatchesOneMatmulPerWeight) {
   float* y0 = untouched.data();
   matmul_many(std::span<const WeightView>(ws, 1), nullptr, 0, std::span<float* const>(&y0, 1), pool);
   EXPECT_EQ(untouched[0], 3.0f);
+}
+
+// The decode split (per-thread ranges of small chunks, idle threads stealing half of the fullest
+// range) computes every row exactly once, and a row's result does not depend on which thread took
+// it: 6 matrices (more than one pool run takes) of mixed types and hundreds of chunks each, on a
+// pool of 4 threads (more than this machine's cores, so threads get descheduled mid-call and the
+// others steal), repeated, equal bit for bit to a one-thread pool. Outputs start as NaN, so a row
+// never computed fails too.
+TEST_P(KernelsOnPath, DecodeSplitIsExactWhateverThreadTakesARow) {
+  ThreadPool one(1), four(4);
+  const std::int64_t cols = 1024;  // 2 KiB f16 rows: 16 rows per 32 KiB chunk
+  const std::vector<TestWeights> weights = [&] {
+    std::vector<TestWeights> v;
+    const WeightType types[] = {WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_K,
+                                WeightType::kF16, WeightType::kQ6_K, WeightType::kQ5_0};
+    const std::int64_t rows[] = {1001, 37, 2050, 5, 3000, 999};
+    for (int i = 0; i < 6; ++i) v.push_back(make_test_weights(types[i], rows[i], cols, 60 + i));
+    return v;
+  }();
+  std::vector<WeightView> ws;
+  for (const TestWeights& w : weights) ws.push_back(w.view);
+  for (int n_tokens : {1, 3}) {
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 70 + n_tokens);
+    auto run = [&](ThreadPool& pool) {
+      std::vector<std::vector<float>> out(ws.size());
+      std::vector<float*> ys;
+      for (std::size_t i = 0; i < ws.size(); ++i) {
+        out[i].assign(static_cast<std::size_t>(n_tokens * ws[i].rows), std::nanf(""));
+        ys.push_back(out[i].data());
+      }
+      matmul_many(ws, x.data(), n_tokens, ys, pool);
+      return out;
+    };
+    const auto expected = run(one);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      for (float v : expected[i]) ASSERT_FALSE(std::isnan(v)) << "matrix " << i << " has a row never computed";
+    }
+    for (int rep = 0; rep < 20; ++rep) {
+      const auto got = run(four);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        for (std::size_t j = 0; j < got[i].size(); ++j) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i][j]), std::bit_cast<std::uint32_t>(expected[i][j]))
+              << "tokens " << n_tokens << " rep " << rep << " matrix " << i << " at " << j;
+        }
+      }
+    }
+  }
 }
 
 // Float types and q8_0 decode exactly (one rounding at most, the same everywhere). The slice-form

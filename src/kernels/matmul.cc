@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cassert>
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -30,12 +31,12 @@ namespace {
 // sgemm won at 512; q8_0 (VNNI) won at every size tried.
 constexpr int kDefaultPrefillMinTokens = std::numeric_limits<int>::max();
 std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
-// Rows of a decode task: a multiple of the row kernels' register block (4) and big enough that a
-// task's weights (>= 64 rows) cost far more to stream than the task costs to hand out.
-constexpr std::int64_t kDecodeRowGrain = 64;
-// Decode tasks per thread: more than one so that a thread slowed by another process does not hold
-// up the whole call (the pool hands tasks out dynamically).
-constexpr std::int64_t kDecodeTasksPerThread = 4;
+// Weight bytes of one decode chunk: the unit a thread takes at a time. Small, so that the threads
+// of a call finish within one chunk of each other (the join waits for the last one), and large
+// enough that taking one (an uncontended compare-exchange) is noise against streaming it.
+constexpr std::int64_t kDecodeChunkBytes = 32 << 10;
+// Rows of a chunk are a multiple of this: the widest one-token register tile (8 rows, AVX-512).
+constexpr std::int64_t kChunkRowMultiple = 8;
 // f32 bytes of one converted weight panel in prefill: about the L2+L3 share that keeps the panel
 // cached between its conversion and sgemm reading it.
 constexpr std::int64_t kPanelBytes = 4 << 20;
@@ -48,15 +49,85 @@ void set_blas_threads(int n_threads) {
   }
 }
 
-// One decode task: rows [begin, end) of weight `matrix`.
-struct RowTask {
-  int matrix;
-  std::int64_t begin, end;
+// The decode split. The rows of all matrices of a call are numbered as one list of chunks
+// (matrix 0's chunks, then matrix 1's, ...), and the list is cut into one contiguous range per
+// thread, balanced by bytes. Each thread streams its own range front to back, so its reads are one
+// long run that the row kernels' prefetch follows across chunk boundaries (a task handed out
+// round-robin restarts the prefetch on every task and leaves up to a task's worth of imbalance at
+// the join); a thread that is done steals the back half of the range with the most left and streams
+// it the same way, so threads finish within about one chunk of each other even when one was
+// descheduled.
+// Which thread computes a row never changes its result: each row's dot product is the same code
+// whatever rows share its tile.
+struct ChunkLayout {
+  static constexpr int kMaxMatrices = 4;
+  int n_matrices = 0;
+  std::int64_t chunk_rows[kMaxMatrices] = {};
+  std::int64_t first_chunk[kMaxMatrices + 1] = {};  // prefix sums; first_chunk[n_matrices] = all
+  std::int64_t first_byte[kMaxMatrices + 1] = {};
+
+  std::int64_t chunk_bytes(const WeightView& w, int i) const {
+    return chunk_rows[i] * static_cast<std::int64_t>(w.row_bytes);
+  }
+  // The first chunk that starts at or after byte `target` of the concatenated matrices.
+  std::int64_t chunk_at_byte(std::span<const WeightView> ws, std::int64_t target) const {
+    for (int i = 0; i < n_matrices; ++i) {
+      if (target < first_byte[i + 1]) {
+        const std::int64_t cb = chunk_bytes(ws[static_cast<std::size_t>(i)], i);
+        const std::int64_t n = first_chunk[i + 1] - first_chunk[i];
+        return first_chunk[i] + std::min(n, (target - first_byte[i] + cb - 1) / cb);
+      }
+    }
+    return first_chunk[n_matrices];
+  }
 };
 
-// The decode path of matmul_many: the rows of all matrices are cut into tasks of one size and
-// handed out by one pool run, so Q, K and V (or gate and up) cost one fork-join, not three, and
-// the small K/V projections no longer run as a pool call of their own with a short tail.
+// One thread's range of chunks, [front, back) packed in one word: the owner takes from the front,
+// others from the back, each with one compare-exchange. Relaxed order is enough: the atomic only
+// hands out indices (each exactly once); the results are published by the pool's join.
+struct alignas(64) ChunkRange {
+  std::atomic<std::uint64_t> bounds{0};
+
+  static std::uint64_t pack(std::uint32_t front, std::uint32_t back) { return std::uint64_t{back} << 32 | front; }
+  void set(std::int64_t front, std::int64_t back) {
+    bounds.store(pack(static_cast<std::uint32_t>(front), static_cast<std::uint32_t>(back)), std::memory_order_relaxed);
+  }
+  std::int64_t left() const {
+    const std::uint64_t v = bounds.load(std::memory_order_relaxed);
+    return static_cast<std::int64_t>(v >> 32) - static_cast<std::int64_t>(v & 0xffffffffu);
+  }
+  // The owner's next chunk, into `chunk`; false when the range is empty.
+  bool take_front(std::int64_t& chunk) {
+    std::uint64_t v = bounds.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = static_cast<std::uint32_t>(v), back = static_cast<std::uint32_t>(v >> 32);
+      if (front >= back) return false;
+      if (bounds.compare_exchange_weak(v, pack(front + 1, back), std::memory_order_relaxed)) {
+        chunk = front;
+        return true;
+      }
+    }
+  }
+  // A thief's take: the back half (at least one chunk) as [begin, end); false when empty.
+  bool steal_half(std::int64_t& begin, std::int64_t& end) {
+    std::uint64_t v = bounds.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = static_cast<std::uint32_t>(v), back = static_cast<std::uint32_t>(v >> 32);
+      if (front >= back) return false;
+      const std::uint32_t n = std::max<std::uint32_t>(1, (back - front) / 2);
+      if (bounds.compare_exchange_weak(v, pack(front, back - n), std::memory_order_relaxed)) {
+        begin = back - n;
+        end = back;
+        return true;
+      }
+    }
+  }
+};
+
+// The decode path of matmul_many for up to ChunkLayout::kMaxMatrices weights: the activations
+// quantized once, then the rows of all matrices split as above in one pool run, so Q, K and V (or
+// gate and up) cost one fork-join, not three, and the small K/V projections no longer run as a
+// pool call of their own with a short tail.
 void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
                    ThreadPool& pool) {
   const KernelTable& k = active_kernels();
@@ -64,12 +135,9 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   // Per calling thread: one matmul at a time per pool, but several pools may call at once.
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
-  thread_local std::vector<RowTask> tasks;
   thread_local std::vector<float> lane_sums, group_sums;
-  std::int64_t total_rows = 0;
   bool any_quantized = false, any_slice_form = false;
   for (const WeightView& w : ws) {
-    total_rows += w.rows;
     any_quantized = any_quantized || is_quantized(w.type);
     any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0);
   }
@@ -97,22 +165,61 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
       xq.group_sums = group_sums.data();
     }
   }
-  const std::int64_t max_tasks = static_cast<std::int64_t>(pool.size()) * kDecodeTasksPerThread;
-  std::int64_t chunk = std::max(kDecodeRowGrain, (total_rows + max_tasks - 1) / max_tasks);
-  chunk = (chunk + 3) / 4 * 4;
-  tasks.clear();
-  for (std::size_t i = 0; i < ws.size(); ++i) {
-    for (std::int64_t begin = 0; begin < ws[i].rows; begin += chunk) {
-      tasks.push_back({static_cast<int>(i), begin, std::min(ws[i].rows, begin + chunk)});
-    }
+  assert(ws.size() <= ChunkLayout::kMaxMatrices);
+  ChunkLayout layout;
+  layout.n_matrices = static_cast<int>(ws.size());
+  for (int i = 0; i < layout.n_matrices; ++i) {
+    const WeightView& w = ws[static_cast<std::size_t>(i)];
+    const std::int64_t rows = kDecodeChunkBytes / std::max<std::int64_t>(1, static_cast<std::int64_t>(w.row_bytes));
+    layout.chunk_rows[i] = std::max<std::int64_t>(kChunkRowMultiple, rows / kChunkRowMultiple * kChunkRowMultiple);
+    layout.first_chunk[i + 1] = layout.first_chunk[i] + (w.rows + layout.chunk_rows[i] - 1) / layout.chunk_rows[i];
+    layout.first_byte[i + 1] = layout.first_byte[i] + w.rows * static_cast<std::int64_t>(w.row_bytes);
   }
-  // A plain pointer: inside the pool's lambda the name of a thread_local would mean the worker's.
-  const RowTask* task_list = tasks.data();
-  if (tasks.empty()) return;
-  pool.run(static_cast<int>(tasks.size()), [&](int task) {
-    const RowTask& t = task_list[task];
-    const WeightView& w = ws[static_cast<std::size_t>(t.matrix)];
-    k.matmul_rows(w, x, xq, n_tokens, t.begin, t.end, ys[static_cast<std::size_t>(t.matrix)], w.rows);
+  const std::int64_t n_chunks = layout.first_chunk[layout.n_matrices];
+  if (n_chunks == 0) return;
+  assert(n_chunks < (std::int64_t{1} << 32));
+  const int n_ranges = static_cast<int>(std::min<std::int64_t>(pool.size(), n_chunks));
+  // Per calling thread (see above); a plain pointer for the lambda.
+  thread_local std::unique_ptr<ChunkRange[]> range_buffer;
+  thread_local int range_capacity = 0;
+  if (range_capacity < n_ranges) {
+    range_buffer = std::make_unique<ChunkRange[]>(static_cast<std::size_t>(n_ranges));
+    range_capacity = n_ranges;
+  }
+  ChunkRange* ranges = range_buffer.get();
+  const std::int64_t total_bytes = layout.first_byte[layout.n_matrices];
+  std::int64_t front = 0;
+  for (int p = 0; p < n_ranges; ++p) {
+    const std::int64_t back =
+        p + 1 == n_ranges ? n_chunks : std::max(front, layout.chunk_at_byte(ws, total_bytes / n_ranges * (p + 1)));
+    ranges[p].set(front, back);
+    front = back;
+  }
+  auto compute = [&](std::int64_t chunk) {
+    int i = 0;
+    while (chunk >= layout.first_chunk[i + 1]) ++i;
+    const WeightView& w = ws[static_cast<std::size_t>(i)];
+    const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
+    k.matmul_rows(w, x, xq, n_tokens, begin, std::min(w.rows, begin + layout.chunk_rows[i]),
+                  ys[static_cast<std::size_t>(i)], w.rows);
+  };
+  pool.run(n_ranges, [&](int own) {
+    std::int64_t chunk;
+    for (;;) {
+      while (ranges[own].take_front(chunk)) compute(chunk);
+      // Own range empty: steal the back half of the fullest range and make it this range, so it is
+      // streamed front to back like the rest (and can be stolen from in turn). Storing into an
+      // empty range cannot lose a chunk: nobody takes from an empty range.
+      int victim = -1;
+      std::int64_t most = 0;
+      for (int p = 0; p < n_ranges; ++p) {
+        const std::int64_t left = ranges[p].left();
+        if (left > most) most = left, victim = p;
+      }
+      if (victim < 0) return;
+      std::int64_t begin, end;
+      if (ranges[victim].steal_half(begin, end)) ranges[own].set(begin, end);
+    }
   });
 }
 
@@ -172,7 +279,10 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
       if (ws[i].rows > 0) matmul_prefill(ws[i], x, n_tokens, ys[i], pool);
     }
   } else {
-    matmul_decode(ws, x, n_tokens, ys, pool);
+    for (std::size_t i = 0; i < ws.size(); i += ChunkLayout::kMaxMatrices) {
+      const std::size_t n = std::min<std::size_t>(ChunkLayout::kMaxMatrices, ws.size() - i);
+      matmul_decode(ws.subspan(i, n), x, n_tokens, ys.subspan(i, n), pool);
+    }
   }
 }
 

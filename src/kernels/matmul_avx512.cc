@@ -245,7 +245,10 @@ struct Ops {
   using F = __m512;
   using I = __m512i;
   static constexpr int kSlices = 2;
-  static constexpr int kSingleTokenRows = 4;  // 16 accumulators + 4 weights of 32 zmm at 4 tokens
+  // One token: 8 rows per tile. Against 4, the median decode step of all 8 issue-14 models was 2-10%
+  // faster (A/B alternating steps in one process, BENCHMARKS.md); the 896-column rows of qwen2.5
+  // gained most.
+  static constexpr int kSingleTokenRows = 8;
   static constexpr int kBatchRows = 4;
   static constexpr int kWideTokens = 5;  // from here on float weights: 2 rows x 8 tokens
   static constexpr int kWideRows = 2;

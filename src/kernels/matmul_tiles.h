@@ -300,6 +300,9 @@ void tiled_matmul_rows(const WeightView& w, const float* x, const QuantizedActiv
     for (; r + Ops::kSingleTokenRows <= row_end; r += Ops::kSingleTokenRows) {
       tile<Ops, Ops::kSingleTokenRows, 1>(w, x, xq, 0, r, y, y_stride);
     }
+    if constexpr (Ops::kSingleTokenRows > Ops::kBatchRows) {
+      for (; r + Ops::kBatchRows <= row_end; r += Ops::kBatchRows) tile<Ops, Ops::kBatchRows, 1>(w, x, xq, 0, r, y, y_stride);
+    }
   } else {
     for (; r + Ops::kBatchRows <= row_end; r += Ops::kBatchRows) {
       tile_tokens<Ops, Ops::kBatchRows>(w, x, xq, n_tokens, r, y, y_stride);
