@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/disk_tier.h"
+#include "cache/prefix_alias.h"
 #include "cache/redis_tier.h"
 #include "cache/response_record.h"
 #include "identity/identity.h"
@@ -28,6 +29,7 @@ using cache::Tier;
 
 struct Counts {
   std::uint64_t entries = 0, bytes = 0, bad = 0, errors = 0;
+  std::uint64_t aliases = 0;  // of the entries, prefix aliases (cache/prefix_alias.h)
 };
 
 // Reads every chunk of the tier; with `remove_bad`, erases those that fail verify_chunk().
@@ -57,6 +59,7 @@ Counts walk(Tier& tier, bool remove_bad) {
       continue;
     }
     ++c.entries;
+    if (header->meta.kv_format == cache::kAliasKvFormat) ++c.aliases;
     c.bytes += bytes->size();
   }
   return c;
@@ -208,8 +211,9 @@ int cache_main(int argc, char** argv) {
     }
     Counts c = walk(*tier, action == "verify");
     if (action == "stats") {
-      std::printf("%s: entries=%llu bytes=%llu\n", tier->name().c_str(),
-                  static_cast<unsigned long long>(c.entries), static_cast<unsigned long long>(c.bytes));
+      std::printf("%s: entries=%llu bytes=%llu (prefix aliases among the entries: %llu)\n", tier->name().c_str(),
+                  static_cast<unsigned long long>(c.entries), static_cast<unsigned long long>(c.bytes),
+                  static_cast<unsigned long long>(c.aliases));
     } else {
       std::printf("%s: ok=%llu bad_removed=%llu errors=%llu\n", tier->name().c_str(),
                   static_cast<unsigned long long>(c.entries),
