@@ -168,6 +168,8 @@ class ExchangeImpl final : public Exchange, public std::enable_shared_from_this<
   void on_close(std::function<void()> callback) override { on_close_ = std::move(callback); }
   void post(std::function<void()> fn) override;
   bool closed() const override { return gone_; }
+  // The connection's strand (for http/upstream.h, which runs its socket there).
+  asio::strand<asio::io_context::executor_type> strand() const { return connection_->strand(); }
 
   // For the connection (on the strand):
   std::string take_output() { return std::exchange(pending_, {}); }

@@ -56,7 +56,6 @@ class RouterE2E : public ::testing::Test {
     o.policy = policy;
     o.health_interval = health_interval;
     o.worker.backoff_min = std::chrono::milliseconds(100);
-    o.proxy_threads = 8;
     if (urls.empty()) {
       for (const auto& w : workers_) urls.push_back(worker_url(*w));
     }
