@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cctype>
+#include <limits>
 
 #include "http/server_impl.h"
 
@@ -128,7 +129,9 @@ struct UpstreamPool::Call final : UpstreamCall, std::enable_shared_from_this<Ups
   void read_head() {
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(pool.options_.header_limit));
-    parser->body_limit(boost::none);  // streams are as long as the upstream makes them
+    // Streams are as long as the upstream makes them. (Not boost::none: Boost 1.74 compares the
+    // Content-Length with the optional, and any length is "more" than none.)
+    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
     if (head_only) parser->skip(true);
     arm(pool.options_.read_timeout, "the answer's head");
     bhttp::async_read_header(conn->socket, conn->buffer, *parser,
