@@ -204,8 +204,9 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     handlers.on_head = [self](http::UpstreamHead h) { return self->on_head(std::move(h)); };
     handlers.on_body = [self](std::string_view piece) { return self->on_body(piece); };
     handlers.on_done = [self](const http::UpstreamResult& result) { self->on_done(result); };
+    // (send() answers through the handlers later, on this strand; null only when it ended at once.)
     std::shared_ptr<http::UpstreamCall> call = worker->upstream().send(ex, upstream_request, std::move(handlers));
-    if (worker) upstream = std::move(call);  // (unless it already ended)
+    if (call) upstream = std::move(call);
   }
 
   bool on_head(http::UpstreamHead h) {
