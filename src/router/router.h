@@ -72,7 +72,7 @@ class Router {
   static Expected<std::unique_ptr<Router>> create(const RouterOptions& options);
   ~Router();  // stop()
 
-  // Binds, starts the workers' event subscriptions, the health checks and the proxy threads.
+  // Binds, starts the workers' event subscriptions, the health checks and the job threads.
   Status start();
   void stop();
   int port() const;
