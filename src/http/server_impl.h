@@ -1,6 +1,7 @@
-// Internals of HttpServer shared by http_server.cc (listener, registry, counters) and
-// connection.cc (one connection's reads, writes and deadlines). Only these two files include
-// Boost; the rest of the project sees http_server.h.
+// Internals of HttpServer shared by http_server.cc (listener, registry, counters),
+// connection.cc (one connection's reads, writes and deadlines) and upstream.cc (the proxies'
+// upstream client, on a connection's strand). Only these files include Boost; the rest of the
+// project sees http_server.h and upstream.h.
 //
 // Lock order: Impl::mutex guards `connections` and `per_client`; it is never held while calling
 // into a Connection (which only runs on its own strand).
