@@ -7,7 +7,8 @@
 #   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
 #
 # ONLY_OVERHEAD=1 runs the last part only. Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
-# JSON results land in OUT_DIR.
+# JSON results land in OUT_DIR. The end-to-end part runs its direct and routed legs one after the
+# other, then both at the same time.
 set -euo pipefail
 BUILD=${1:-build}
 PRESET=${2:-tiny}
@@ -89,5 +90,16 @@ for leg in direct1:18611 router:18610 direct2:18611; do
 done
 curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-e2e.txt" || echo "no /metrics" >&2
 grep -E '^kvstash_router_(overhead|queue|decision|return)_quantile' "$OUT/metrics-e2e.txt" || true
+# The same two legs at the same time (each at the rate above, so the worker sees twice it): both
+# meet the same machine load, which the sequential legs above do not on a shared machine.
+echo "== router-added TTFT end to end, legs at the same time: direct and through the router"
+"$KV" bench --url http://127.0.0.1:18611 "${SHORT[@]}" --out "$OUT/e2e-concurrent-direct.json" >"$OUT/e2e-concurrent-direct.txt" 2>&1 &
+bench_direct=$!
+"$KV" bench --url http://127.0.0.1:18610 "${SHORT[@]}" --out "$OUT/e2e-concurrent-router.json" >"$OUT/e2e-concurrent-router.txt" 2>&1 || true
+wait "$bench_direct" || true
+for leg in direct router; do
+  echo "-- $leg"
+  grep -E 'TTFT p(50|99)|completed' "$OUT/e2e-concurrent-$leg.txt" || true
+done
 cleanup
 echo "uptime: $(uptime)"

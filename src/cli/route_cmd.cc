@@ -45,7 +45,13 @@ int route_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-attempts", o.max_attempts, "Workers tried for a request that fails before its first byte")
       ->capture_default_str();
-  app.add_option("--proxy-threads", o.proxy_threads, "Requests proxied at once (one thread each while it runs)")->capture_default_str();
+  app.add_option("--tokenize-threads", o.tokenize_threads,
+                 "Threads that tokenize prompts over --tokenize-inline-bytes (and run admin operations); the rest of a "
+                 "request runs on the HTTP I/O threads")
+      ->capture_default_str();
+  app.add_option("--tokenize-inline-bytes", o.tokenize_inline_bytes,
+                 "Request bodies up to this many bytes are tokenized on the HTTP I/O thread (no thread hand-off)")
+      ->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front")->capture_default_str();
   app.add_option("--prefix-cache-tokens", o.prefix_cache_tokens,
                  "Tokens of rendered conversation prefixes kept tokenized, so that a chat's next turn tokenizes only its new "

@@ -1,6 +1,7 @@
-// Internals of HttpServer shared by http_server.cc (listener, registry, counters) and
-// connection.cc (one connection's reads, writes and deadlines). Only these two files include
-// Boost; the rest of the project sees http_server.h.
+// Internals of HttpServer shared by http_server.cc (listener, registry, counters),
+// connection.cc (one connection's reads, writes and deadlines) and upstream.cc (the proxies'
+// upstream client, on a connection's strand). Only these files include Boost; the rest of the
+// project sees http_server.h and upstream.h.
 //
 // Lock order: Impl::mutex guards `connections` and `per_client`; it is never held while calling
 // into a Connection (which only runs on its own strand).
@@ -168,6 +169,8 @@ class ExchangeImpl final : public Exchange, public std::enable_shared_from_this<
   void on_close(std::function<void()> callback) override { on_close_ = std::move(callback); }
   void post(std::function<void()> fn) override;
   bool closed() const override { return gone_; }
+  // The connection's strand (for http/upstream.h, which runs its socket there).
+  asio::strand<asio::io_context::executor_type> strand() const { return connection_->strand(); }
 
   // For the connection (on the strand):
   std::string take_output() { return std::exchange(pending_, {}); }

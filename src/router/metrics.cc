@@ -163,7 +163,7 @@ std::string RouterMetrics::render(const std::vector<WorkerStatus>& workers, cons
     out += "kvstash_router_prompt_tokens_total{worker=\"" + label(w) + "\"} " + std::to_string(c.prompt) + "\n";
   }
   out += overhead_.render("kvstash_router_overhead", "Router-added latency to the first byte (decision + return).");
-  out += queue_.render("kvstash_router_queue", "Arrival to a proxy thread taking the request.");
+  out += queue_.render("kvstash_router_queue", "Arrival to the request's routing starting (0 but for long prompts, tokenized on a job thread).");
   out += decision_.render("kvstash_router_decision", "Arrival to the request handed to the upstream connection.");
   out += return_.render("kvstash_router_return", "Upstream first byte to the answer handed to the client's connection.");
   out += "# TYPE kvstash_router_upstream_connections_total counter\n";

@@ -9,8 +9,9 @@
 //   kvstash_router_overhead_seconds (histogram) and _quantile{quantile} over the last samples:
 //     router-added latency to the first byte, as the router sees it (arrival → sent upstream,
 //     plus upstream first byte → handed to the client's connection)
-//   its parts, each a histogram with _quantile: kvstash_router_queue_seconds (arrival → a proxy
-//     thread takes the request), kvstash_router_decision_seconds (arrival → the request handed to
+//   its parts, each a histogram with _quantile: kvstash_router_queue_seconds (arrival → its
+//     routing starts: ~0 on the I/O thread; for a prompt over tokenize_inline_bytes, until a job
+//     thread takes it), kvstash_router_decision_seconds (arrival → the request handed to
 //     the upstream connection: queue, tokenizing, keying, scoring), kvstash_router_return_seconds
 //     (upstream first byte → handed to the client's connection)
 //   kvstash_router_upstream_connections_total{kind="new"|"reused"}  upstream connections used

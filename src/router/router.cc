@@ -1,5 +1,5 @@
-// The router's front: routes, the admin endpoint, health checks and the proxy threads. One
-// proxied request is route() on a proxy thread (router_proxy.cc does the upstream exchange).
+// The router's front: routes, the admin endpoint, health checks and the job threads. One
+// proxied request is proxy() on its client connection's strand (router_proxy.cc).
 #include "router/router.h"
 
 #include <cctype>
@@ -65,9 +65,13 @@ void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response
   ex->post([ex, r = std::move(r)]() mutable { ex->respond(std::move(r)); });
 }
 
+http::Response error_response(int status, const std::string& message, const char* code) {
+  return {status, "application/json", {},
+          server::ApiError{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code}.to_json()};
+}
+
 void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code) {
-  respond_on_strand(ex, {status, "application/json", {},
-                         server::ApiError{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code}.to_json()});
+  respond_on_strand(ex, error_response(status, message, code));
 }
 
 std::vector<std::shared_ptr<Worker>> Router::Impl::worker_list() const {
@@ -182,15 +186,11 @@ void Router::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       return respond_unauthorized(*exchange, "Incorrect or missing API key: send 'Authorization: Bearer KEY'", "invalid_api_key");
     }
   }
-  auto gone = std::make_shared<std::atomic<bool>>(false);
-  exchange->on_close([gone] { gone->store(true); });
   if (admin) {
     jobs->push([self = shared_from_this(), req = std::move(req), exchange] { self->handle_admin(req, exchange); });
     return;
   }
-  jobs->push([self = shared_from_this(), req = std::move(req), exchange, gone, arrived]() mutable {
-    self->route(std::move(req), exchange, gone, arrived);
-  });
+  proxy(std::move(req), std::move(exchange), arrived);
 }
 
 json worker_json(const WorkerStatus& s) {
@@ -249,9 +249,9 @@ std::string Router::Impl::metrics_text() const {
 }
 
 Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
-  if (options.max_attempts < 1 || options.proxy_threads < 1 || options.http_threads < 1 ||
+  if (options.max_attempts < 1 || options.tokenize_threads < 1 || options.http_threads < 1 ||
       options.health_interval.count() <= 0) {
-    return invalid_argument("router: --max-attempts, --proxy-threads, --http-threads and --health-interval must be positive");
+    return invalid_argument("router: --max-attempts, --tokenize-threads, --http-threads and --health-interval must be positive");
   }
   if (options.admin_token.empty() && !is_loopback_host(options.host)) {
     return invalid_argument("router: listening on " + options.host +
@@ -286,7 +286,7 @@ Status Router::start() {
   o.port = s.options.port;
   o.io_threads = s.options.http_threads;
   o.idle_timeout = std::chrono::milliseconds(600000);
-  s.jobs = std::make_unique<JobQueue>(s.options.proxy_threads);  // before the first request can arrive
+  s.jobs = std::make_unique<JobQueue>(s.options.tokenize_threads);  // before the first request can arrive
   Expected<std::unique_ptr<http::HttpServer>> started = http::HttpServer::start(o, s);
   if (!started) {
     s.jobs->stop();
@@ -305,6 +305,8 @@ void Router::stop() {
   s.started = false;
   if (s.http) s.http->stop();  // closes every client connection: proxied requests see it and end
   if (s.jobs) s.jobs->stop();
+  // Idle upstream connections belong to the stopped server's io_context: closed now, before it goes.
+  for (const auto& w : s.worker_list()) w->upstream().drop_idle();
   {
     std::lock_guard lock(s.health_mu);
     s.health_stop = true;

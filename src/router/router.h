@@ -15,9 +15,12 @@
 // Keys (RouterOptions): clients' API keys on proxied requests, a separate key towards the
 // workers, and a bearer token on /admin/* (required when listening beyond loopback).
 //
-// Threads: the HTTP layer's I/O threads read requests and write answers; a fixed set of proxy
-// threads (RouterOptions::proxy_threads) runs each request's routing and its blocking upstream
-// exchange; one health thread; one events thread per worker (router/worker.h).
+// Threads: the HTTP layer's I/O threads run everything a proxied request needs, on its client
+// connection's strand: reading it, tokenizing, scoring, the upstream exchange (asynchronous, on
+// kept-alive connections: http/upstream.h) and writing the answer, with no hand-off between
+// threads. A few job threads (RouterOptions::tokenize_threads) tokenize prompts over
+// tokenize_inline_bytes (so that one long prompt does not hold an I/O thread) and run the admin
+// operations; one health thread; one events thread per worker (router/worker.h).
 //
 // Thread safety: start() and stop() from one controlling thread; the rest from any.
 #pragma once
@@ -45,7 +48,8 @@ struct RouterOptions {
   int hash_prefix_tokens = 256;    // prefix-hash: the prefix hashed (router/policy.h)
   std::chrono::milliseconds health_interval{1000};  // between health checks of up workers
   int max_attempts = 3;            // workers tried for one request that fails before its first byte
-  int proxy_threads = 64;          // requests proxied at once (each holds a thread while it runs)
+  int tokenize_threads = 2;        // threads for long prompts' tokenizing and the admin operations
+  std::size_t tokenize_inline_bytes = 64 << 10;  // request bodies up to this are tokenized on the I/O thread
   int http_threads = 2;            // I/O threads of the router's HTTP front
   WorkerOptions worker;
   bool log_requests = false;       // one stderr line per request
@@ -68,7 +72,7 @@ class Router {
   static Expected<std::unique_ptr<Router>> create(const RouterOptions& options);
   ~Router();  // stop()
 
-  // Binds, starts the workers' event subscriptions, the health checks and the proxy threads.
+  // Binds, starts the workers' event subscriptions, the health checks and the job threads.
   Status start();
   void stop();
   int port() const;

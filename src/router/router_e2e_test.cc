@@ -56,7 +56,6 @@ class RouterE2E : public ::testing::Test {
     o.policy = policy;
     o.health_interval = health_interval;
     o.worker.backoff_min = std::chrono::milliseconds(100);
-    o.proxy_threads = 8;
     if (urls.empty()) {
       for (const auto& w : workers_) urls.push_back(worker_url(*w));
     }
@@ -312,6 +311,90 @@ TEST_F(RouterE2E, AKilledWorkersRequestsGoElsewhereAndNoneFails) {
   Answer a = post(router->port(), "/v1/completions", completion(extend(p, 77, 8), 2));
   ASSERT_EQ(a.status, 200);
   EXPECT_NE(a.worker, dead);
+}
+
+// Many requests at once through the asynchronous upstream (all on the router's two I/O threads),
+// half of them long enough to be tokenized on a job thread, while a worker is killed: every one
+// is answered (a request that had not reached the worker goes to another), none goes to the dead
+// worker after the kill, and none is lost.
+TEST_F(RouterE2E, ManyConcurrentRequestsSurviveAWorkerKilledMidRun) {
+  start_workers(3);
+  RouterOptions o;
+  o.port = 0;
+  o.model_path = model_path_;
+  o.health_interval = std::chrono::milliseconds(600000);  // only the failed requests take the worker out
+  o.tokenize_inline_bytes = 600;                          // the long prompts below go to a job thread
+  for (const auto& w : workers_) o.workers.push_back(worker_url(*w));
+  auto created = Router::create(o);
+  ASSERT_TRUE(created) << created.status().to_string();
+  std::unique_ptr<Router> router = std::move(*created);
+  ASSERT_TRUE(router->start());
+  const std::string dead = worker_url(*workers_[0]);
+  constexpr int kClients = 12, kEach = 6;
+  std::atomic<int> sent{0}, failed{0}, to_dead_after_kill{0}, long_ones{0};
+  std::atomic<bool> killed{false};
+  std::mutex errors_mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const bool after = killed.load();
+        const json body = completion(prompt(t * 31 + i, t % 2 == 0 ? 200 : 12), 2);
+        if (body.dump().size() > o.tokenize_inline_bytes) ++long_ones;
+        Answer a = post(router->port(), "/v1/completions", body);
+        ++sent;
+        if (a.status != 200) {
+          ++failed;
+          std::lock_guard lock(errors_mu);
+          errors.push_back(std::to_string(a.status) + " " + a.body);
+        }
+        if (after && a.worker == dead) ++to_dead_after_kill;
+      }
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return sent.load() >= kClients; }));
+  workers_[0]->kill9();
+  killed = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(sent.load(), kClients * kEach);
+  EXPECT_GT(long_ones.load(), 0);
+  EXPECT_EQ(failed.load(), 0) << (errors.empty() ? "" : errors.front());
+  EXPECT_EQ(to_dead_after_kill.load(), 0);
+  EXPECT_FALSE(status_of(*router, dead).up);
+  EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
+  EXPECT_EQ(metric(*router, "kvstash_router_overhead_seconds_count"), kClients * kEach);
+  EXPECT_GT(metric(*router, "kvstash_router_upstream_connections_total{kind=\"reused\"}"), 0)
+      << "kept-alive upstream connections are reused";
+}
+
+// Streams from several clients at once, interleaved on the router's I/O threads, each exactly
+// the worker's bytes.
+TEST_F(RouterE2E, ConcurrentStreamsPassThroughByteForByte) {
+  ScriptedWorker script;
+  http::HttpServerOptions so;
+  so.port = 0;
+  auto upstream = http::HttpServer::start(so, script);
+  ASSERT_TRUE(upstream);
+  auto router = start_router(Policy::kCacheAware, {"http://127.0.0.1:" + std::to_string((*upstream)->port())});
+  ASSERT_TRUE(router);
+  std::string expected;
+  for (const std::string& p : ScriptedWorker::pieces()) expected += p;
+  std::atomic<int> exact{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", router->port());
+      for (int i = 0; i < 5; ++i) {
+        auto r = c.Post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}}.dump(),
+                        "application/json");
+        if (r && r->status == 200 && r->body == expected) ++exact;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(exact.load(), 40);
+  (*upstream)->stop();
 }
 
 TEST_F(RouterE2E, TheIndexIsRebuiltAfterARouterRestartAndEventsKeepFlowing) {

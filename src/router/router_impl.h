@@ -1,6 +1,12 @@
 // The router's private state, shared by router.cc (routes, admin, health, lifecycle) and
 // router_proxy.cc (tokenizing, choosing a worker, the upstream exchange).
 //
+// A proxied request lives on its client connection's strand from arrival to the last byte of
+// its answer (Impl::Proxied): tokenized, scored, sent upstream and relayed without a thread
+// hand-off. Only a prompt whose body is over RouterOptions::tokenize_inline_bytes is tokenized
+// on the `jobs` threads (and handed back to the strand), and the admin operations (which may
+// join a worker's events thread) run there too.
+//
 // Lock order: workers_mu, health_mu and each Worker's own lock are never held together.
 #pragma once
 
@@ -27,7 +33,7 @@ namespace kvstash::router {
 
 using Clock = std::chrono::steady_clock;
 
-// A fixed set of threads running queued jobs, oldest first. stop() drops the jobs not started and
+// A fixed set of threads running queued jobs (long prompts' tokenizing, admin), oldest first. stop() drops the jobs not started and
 // joins. Thread safety: push() from any thread.
 class JobQueue {
  public:
@@ -62,6 +68,8 @@ Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path
 bool is_loopback_host(const std::string& host);
 void respond_on_strand(const std::shared_ptr<http::Exchange>& ex, http::Response r);
 void respond_error(const std::shared_ptr<http::Exchange>& ex, int status, const std::string& message, const char* code);
+// The router's own error answer, in OpenAI's shape.
+http::Response error_response(int status, const std::string& message, const char* code);
 nlohmann::json worker_json(const WorkerStatus& s);
 
 struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> {
@@ -101,16 +109,11 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
     int max_tokens = 0;
   };
   Prompt tokenize(const http::Request& req) const;
-  // Routes and proxies one request, trying other workers when one fails before its first byte.
-  void route(http::Request req, std::shared_ptr<http::Exchange> ex, std::shared_ptr<std::atomic<bool>> gone,
-             Clock::time_point arrived);
-  enum class Outcome { kAnswered, kFailedBeforeFirstByte };
-  struct Attempt {
-    std::int64_t predicted_cached = 0;
-    Clock::time_point arrived;
-  };
-  Outcome forward(Worker& worker, const http::Request& req, const std::shared_ptr<http::Exchange>& ex,
-                  const std::shared_ptr<std::atomic<bool>>& gone, const Attempt& attempt);
+  // One proxied request, from handle() to its answer's last byte (router_proxy.cc).
+  struct Proxied;
+  // On the client connection's strand: routes and proxies `req`, trying other workers when one
+  // fails before its first byte.
+  void proxy(http::Request req, std::shared_ptr<http::Exchange> ex, Clock::time_point arrived);
 };
 
 }  // namespace kvstash::router

@@ -1,8 +1,8 @@
 // One proxied request: tokenize (the server's own request parser and prompt builder), choose a
 // worker (router/policy.h), send it upstream on a kept-alive connection and copy the answer back
-// byte for byte, stream or not; on a failure before the first byte, the next worker.
-#include <httplib.h>
-
+// byte for byte, stream or not; on a failure before the first byte, the next worker. All of it
+// runs on the client connection's strand (Proxied); the upstream exchange is asynchronous
+// (http/upstream.h), so no thread waits for the worker and no answer changes threads.
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -29,7 +29,8 @@ std::string lower(std::string_view s) {
 bool hop_by_hop(const std::string& name) {
   const std::string n = lower(name);
   return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" || n == "host" ||
-         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" || n == "content-type";
+         n == "te" || n == "trailer" || n == "upgrade" || n == "proxy-connection" || n == "content-type" ||
+         n == "expect";  // the router has the whole body; the worker must not answer 100 Continue
 }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -86,29 +87,83 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   return p;
 }
 
-void Router::Impl::route(http::Request req, std::shared_ptr<http::Exchange> ex, std::shared_ptr<std::atomic<bool>> gone,
-                         Clock::time_point arrived) {
-  metrics.observe_queue(seconds(Clock::now() - arrived));
-  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
-  const Policy policy = generation ? options.policy : Policy::kLeastLoaded;
-  // Round-robin needs neither keys nor load: it skips the tokenizer.
-  const Prompt prompt = policy == Policy::kRoundRobin ? Prompt{} : tokenize(req);
-  std::vector<std::string> tried;
+// One proxied request. Every member is used on the client connection's strand only, except
+// `prompt`, which a job thread fills for a long prompt before anything else runs.
+struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxied> {
+  std::shared_ptr<Impl> router;
+  http::Request req;
+  std::shared_ptr<http::Exchange> ex;
+  Clock::time_point arrived;
+  Policy policy = Policy::kCacheAware;
+  Prompt prompt;
+  http::UpstreamRequest upstream_request;
   // The request's keys per distinct KV layout (workers of one model share one).
   std::vector<std::pair<WorkerKvInfo, RequestKeys>> keys_by_layout;
-  auto keys_for = [&](const WorkerKvInfo& info) -> const RequestKeys& {
+  std::vector<std::string> tried;
+  int attempt = 0;
+  bool gone = false;  // the client's connection closed
+  std::shared_ptr<http::UpstreamCall> upstream;  // the exchange in flight
+
+  // The attempt in flight.
+  std::shared_ptr<Worker> worker;
+  std::int64_t load = 0, predicted_cached = 0;
+  std::string decision;
+  Clock::time_point sent;
+  bool streaming = false;
+  int status = 0;
+  http::Response head;
+  std::string body;
+  bench::SseParser parser;
+  std::int64_t actual_cached = -1, prompt_tokens = 0;
+
+  const RequestKeys& keys_for(const WorkerKvInfo& info) {
     for (const auto& [i, k] : keys_by_layout) {
       if (i == info) return k;
     }
     keys_by_layout.emplace_back(info, compute_request_keys(info, prompt.tokens, prompt.cache_salt));
     return keys_by_layout.back().second;
-  };
-  for (int attempt = 0; attempt < options.max_attempts && !gone->load(); ++attempt) {
-    std::vector<std::shared_ptr<Worker>> eligible;
-    for (auto& w : worker_list()) {
-      if (w->eligible() && std::find(tried.begin(), tried.end(), w->url()) == tried.end()) eligible.push_back(w);
+  }
+
+  void client_gone() {
+    gone = true;
+    if (upstream) upstream->cancel();
+  }
+
+  void build_upstream_request(const RouterOptions& options) {
+    http::UpstreamRequest& up = upstream_request;
+    up.method = req.method;
+    up.target = req.target;
+    up.body = std::move(req.body);
+    std::string content_type = "application/json";
+    // The client's Authorization goes on only when the router has no keys of its own.
+    const bool replace_auth = !options.worker_api_key.empty() || !options.api_keys.empty();
+    for (const http::Header& h : req.headers) {
+      const std::string name = lower(h.name);
+      if (name == "content-type") content_type = h.value;
+      if (replace_auth && name == "authorization") continue;
+      if (!hop_by_hop(h.name)) up.headers.push_back(h);
     }
-    if (eligible.empty()) break;
+    up.headers.push_back({"Content-Type", content_type});
+    if (!options.worker_api_key.empty()) up.headers.push_back({"Authorization", "Bearer " + options.worker_api_key});
+  }
+
+  // Chooses a worker among those not tried and sends the request there; 503 when none is left.
+  void next() {
+    Impl& r = *router;
+    if (gone) return;
+    if (attempt < r.options.max_attempts) {
+      std::vector<std::shared_ptr<Worker>> eligible;
+      for (auto& w : r.worker_list()) {
+        if (w->eligible() && std::find(tried.begin(), tried.end(), w->url()) == tried.end()) eligible.push_back(w);
+      }
+      if (!eligible.empty()) return send(eligible);
+    }
+    r.metrics.count_failed();
+    ex->respond(error_response(503, "no worker could take the request (" + std::to_string(tried.size()) + " tried)", "no_worker"));
+  }
+
+  void send(const std::vector<std::shared_ptr<Worker>>& eligible) {
+    Impl& r = *router;
     std::vector<Candidate> candidates;
     std::uint64_t prefix_hash = 0;
     bool hashed = false;
@@ -118,132 +173,146 @@ void Router::Impl::route(http::Request req, std::shared_ptr<http::Exchange> ex, 
         if (std::optional<WorkerKvInfo> info = w->kv_info()) {
           const RequestKeys& keys = keys_for(*info);
           if (policy == Policy::kCacheAware) c.match = w->index().match(*info, keys);
-          if (!hashed) prefix_hash = prefix_hash_of(keys, prompt.tokens, prompt.cache_salt, options.hash_prefix_tokens, info->block_size);
+          if (!hashed) {
+            prefix_hash = prefix_hash_of(keys, prompt.tokens, prompt.cache_salt, r.options.hash_prefix_tokens, info->block_size);
+          }
           hashed = true;
         }
       }
       candidates.push_back(std::move(c));
     }
     if (!hashed && prompt.tokenized) prefix_hash = prefix_hash_of({}, prompt.tokens, prompt.cache_salt);
-    const Choice choice = choose_worker(policy, options.weights, candidates, turn.fetch_add(1), prefix_hash);
-    Worker& worker = *eligible[choice.index];
+    const Choice choice = choose_worker(policy, r.options.weights, candidates, r.turn.fetch_add(1), prefix_hash);
+    worker = eligible[choice.index];
     const Candidate& chosen = candidates[choice.index];
-    const std::int64_t load =
-        std::max<std::int64_t>(0, static_cast<std::int64_t>(prompt.tokens.size()) - chosen.match.total()) + prompt.max_tokens;
-    worker.begin_request(load);
-    metrics.count_request(worker.url(), attempt == 0 ? choice.decision : "retry");
-    const Outcome outcome = forward(worker, req, ex, gone, Attempt{chosen.match.total(), arrived});
-    worker.end_request(load);
-    if (options.log_requests) {
-      server::log_line("route " + req.path + " -> " + worker.url() + " (" + choice.decision + ", predicted cached " +
-                       std::to_string(chosen.match.total()) + " of " + std::to_string(prompt.tokens.size()) + " tokens)" +
-                       (outcome == Outcome::kAnswered ? "" : " failed before the first byte"));
-    }
-    if (outcome == Outcome::kAnswered) return;
-    tried.push_back(worker.url());
-    metrics.count_retry();
+    predicted_cached = chosen.match.total();
+    load = std::max<std::int64_t>(0, static_cast<std::int64_t>(prompt.tokens.size()) - predicted_cached) + prompt.max_tokens;
+    decision = attempt == 0 ? choice.decision : "retry";
+    worker->begin_request(load);
+    r.metrics.count_request(worker->url(), decision);
+    streaming = false;
+    status = 0;
+    head = {};
+    body.clear();
+    parser = bench::SseParser();
+    actual_cached = -1;
+    prompt_tokens = 0;
+    sent = Clock::now();
+    r.metrics.observe_decision(seconds(sent - arrived));
+    auto self = shared_from_this();
+    http::UpstreamHandlers handlers;
+    handlers.on_head = [self](http::UpstreamHead h) { return self->on_head(std::move(h)); };
+    handlers.on_body = [self](std::string_view piece) { return self->on_body(piece); };
+    handlers.on_done = [self](const http::UpstreamResult& result) { self->on_done(result); };
+    // (send() answers through the handlers later, on this strand; null only when it ended at once.)
+    std::shared_ptr<http::UpstreamCall> call = worker->upstream().send(ex, upstream_request, std::move(handlers));
+    if (call) upstream = std::move(call);
   }
-  metrics.count_failed();
-  respond_error(ex, 503, "no worker could take the request (" + std::to_string(tried.size()) + " tried)", "no_worker");
-}
 
-Router::Impl::Outcome Router::Impl::forward(Worker& worker, const http::Request& req, const std::shared_ptr<http::Exchange>& ex,
-                                            const std::shared_ptr<std::atomic<bool>>& gone, const Attempt& attempt) {
-  httplib::Request up;
-  up.method = req.method;
-  up.path = req.target;
-  up.body = req.body;
-  std::string content_type = "application/json";
-  // The client's Authorization goes on only when the router has no keys of its own.
-  const bool replace_auth = !options.worker_api_key.empty() || !options.api_keys.empty();
-  for (const http::Header& h : req.headers) {
-    const std::string name = lower(h.name);
-    if (name == "content-type") content_type = h.value;
-    if (replace_auth && name == "authorization") continue;
-    if (!hop_by_hop(h.name)) up.headers.emplace(h.name, h.value);
+  bool on_head(http::UpstreamHead h) {
+    const Clock::time_point first_byte = Clock::now();
+    status = h.status;
+    head.status = h.status;
+    head.content_type = h.header("Content-Type");
+    for (http::Header& hd : h.headers) {
+      if (!hop_by_hop(hd.name)) head.headers.push_back(std::move(hd));
+    }
+    head.headers.push_back({"x-kvstash-worker", worker->url()});
+    streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
+    if (streaming) {
+      ex->begin_stream(head);
+      const double back = seconds(Clock::now() - first_byte);
+      router->metrics.observe_return(back);
+      router->metrics.observe_overhead(seconds(sent - arrived) + back);
+    }
+    return !gone;
   }
-  up.headers.emplace("Content-Type", content_type);
-  if (!options.worker_api_key.empty()) up.headers.emplace("Authorization", "Bearer " + options.worker_api_key);
-  for (int fresh = 0; fresh < 2; ++fresh) {
-    bool reused = false;
-    std::unique_ptr<httplib::Client> client = worker.acquire_client(&reused);
-    metrics.count_connection(reused);
-    bool answered = false, streaming = false;
-    int status = 0;
-    http::Response head;
-    std::string body;
-    bench::SseParser parser;
-    std::int64_t actual_cached = -1, prompt_tokens = 0;
-    const Clock::time_point sent = Clock::now();
-    metrics.observe_decision(seconds(sent - attempt.arrived));
-    up.response_handler = [&](const httplib::Response& r) {
-      const Clock::time_point first_byte = Clock::now();
-      answered = true;
-      status = r.status;
-      head.status = r.status;
-      head.content_type = r.get_header_value("Content-Type");
-      for (const auto& [name, value] : r.headers) {
-        if (!hop_by_hop(name)) head.headers.push_back({name, value});
+
+  bool on_body(std::string_view piece) {
+    if (!streaming) {
+      body.append(piece);
+      return !gone;
+    }
+    std::string chunk(piece);
+    parser.feed(chunk, [&](const std::string& event) {
+      if (event.find("\"usage\"") == std::string::npos) return;
+      if (auto c = bench::parse_stream_chunk(event); c && c->has_usage) {
+        actual_cached = c->cached_tokens;
+        prompt_tokens = c->prompt_tokens;
       }
-      head.headers.push_back({"x-kvstash-worker", worker.url()});
-      streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
-      if (streaming) {
-        ex->post([ex, h = head]() mutable { ex->begin_stream(std::move(h)); });
-        const double back = seconds(Clock::now() - first_byte);
-        metrics.observe_return(back);
-        metrics.observe_overhead(seconds(sent - attempt.arrived) + back);
-      }
-      return !gone->load();
-    };
-    up.content_receiver = [&](const char* data, std::size_t n, std::uint64_t, std::uint64_t) {
-      if (!streaming) {
-        body.append(data, n);
-        return !gone->load();
-      }
-      std::string chunk(data, n);
-      parser.feed(chunk, [&](const std::string& event) {
-        if (event.find("\"usage\"") == std::string::npos) return;
-        if (auto c = bench::parse_stream_chunk(event); c && c->has_usage) {
-          actual_cached = c->cached_tokens;
-          prompt_tokens = c->prompt_tokens;
-        }
-      });
-      ex->post([ex, chunk = std::move(chunk)]() mutable { ex->write(std::move(chunk)); });
-      return !gone->load();
-    };
-    httplib::Response res;
-    httplib::Error error = httplib::Error::Success;
-    const bool ok = client->send(up, res, error);
-    if (!ok && !answered) {
-      if (gone->load()) return Outcome::kAnswered;  // the client left; nobody to answer
-      // A kept-alive connection the worker closed meanwhile: once more on a new one.
-      if (reused && (error == httplib::Error::Read || error == httplib::Error::Write)) continue;
-      worker.mark_failed();
-      return Outcome::kFailedBeforeFirstByte;
+    });
+    return ex->write(std::move(chunk)) && !gone;
+  }
+
+  void on_done(const http::UpstreamResult& result) {
+    Impl& r = *router;
+    upstream.reset();
+    std::shared_ptr<Worker> w = std::move(worker);
+    worker = nullptr;
+    w->end_request(load);
+    for (int i = 0; i < result.connections_new; ++i) r.metrics.count_connection(false);
+    for (int i = 0; i < result.connections_reused; ++i) r.metrics.count_connection(true);
+    if (r.options.log_requests) {
+      server::log_line("route " + req.path + " -> " + w->url() + " (" + decision + ", predicted cached " +
+                       std::to_string(predicted_cached) + " of " + std::to_string(prompt.tokens.size()) + " tokens)" +
+                       (result.answered ? "" : " failed before the first byte: " + result.error));
+    }
+    if (!result.answered) {
+      if (gone) return;  // the client left; nobody to answer
+      w->mark_failed();
+      tried.push_back(w->url());
+      r.metrics.count_retry();
+      ++attempt;
+      return next();
     }
     if (streaming) {
-      ex->post([ex] { ex->end(); });  // after the last chunk (the strand keeps the order)
-    } else if (ok) {
+      ex->end();
+    } else if (result.ok) {
       const Clock::time_point last_byte = Clock::now();
-      auto [cached, prompt] = usage_of(json::parse(body, nullptr, false));
+      auto [cached, prompt_n] = usage_of(json::parse(body, nullptr, false));
       actual_cached = cached;
-      prompt_tokens = prompt;
+      prompt_tokens = prompt_n;
       head.body = std::move(body);
-      respond_on_strand(ex, std::move(head));
+      ex->respond(std::move(head));
       const double back = seconds(Clock::now() - last_byte);
-      metrics.observe_return(back);
-      metrics.observe_overhead(seconds(sent - attempt.arrived) + back);
-    } else {
-      respond_error(ex, 502, "worker " + worker.url() + " failed in the middle of its answer (" + httplib::to_string(error) + ")",
-                    "bad_gateway");
+      r.metrics.observe_return(back);
+      r.metrics.observe_overhead(seconds(sent - arrived) + back);
+    } else if (!gone) {
+      ex->respond(error_response(502, "worker " + w->url() + " failed in the middle of its answer (" + result.error + ")",
+                                 "bad_gateway"));
     }
-    metrics.count_response(worker.url(), ok ? status : 502);
-    metrics.count_cached(worker.url(), attempt.predicted_cached, status == 200 ? actual_cached : -1, prompt_tokens);
-    if (ok) worker.release_client(std::move(client));
-    return Outcome::kAnswered;
+    r.metrics.count_response(w->url(), result.ok ? status : 502);
+    r.metrics.count_cached(w->url(), predicted_cached, status == 200 ? actual_cached : -1, prompt_tokens);
   }
-  worker.mark_failed();
-  return Outcome::kFailedBeforeFirstByte;
+};
+
+void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, Clock::time_point arrived) {
+  auto p = std::make_shared<Proxied>();
+  p->router = shared_from_this();
+  p->ex = ex;
+  p->arrived = arrived;
+  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
+  p->policy = generation ? options.policy : Policy::kLeastLoaded;
+  p->req = std::move(req);
+  ex->on_close([weak = std::weak_ptr<Proxied>(p)] {
+    if (auto alive = weak.lock()) alive->client_gone();
+  });
+  // Round-robin needs neither keys nor load: it skips the tokenizer.
+  const bool tokenizes = p->policy != Policy::kRoundRobin && model && p->req.method == "POST" && generation;
+  if (tokenizes && p->req.body.size() > options.tokenize_inline_bytes) {
+    // A long prompt: tokenized on a job thread, so that this I/O thread serves other connections meanwhile.
+    jobs->push([p] {
+      p->router->metrics.observe_queue(seconds(Clock::now() - p->arrived));
+      p->prompt = p->router->tokenize(p->req);
+      p->build_upstream_request(p->router->options);
+      p->ex->post([p] { p->next(); });
+    });
+    return;
+  }
+  metrics.observe_queue(seconds(Clock::now() - arrived));
+  if (tokenizes) p->prompt = tokenize(p->req);
+  p->build_upstream_request(options);
+  p->next();
 }
 
 }  // namespace kvstash::router

@@ -49,7 +49,11 @@ Status parse_worker_url(const std::string& url, std::string* host, int* port) {
 }
 
 Worker::Worker(std::string url, std::string host, int port, WorkerOptions options)
-    : url_(std::move(url)), host_(std::move(host)), port_(port), options_(options) {}
+    : url_(std::move(url)),
+      host_(std::move(host)),
+      port_(port),
+      options_(options),
+      upstream_(host_, port_, http::UpstreamOptions{options.connect_timeout, options.read_timeout, options.max_idle_connections}) {}
 
 Worker::~Worker() { stop(); }
 
@@ -141,28 +145,6 @@ WorkerStatus Worker::status() const {
   s.failures = failures_;
   s.marked_down = marked_down_;
   return s;
-}
-
-std::unique_ptr<httplib::Client> Worker::acquire_client(bool* reused) {
-  if (reused) *reused = false;
-  {
-    std::lock_guard lock(mu_);
-    if (!idle_.empty()) {
-      auto c = std::move(idle_.back());
-      idle_.pop_back();
-      if (reused) *reused = true;
-      return c;
-    }
-  }
-  auto c = std::make_unique<httplib::Client>(host_, port_);
-  c->set_keep_alive(true);
-  set_timeout(*c, options_.connect_timeout, options_.read_timeout);
-  return c;
-}
-
-void Worker::release_client(std::unique_ptr<httplib::Client> client) {
-  std::lock_guard lock(mu_);
-  if (idle_.size() < options_.max_idle_connections) idle_.push_back(std::move(client));
 }
 
 bool Worker::fetch_kv_info(httplib::Client& client) {

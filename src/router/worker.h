@@ -1,5 +1,6 @@
 // One worker (a `kvstash serve` node) as the router sees it: its URL, health, load, a pool of
-// kept-alive HTTP connections for proxied requests, and its KV index, kept current by a thread
+// kept-alive upstream connections for proxied requests (http/upstream.h, run on the router's
+// HTTP I/O threads), and its KV index, kept current by a thread
 // that subscribes to the worker's KV events (GET /v1/kv/info, then GET /v1/kv/events as SSE;
 // after a disconnect it resumes with ?since=N&epoch=E and, on a gap, starts from a snapshot).
 //
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/upstream.h"
 #include "kvstash/status.h"
 #include "router/prefix_index.h"
 
@@ -91,11 +93,9 @@ class Worker {
   const PrefixIndex& index() const { return index_; }
   WorkerStatus status() const;
 
-  // A kept-alive connection to the worker (new when none is idle); give it back with
-  // release_client() when its answer was read in full, or drop it. *reused: it was kept alive
-  // (the worker may have closed it meanwhile).
-  std::unique_ptr<httplib::Client> acquire_client(bool* reused = nullptr);
-  void release_client(std::unique_ptr<httplib::Client> client);
+  // Proxied requests go out here (kept-alive connections; connect_timeout, read_timeout,
+  // max_idle_connections of WorkerOptions).
+  http::UpstreamPool& upstream() { return upstream_; }
   const std::string& host() const { return host_; }
   int port() const { return port_; }
 
@@ -112,6 +112,7 @@ class Worker {
   std::atomic<int> in_flight_{0};
   std::atomic<std::int64_t> load_tokens_{0};
   PrefixIndex index_;
+  http::UpstreamPool upstream_;
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;
@@ -125,7 +126,6 @@ class Worker {
   int failures_ = 0;                                // guarded by mu_
   std::uint64_t marked_down_ = 0;                   // guarded by mu_
   std::chrono::steady_clock::time_point next_check_{};  // guarded by mu_
-  std::vector<std::unique_ptr<httplib::Client>> idle_;  // guarded by mu_
   std::thread events_thread_;
 };
 
