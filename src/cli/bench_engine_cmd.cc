@@ -94,8 +94,8 @@ int bench_engine_main(int argc, char** argv) {
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
   app.get_option("--kv-budget")
-      ->description("instead of the figures above: decode tokens/s after --decode-context tokens with this KV budget "
-                    "against full attention, over one shared prefill (0 = off)");
+      ->description("measure only this: decode tokens/s after --decode-context tokens with this KV budget against "
+                    "full attention, over one shared prefill, --decode-tokens steps each (0 = off: the usual figures)");
   CLI11_PARSE(app, argc, argv);
 
   kernels::set_prefill_min_tokens_for_testing(prefill_min_tokens);
