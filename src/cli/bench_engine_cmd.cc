@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cli/bench_engine_budget.h"
 #include "cli/commands.h"
+#include "cli/kv_budget_flags.h"
 #include "engine/block_pool.h"
 #include "kernels/machine_limits.h"
 #include "kernels/simd_dispatch.h"
@@ -89,6 +91,11 @@ int bench_engine_main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "best of this many prefill runs")->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of a table");
+  KvBudgetOptions kv_budget;
+  add_kv_budget_flags(app, kv_budget);
+  app.get_option("--kv-budget")
+      ->description("measure only this: decode tokens/s after --decode-context tokens with this KV budget against "
+                    "full attention, over one shared prefill, --decode-tokens steps each (0 = off: the usual figures)");
   CLI11_PARSE(app, argc, argv);
 
   kernels::set_prefill_min_tokens_for_testing(prefill_min_tokens);
@@ -100,6 +107,7 @@ int bench_engine_main(int argc, char** argv) {
   const Model& model = **loaded;
   const ModelConfig& c = model.config();
   ThreadPool threads(n_threads);
+  if (kv_budget.budget > 0) return bench_engine_budget(model, kv_budget, decode_context, decode_tokens, json, threads);
   auto progress = [&](const char* what) { if (!json) std::fprintf(stderr, "… %s\n", what); };
 
   // Prefill: best of `repeats` passes over a fresh prompt.
