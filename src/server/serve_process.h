@@ -127,11 +127,13 @@ class ServeProcess {
     return c;
   }
 
-  // A greedy /v1/completions over token ids; the parsed body, or null json on failure.
+  // A greedy /v1/completions over token ids; the parsed body, or null json on failure. The read
+  // timeout is generous: a sanitizer build prefilling thousands of tokens on scalar kernels
+  // (share_spot_check_e2e_test's node A) took over 30 s on a loaded 2-core machine.
   json complete(const std::vector<int>& prompt, int max_tokens, const std::string& salt = "") const {
     json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logprobs", 1}};
     if (!salt.empty()) body["cache_salt"] = salt;
-    auto r = client()->Post("/v1/completions", body.dump(), "application/json");
+    auto r = client(180)->Post("/v1/completions", body.dump(), "application/json");
     if (!r || r->status != 200) {
       std::lock_guard<std::mutex> lock(error_mutex_);
       last_error_ = !r ? "http error " + httplib::to_string(r.error()) : "status " + std::to_string(r->status) + ": " + r->body;
