@@ -4,8 +4,6 @@
 #include <functional>
 #include <optional>
 
-#include "cache/prefix_alias.h"
-
 namespace kvstash::cache {
 
 namespace {
@@ -296,8 +294,8 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
       chunk.tier_index = t;
       auto view = decode_chunk(*chunk.bytes, meta);
       if (!view) {
-        if (decode_alias(*chunk.bytes, meta)) {  // a tail stored as an alias: its chunk's head
-          auto target = follow_alias(*chunk.bytes, meta, skipped);
+        if (auto alias = decode_alias(*chunk.bytes, meta)) {  // a tail stored as an alias: its chunk's head
+          auto target = follow_alias(*alias, meta, skipped);
           if (!target) {
             (void)tiers_[t]->erase(meta.key);  // its chunk is gone: the alias leads nowhere
             continue;
@@ -378,13 +376,11 @@ void TieredStore::queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> by
   for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {key, bytes, touch_after});
 }
 
-std::optional<LoadedChunk> TieredStore::follow_alias(const Bytes& bytes, const ChunkMeta& expected,
+std::optional<LoadedChunk> TieredStore::follow_alias(const AliasTarget& target, const ChunkMeta& expected,
                                                      const std::vector<bool>& skipped) {
-  const std::optional<AliasTarget> target = decode_alias(bytes, expected);
-  if (!target) return std::nullopt;
   ChunkMeta meta = expected;
-  meta.key = target->key;
-  meta.token_count = target->token_count;
+  meta.key = target.key;
+  meta.token_count = target.token_count;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (skipped[t]) continue;
     auto got = tier_get(t, meta.key);

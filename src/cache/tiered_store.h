@@ -43,6 +43,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cache/prefix_alias.h"
 #include "cache/tier.h"
 
 namespace kvstash::cache {
@@ -192,9 +193,9 @@ class TieredStore {
   // For each key, the fastest tier holding it (tier 0's queue counts as tier 0), or kNoTier: one
   // Tier::holds() per tier, each about the keys no faster tier holds.
   std::vector<std::size_t> fastest_holders(std::span<const ChunkKey> keys);
-  // The chunk a prefix alias (bytes, found for `expected`) names, from the fastest tier that has it
-  // whole and verified; nothing if it is gone or damaged everywhere.
-  std::optional<LoadedChunk> follow_alias(const Bytes& bytes, const ChunkMeta& expected, const std::vector<bool>& skipped);
+  // The chunk a prefix alias found for `expected` names, from the fastest tier that has it whole
+  // and verified; nothing if it is gone or damaged everywhere.
+  std::optional<LoadedChunk> follow_alias(const AliasTarget& target, const ChunkMeta& expected, const std::vector<bool>& skipped);
   // Puts `bytes` under key into every tier's queue (tier 0's pending_ included).
   void queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes, std::shared_ptr<const std::vector<ChunkKey>> touch_after);
   // Drops key from pending_ if it still maps to `bytes` (a later store of the same key keeps its own).
