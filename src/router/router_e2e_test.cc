@@ -30,6 +30,50 @@ std::vector<int> extend(std::vector<int> p, int seed, int n) {
   return p;
 }
 
+// Several clients post to the router while a worker is killed: `kill` runs once `kill_after`
+// requests have been answered, and each client then sends `after_kill` more. (Fixed counts raced:
+// on a fast machine every request was answered before the kill.) Bounded: at most 5,000 requests
+// per client before the kill.
+struct KillUnderLoad {
+  int sent = 0, failed = 0, sent_after_kill = 0, to_dead_after_kill = 0;
+  std::string first_error;
+};
+KillUnderLoad kill_under_load(int port, const std::string& dead, int clients, int kill_after, int after_kill,
+                              const std::function<json(int client, int i)>& body_of, const std::function<void()>& kill) {
+  constexpr int kMaxBeforeKill = 5000;
+  std::atomic<int> sent{0}, failed{0}, sent_after_kill{0}, to_dead_after_kill{0};
+  std::atomic<bool> killed{false};
+  std::mutex errors_mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      int after_count = 0;
+      for (int i = 0; i < kMaxBeforeKill + after_kill && after_count < after_kill; ++i) {
+        const bool after = killed.load();
+        Answer a = post(port, "/v1/completions", body_of(t, i));
+        ++sent;
+        if (a.status != 200) {
+          ++failed;
+          std::lock_guard lock(errors_mu);
+          if (first_error.empty()) first_error = std::to_string(a.status) + " " + a.body;
+        }
+        if (after) {
+          ++after_count;
+          ++sent_after_kill;
+          if (a.worker == dead) ++to_dead_after_kill;
+        }
+      }
+    });
+  }
+  const bool started = wait_until([&] { return sent.load() >= kill_after; });
+  kill();
+  killed = true;
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(started);
+  return {sent.load(), failed.load(), sent_after_kill.load(), to_dead_after_kill.load(), first_error};
+}
+
 class RouterE2E : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -277,33 +321,12 @@ TEST_F(RouterE2E, AKilledWorkersRequestsGoElsewhereAndNoneFails) {
   const std::string dead = worker_url(*workers_[0]);
   // Three clients keep sending continuations of p (which the index sends to worker 0); worker 0
   // is killed while they run.
-  std::atomic<int> sent{0}, failed{0}, to_dead_after_kill{0};
-  std::atomic<bool> killed{false};
-  std::vector<std::thread> clients;
-  std::mutex errors_mu;
-  std::vector<std::string> errors;
-  for (int t = 0; t < 3; ++t) {
-    clients.emplace_back([&, t] {
-      for (int i = 0; i < 8; ++i) {
-        const bool after = killed.load();
-        Answer a = post(router->port(), "/v1/completions", completion(extend(p, t * 100 + i, 8), 2));
-        ++sent;
-        if (a.status != 200) {
-          ++failed;
-          std::lock_guard lock(errors_mu);
-          errors.push_back(std::to_string(a.status) + " " + a.body);
-        }
-        if (after && a.worker == dead) ++to_dead_after_kill;
-      }
-    });
-  }
-  ASSERT_TRUE(wait_until([&] { return sent.load() >= 3; }));
-  workers_[0]->kill9();
-  killed = true;
-  for (auto& c : clients) c.join();
-  EXPECT_EQ(sent.load(), 24);
-  EXPECT_EQ(failed.load(), 0) << (errors.empty() ? "" : errors.front());
-  EXPECT_EQ(to_dead_after_kill.load(), 0);
+  const KillUnderLoad r = kill_under_load(
+      router->port(), dead, 3, 3, 6, [&](int t, int i) { return completion(extend(p, t * 100000 + i, 8), 2); },
+      [&] { workers_[0]->kill9(); });
+  EXPECT_EQ(r.sent_after_kill, 3 * 6);
+  EXPECT_EQ(r.failed, 0) << r.first_error;
+  EXPECT_EQ(r.to_dead_after_kill, 0);
   EXPECT_FALSE(status_of(*router, dead).up);
   EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
   EXPECT_GE(metric(*router, "kvstash_router_retries_total"), 1) << "a request sent to the dead worker was sent again";
@@ -330,40 +353,23 @@ TEST_F(RouterE2E, ManyConcurrentRequestsSurviveAWorkerKilledMidRun) {
   std::unique_ptr<Router> router = std::move(*created);
   ASSERT_TRUE(router->start());
   const std::string dead = worker_url(*workers_[0]);
-  constexpr int kClients = 12, kEach = 6;
-  std::atomic<int> sent{0}, failed{0}, to_dead_after_kill{0}, long_ones{0};
-  std::atomic<bool> killed{false};
-  std::mutex errors_mu;
-  std::vector<std::string> errors;
-  std::vector<std::thread> clients;
-  for (int t = 0; t < kClients; ++t) {
-    clients.emplace_back([&, t] {
-      for (int i = 0; i < kEach; ++i) {
-        const bool after = killed.load();
+  constexpr int kClients = 12;
+  std::atomic<int> long_ones{0};
+  const KillUnderLoad r = kill_under_load(
+      router->port(), dead, kClients, kClients, 3,
+      [&](int t, int i) {
         const json body = completion(prompt(t * 31 + i, t % 2 == 0 ? 200 : 12), 2);
         if (body.dump().size() > o.tokenize_inline_bytes) ++long_ones;
-        Answer a = post(router->port(), "/v1/completions", body);
-        ++sent;
-        if (a.status != 200) {
-          ++failed;
-          std::lock_guard lock(errors_mu);
-          errors.push_back(std::to_string(a.status) + " " + a.body);
-        }
-        if (after && a.worker == dead) ++to_dead_after_kill;
-      }
-    });
-  }
-  ASSERT_TRUE(wait_until([&] { return sent.load() >= kClients; }));
-  workers_[0]->kill9();
-  killed = true;
-  for (auto& c : clients) c.join();
-  EXPECT_EQ(sent.load(), kClients * kEach);
+        return body;
+      },
+      [&] { workers_[0]->kill9(); });
+  EXPECT_EQ(r.sent_after_kill, kClients * 3);
   EXPECT_GT(long_ones.load(), 0);
-  EXPECT_EQ(failed.load(), 0) << (errors.empty() ? "" : errors.front());
-  EXPECT_EQ(to_dead_after_kill.load(), 0);
+  EXPECT_EQ(r.failed, 0) << r.first_error;
+  EXPECT_EQ(r.to_dead_after_kill, 0);
   EXPECT_FALSE(status_of(*router, dead).up);
   EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
-  EXPECT_EQ(metric(*router, "kvstash_router_overhead_seconds_count"), kClients * kEach);
+  EXPECT_EQ(metric(*router, "kvstash_router_overhead_seconds_count"), r.sent);
   EXPECT_GT(metric(*router, "kvstash_router_upstream_connections_total{kind=\"reused\"}"), 0)
       << "kept-alive upstream connections are reused";
 }
