@@ -32,6 +32,7 @@
 #include "cache/store_options.h"
 #include "cli/bench_cache_stall.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -228,6 +229,8 @@ int bench_cache_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_option("--repeats", repeats, "best of this many hits and loads per tier")->capture_default_str();
+  ModelLoadOptions model_load;
+  add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
   if (chunk_tokens <= 0 || chunk_tokens % 16 != 0 || uncached_tokens < 1 || uncached_tokens >= prompt_tokens ||
       repeats < 1) {
@@ -271,7 +274,7 @@ int bench_cache_main(int argc, char** argv) {
   std::filesystem::remove_all(disk_dir);
 
   cache::tune_allocator_for_chunks();  // as serve does
-  auto loaded = Model::load(model_path);
+  auto loaded = Model::load(model_path, model_load);
   if (!loaded) return fail(loaded.status());
   const Model& model = **loaded;
   Bench bench{model, {}, {}};

@@ -12,6 +12,7 @@
 
 #include "cli/bench_engine_budget.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/kv_budget_flags.h"
 #include "engine/block_pool.h"
 #include "kernels/machine_limits.h"
@@ -96,10 +97,12 @@ int bench_engine_main(int argc, char** argv) {
   app.get_option("--kv-budget")
       ->description("measure only this: decode tokens/s after --decode-context tokens with this KV budget against "
                     "full attention, over one shared prefill, --decode-tokens steps each (0 = off: the usual figures)");
+  ModelLoadOptions model_load;
+  add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
 
   kernels::set_prefill_min_tokens_for_testing(prefill_min_tokens);
-  auto loaded = Model::load(model_path);
+  auto loaded = Model::load(model_path, model_load);
   if (!loaded) {
     std::fprintf(stderr, "kvstash bench-engine: %s\n", loaded.status().to_string().c_str());
     return 1;
@@ -168,7 +171,9 @@ int bench_engine_main(int argc, char** argv) {
   }
   const double gemm_peak_gflops = gemm_flops / gemm_s / 1e9;
   progress("streaming read bandwidth");
-  const double stream_gbs = kernels::measure_stream_read_gbs(threads);
+  const double stream_gbs = kernels::measure_stream_read_gbs(
+      threads, kernels::kStreamBufferBytes,
+      model_load.weights == WeightMemory::kHugePages ? kernels::StreamMemory::kHugePages : kernels::StreamMemory::kSmallPages);
 
   // What the engine achieved in the same units. Prefill FLOPs: every layer matmul for every
   // token, the output projection for the last one, and causal attention (QK^T and PV).
@@ -196,6 +201,7 @@ int bench_engine_main(int argc, char** argv) {
       {"weight_bytes_per_token", bytes_per_token},
       {"gemm_peak_gflops", gemm_peak_gflops},
       {"stream_read_gbs", stream_gbs},
+      {"weight_memory", model.weight_memory_summary()},
       {"prefill_vs_gemm_peak", prefill_gflops / gemm_peak_gflops},
       {"decode_vs_stream_read", decode_gbs / stream_gbs},
       {"decode_best_step_vs_stream_read", bytes_per_token / decode1_best_s / 1e9 / stream_gbs},
@@ -212,6 +218,7 @@ int bench_engine_main(int argc, char** argv) {
     return 0;
   }
   std::printf("model %s (%s), %s, %d threads\n", c.name.c_str(), c.architecture.c_str(), kernels::simd_path(), threads.size());
+  std::printf("  %s; the streaming read runs over the same kind of memory\n", model.weight_memory_summary().c_str());
   std::printf("  prefill  %5d tokens   %9.1f tokens/s   %7.1f GFLOP/s   = %5.1f%% of OpenBLAS sgemm peak (%.1f GFLOP/s)\n",
               prompt_tokens, prompt_tokens / prefill_s, prefill_gflops, 100 * prefill_gflops / gemm_peak_gflops, gemm_peak_gflops);
   std::printf("  decode   after %d tokens of context, median of %d steps\n", decode_context, decode_tokens);

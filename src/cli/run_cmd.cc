@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/kv_budget_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -29,9 +30,11 @@ int run_main(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
+  ModelLoadOptions model_load;
+  add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
 
-  auto model = Model::load(model_path);
+  auto model = Model::load(model_path, model_load);
   if (!model) {
     std::fprintf(stderr, "kvstash run: %s\n", model.status().to_string().c_str());
     return 1;

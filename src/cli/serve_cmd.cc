@@ -22,6 +22,7 @@
 #include "cache/store_options.h"
 #include "cli/commands.h"
 #include "cli/kv_budget_flags.h"
+#include "cli/model_flags.h"
 #include "cli/share_flags.h"
 #include "engine/engine.h"
 #include "kernels/simd_dispatch.h"
@@ -388,6 +389,8 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--response-cache-ttl", response_cache_ttl,
                  "Age after which a response record is a miss: 3600, 30m, 12h, 7d; also its redis expiry (default: none)");
+  ModelLoadOptions model_load;
+  add_model_load_flags(app, model_load);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -471,11 +474,12 @@ int serve_main(int argc, char** argv) {
     }
     model_path = *demo;
   }
-  Expected<std::unique_ptr<Model>> model = Model::load(model_path);
+  Expected<std::unique_ptr<Model>> model = Model::load(model_path, model_load);
   if (!model) {
     log_line("serve: " + model.status().to_string());
     return 1;
   }
+  log_line("serve: " + (*model)->weight_memory_summary());
   // The event log outlives the store and the engine that publish to it (declared before both).
   std::unique_ptr<cache::KvEventLog> kv_events;
   if (!no_kv_events) kv_events = std::make_unique<cache::KvEventLog>(kv_event_options);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -49,13 +50,21 @@ double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
   return best;
 }
 
-double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes) {
+double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory) {
   const auto n_threads = static_cast<std::size_t>(pool.size());
   const std::size_t part = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
   const std::size_t total = part * n_threads;
-  std::unique_ptr<void, FreeDeleter> buffer(std::aligned_alloc(kAlignment, total));
-  if (!buffer) return 0.0;
-  auto* bytes = static_cast<std::uint8_t*>(buffer.get());
+  std::unique_ptr<void, FreeDeleter> small_pages;
+  HugePageBuffer huge_pages;
+  std::uint8_t* bytes = nullptr;
+  if (memory == StreamMemory::kHugePages) {
+    huge_pages = HugePageBuffer::allocate(total);
+    bytes = huge_pages.data();
+  } else {
+    small_pages.reset(std::aligned_alloc(kAlignment, total));
+    bytes = static_cast<std::uint8_t*>(small_pages.get());
+  }
+  if (bytes == nullptr) return 0.0;
   // Each thread first touches its own part, so pages land on that thread's memory node.
   pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes + t * part, t + 1, part); });
   const KernelTable& k = active_kernels();

@@ -19,9 +19,15 @@ inline constexpr std::size_t kStreamBufferBytes = std::size_t{1} << 30;
 // pool.size() threads: best of a few repeats after a warm-up call. Returns 0 if m, n or k <= 0.
 double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool);
 
+// The kind of memory the streaming read runs over: the same as the weights it is compared with.
+enum class StreamMemory { kHugePages, kSmallPages };
+
 // GB/s (1e9 bytes per second) of reading a buffer of buffer_bytes with every pool thread reading a
 // disjoint part with the widest vector loads the CPU has; best of a few passes after a warm-up
-// pass that also maps the pages. Returns 0 if the buffer cannot be allocated.
-double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes = kStreamBufferBytes);
+// pass that also maps the pages. The buffer is anonymous memory advised for transparent huge
+// pages (common/huge_pages.h, as the model's weights by default) or ordinary 4 KiB pages.
+// Returns 0 if the buffer cannot be allocated.
+double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes = kStreamBufferBytes,
+                               StreamMemory memory = StreamMemory::kHugePages);
 
 }  // namespace kvstash::kernels

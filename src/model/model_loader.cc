@@ -1,6 +1,8 @@
 // Model::load: configuration from GGUF metadata, weight binding and validation.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "model/fingerprint.h"
@@ -147,10 +149,59 @@ int ForwardBatch::logit_rows() const {
 
 Model::~Model() = default;
 
-Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   KVSTASH_RETURN_IF_ERROR(m->bind(path));
+  if (options.weights == WeightMemory::kHugePages) m->copy_weights_to_huge_pages();
   return m;
+}
+
+std::vector<kernels::WeightView*> Model::weight_matrices() {
+  std::vector<kernels::WeightView*> out;
+  for (Layer& L : layers_) {
+    for (kernels::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) out.push_back(w);
+  }
+  out.push_back(&output_);
+  if (!config_.tied_output) out.push_back(&token_embd_);
+  return out;
+}
+
+void Model::copy_weights_to_huge_pages() {
+  constexpr std::size_t kAlign = 64;  // each matrix starts on a cache line
+  auto padded = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  const std::vector<kernels::WeightView*> matrices = weight_matrices();
+  std::size_t total = 0;
+  for (const kernels::WeightView* w : matrices) total += padded(w->row_bytes * static_cast<std::size_t>(w->rows));
+  HugePageBuffer buffer = HugePageBuffer::allocate(total);
+  if (buffer.data() == nullptr) return;  // stays on the file mapping; the summary says so
+  std::size_t at = 0;
+  for (kernels::WeightView* w : matrices) {
+    const std::size_t n = w->row_bytes * static_cast<std::size_t>(w->rows);
+    std::memcpy(buffer.data() + at, w->data, n);
+    w->data = buffer.data() + at;
+    at += padded(n);
+  }
+  if (config_.tied_output) token_embd_ = output_;
+  weights_ = std::move(buffer);
+}
+
+std::string Model::weight_memory_summary() const {
+  auto mib = [](double bytes) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return std::string(s);
+  };
+  std::size_t bytes = 0;
+  for (const Layer& L : layers_) {
+    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
+  }
+  bytes += output_.row_bytes * static_cast<std::size_t>(output_.rows);
+  if (!config_.tied_output) bytes += token_embd_.row_bytes * static_cast<std::size_t>(token_embd_.rows);
+  if (weights_.data() == nullptr) return "weights: " + mib(static_cast<double>(bytes)) + " mapped from the file";
+  const long long huge = weights_.huge_bytes();
+  std::string s = "weights: " + mib(static_cast<double>(bytes)) + " copied into huge-page memory (";
+  if (!weights_.huge_pages_advised()) return s + "the kernel refused MADV_HUGEPAGE: 4 KiB pages)";
+  return s + (huge < 0 ? std::string("huge pages advised") : mib(static_cast<double>(huge)) + " in huge pages") + ")";
 }
 
 Status Model::bind(const std::string& path) {

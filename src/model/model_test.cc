@@ -260,6 +260,32 @@ TEST(ModelLoad, FingerprintIsStableAndDependsOnTheWeights) {
   EXPECT_EQ(a->fingerprint_hex().size(), 64u);
 }
 
+// The weights copied into huge-page memory (the default) compute exactly what they compute in
+// place from the file mapping, for a tied (qwen2) and an untied (llama) output and a mixed-type
+// file; the startup summary says which memory the weights are in.
+TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
+  const std::vector<std::string> paths = {
+      testing::test_model_path("tiny", TensorType::kF16), testing::test_model_path("tiny-llama", TensorType::kF16),
+      testing::test_model_path_scheme("tiny-k", "q4_k_m"), testing::test_model_path_scheme("tiny-llama", "q4_k_m")};
+  for (const std::string& path : paths) {
+    {
+      auto copied = Model::load(path);
+      ModelLoadOptions in_place;
+      in_place.weights = WeightMemory::kFileMapping;
+      auto mapped = Model::load(path, in_place);
+      ASSERT_TRUE(copied && mapped) << path;
+      EXPECT_NE((*copied)->weight_memory_summary().find("copied into huge-page memory"), std::string::npos)
+          << (*copied)->weight_memory_summary();
+      EXPECT_NE((*mapped)->weight_memory_summary().find("mapped from the file"), std::string::npos)
+          << (*mapped)->weight_memory_summary();
+      EXPECT_EQ((*copied)->fingerprint_hex(), (*mapped)->fingerprint_hex());
+      const auto tokens = some_tokens(40, (*copied)->config().n_vocab, 3);
+      EXPECT_EQ(run_chunks(**copied, tokens, {31, 1, 8}), run_chunks(**mapped, tokens, {31, 1, 8}))
+          << path << ": logits differ between the copied and the mapped weights";
+    }
+  }
+}
+
 // Issue 8: the fingerprint sidecar is found by path, size and mtime; a different model of the same
 // shape written over the file with the old mtime must not inherit the old fingerprint.
 TEST(ModelLoad, SameSizeAndMtimeWithOtherWeightsGetsItsOwnFingerprint) {
