@@ -6,7 +6,9 @@
 #
 #   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
 #
-# ONLY_OVERHEAD=1 runs the last part only. Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
+# ONLY_OVERHEAD=1 runs the last part only; ONLY_MULTI_TURN=1 the first part only. MODEL_FILE=PATH uses
+# that GGUF instead of generating PRESET (e.g. a qwen2.5-0.5b q8_0 file: the tiny preset's 16-wide
+# heads make its decode steps cost as much per token as prefill, unlike any real model). Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
 # JSON results land in OUT_DIR. The end-to-end part runs its direct and routed legs one after the
 # other, then both at the same time.
 set -euo pipefail
@@ -15,7 +17,7 @@ PRESET=${2:-tiny}
 OUT=${3:-/tmp/r12}
 KV="$BUILD/kvstash"
 mkdir -p "$OUT"
-MODEL="$OUT/$PRESET.gguf"
+MODEL=${MODEL_FILE:-$OUT/$PRESET.gguf}
 [ -f "$MODEL" ] || "$KV" gen-model --preset "$PRESET" --out "$MODEL" >/dev/null
 WORKLOAD=(--workload multi-turn --users "${USERS:-16}" --rounds "${ROUNDS:-6}" --input-len "${INPUT_LEN:-512}" --question-len 32
           --output-len 16 --ignore-eos --api chat --concurrency "${USERS:-16}" --no-progress --timeout 600)
@@ -29,7 +31,7 @@ wait_port() {  # bounded: 300 x 0.1 s
 }
 start_workers() {  # $1 = how many
   for i in $(seq 1 "$1"); do
-    "$KV" serve -m "$MODEL" --port $((18610 + i)) --threads 1 --parallel 16 --cache-ram 256MiB \
+    "$KV" serve -m "$MODEL" --port $((18610 + i)) --threads "${WORKER_THREADS:-1}" --parallel 16 --cache-ram 256MiB \
       --identity "$OUT/w$i.key" >"$OUT/w$i.log" 2>&1 &
     pids+=($!)
   done
@@ -61,6 +63,7 @@ for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
 done
 
 fi  # ONLY_OVERHEAD
+if [ -n "${ONLY_MULTI_TURN:-}" ]; then echo "uptime: $(uptime)"; exit 0; fi
 
 echo "== routing overhead: 200 req/s of short requests (max_tokens 1), cache-aware"
 start_workers 4
