@@ -30,6 +30,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> candidates_;  // reused between calls
+  std::vector<double> probs_;                          // reused between calls
 };
 
 }  // namespace kvstash
