@@ -6,7 +6,8 @@
 #
 #   scripts/bench/router_bench.sh [BUILD_DIR] [PRESET] [OUT_DIR]     (defaults: build tiny /tmp/r12)
 #
-# ONLY_OVERHEAD=1 runs the last part only; ONLY_MULTI_TURN=1 the first part only. MODEL_FILE=PATH uses
+# ONLY_OVERHEAD=1 runs the last part only; ONLY_MULTI_TURN=1 the first part only; SINGLE=0 skips
+# its one-worker leg; POLICIES="a b" picks the policies. MODEL_FILE=PATH uses
 # that GGUF instead of generating PRESET (e.g. a qwen2.5-0.5b q8_0 file: the tiny preset's 16-wide
 # heads make its decode steps cost as much per token as prefill, unlike any real model). Ports 18610 (router) and 18611-18614 (workers) must be free. Prints one summary per run; the
 # JSON results land in OUT_DIR. The end-to-end part runs its direct and routed legs one after the
@@ -47,10 +48,12 @@ start_router() {  # $1 = policy
 }
 
 if [ -z "${ONLY_OVERHEAD:-}" ]; then
+if [ "${SINGLE:-1}" != 0 ]; then  # SINGLE=0 skips the one-worker reference
 echo "== single worker, direct"
 start_workers 1
 "$KV" bench --url http://127.0.0.1:18611 "${WORKLOAD[@]}" --out "$OUT/single.json" || echo "(bench: some requests failed)"
 cleanup
+fi
 
 for policy in ${POLICIES:-cache-aware round-robin least-loaded prefix-hash}; do
   echo "== 4 workers, router --policy $policy"
@@ -89,7 +92,7 @@ sleep 1
 for leg in direct1:18611 router:18610 direct2:18611; do
   echo "-- ${leg%%:*}"
   "$KV" bench --url "http://127.0.0.1:${leg##*:}" "${SHORT[@]}" --out "$OUT/e2e-${leg%%:*}.json" 2>&1 |
-    grep -E 'TTFT p(50|99)|throughput|completed' || echo "(bench: some requests failed)"
+    grep -E 'TTFT p(50|99)|throughput|completed|router-added' || echo "(bench: some requests failed)"
 done
 curl -s http://127.0.0.1:18610/metrics >"$OUT/metrics-e2e.txt" || echo "no /metrics" >&2
 grep -E '^kvstash_router_(overhead|queue|decision|return)_quantile' "$OUT/metrics-e2e.txt" || true
@@ -102,7 +105,7 @@ bench_direct=$!
 wait "$bench_direct" || true
 for leg in direct router; do
   echo "-- $leg"
-  grep -E 'TTFT p(50|99)|completed' "$OUT/e2e-concurrent-$leg.txt" || true
+  grep -E 'TTFT p(50|99)|completed|router-added' "$OUT/e2e-concurrent-$leg.txt" || true
 done
 cleanup
 echo "uptime: $(uptime)"

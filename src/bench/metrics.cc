@@ -85,7 +85,7 @@ Summary summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
   Summary s;
   s.slo = slo;
   s.requests = static_cast<std::int64_t>(records.size());
-  std::vector<double> ttfts, tpots, itls, e2es;
+  std::vector<double> ttfts, tpots, itls, e2es, router_added;
   double first_start = std::numeric_limits<double>::infinity();
   double last_end = -std::numeric_limits<double>::infinity();
   std::int64_t cached_prompt_tokens = 0;
@@ -104,6 +104,7 @@ Summary summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
     s.output_tokens += r.output_tokens;
     ttfts.push_back(r.ttft_s);
     e2es.push_back(r.e2e_s);
+    if (r.upstream_s >= 0) router_added.push_back(r.ttfb_s - r.upstream_s);
     if (r.output_tokens > 1) tpots.push_back(tpot_s(r));
     itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
     if (r.cached_tokens >= 0) {
@@ -124,6 +125,7 @@ Summary summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
   s.tpot_ms = distribution(tpots, kMsPerS);
   s.itl_ms = distribution(itls, kMsPerS);
   s.e2e_ms = distribution(e2es, kMsPerS);
+  s.router_added_ms = distribution(router_added, kMsPerS);
   if (cached_reported && cached_prompt_tokens > 0) {
     s.cached_token_ratio = static_cast<double>(s.cached_tokens) / static_cast<double>(cached_prompt_tokens);
   }

@@ -68,6 +68,10 @@ struct Summary {
   std::vector<RoundStats> rounds;  // one per round seen, in order; empty for single-round runs
   // Requests per worker (x-kvstash-worker, set by a kvstash router); empty without a router.
   std::map<std::string, std::int64_t> per_worker;
+  // Through a kvstash router: per request, the time to the first byte minus the router's own wait
+  // on the worker (x-kvstash-upstream-ms), i.e. what the router added (its work and the extra
+  // hop), paired request by request; count 0 without a router.
+  Distribution router_added_ms;
 };
 
 // The p-th percentile (p in [0, 100]) of `values` with linear interpolation; 0 when empty.

@@ -111,6 +111,23 @@ TEST(SummarizeTest, PerRoundTtft) {
   EXPECT_NEAR(s.rounds[1].cached_token_ratio, 250.0 / 400.0, 1e-12);
 }
 
+TEST(SummarizeTest, RouterAddedTimeIsPairedPerRequest) {
+  // Two routed requests (first byte after 10 and 30 ms, of which the router waited 9.5 and 29 ms on
+  // the worker) and one straight to a worker: the router added 0.5 and 1 ms.
+  std::vector<RequestRecord> records = {ok_record(0, 0.02, {}, 0.05, 10, 1), ok_record(0, 0.04, {}, 0.06, 10, 1),
+                                        ok_record(0, 0.02, {}, 0.05, 10, 1)};
+  records[0].ttfb_s = 0.010;
+  records[0].upstream_s = 0.0095;
+  records[1].ttfb_s = 0.030;
+  records[1].upstream_s = 0.029;
+  records[2].ttfb_s = 0.012;  // not routed: upstream_s stays -1
+  const Summary s = summarize(records, Slo{});
+  EXPECT_EQ(s.router_added_ms.count, 2);
+  EXPECT_NEAR(s.router_added_ms.max, 1.0, 1e-9);
+  EXPECT_NEAR(s.router_added_ms.p50, 0.75, 1e-9);
+  EXPECT_EQ(summarize({records[2]}, Slo{}).router_added_ms.count, 0);
+}
+
 TEST(SummarizeTest, NoRecords) {
   const Summary s = summarize({}, Slo{});
   EXPECT_EQ(s.requests, 0);

@@ -44,6 +44,10 @@ struct RequestRecord {
   std::string output_text;      // what the server generated (kept in memory, not written to --out)
   std::string worker;           // the x-kvstash-worker header (a kvstash router's choice); "" = none
   std::string cache;            // the x-kvstash-cache response header (hit, miss, bypass, ...); "" = none
+  double ttfb_s = 0;            // to the response's status line and headers (its first byte)
+  // Through a kvstash router: how long the router waited on the worker for its first byte (the
+  // x-kvstash-upstream-ms header); -1 = not routed. ttfb_s - upstream_s is what the router added.
+  double upstream_s = -1;
 
   bool ok() const { return error.empty(); }
 };

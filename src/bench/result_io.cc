@@ -102,7 +102,7 @@ json summary_to_json(const Summary& s) {
           {"slo", {{"ttft_ms", slo_value(s.slo.ttft_ms)}, {"tpot_ms", slo_value(s.slo.tpot_ms)},
                    {"e2e_ms", slo_value(s.slo.e2e_ms)}}},
           {"good_requests", s.good_requests}, {"goodput", s.goodput}, {"rounds", rounds},
-          {"per_worker", s.per_worker}};
+          {"per_worker", s.per_worker}, {"router_added_ms", distribution_to_json(s.router_added_ms)}};
 }
 
 Expected<Summary> summary_from_json(const json& j) {
@@ -167,7 +167,7 @@ json record_to_json(const RequestRecord& rec) {
           {"cached_tokens", rec.cached_tokens < 0 ? json(nullptr) : json(rec.cached_tokens)},
           {"usage_reported", rec.usage_reported}, {"http_status", rec.http_status},
           {"error", rec.error.empty() ? json(nullptr) : json(rec.error)}, {"error_detail", rec.error_detail},
-          {"worker", rec.worker}};
+          {"worker", rec.worker}, {"ttfb_s", rec.ttfb_s}, {"upstream_s", rec.upstream_s < 0 ? json(nullptr) : json(rec.upstream_s)}};
 }
 
 Expected<RequestRecord> record_from_json(const json& j) {
@@ -197,6 +197,8 @@ Expected<RequestRecord> record_from_json(const json& j) {
   const json& detail = r.child("error_detail");
   if (detail.is_string()) rec.error_detail = detail.get<std::string>();
   if (const json& worker = r.child("worker"); worker.is_string()) rec.worker = worker.get<std::string>();
+  if (const json& ttfb = r.child("ttfb_s"); ttfb.is_number()) rec.ttfb_s = ttfb.get<double>();
+  if (const json& up = r.child("upstream_s"); up.is_number()) rec.upstream_s = up.get<double>();
   if (!r.error().empty()) return corrupt(r.error());
   return rec;
 }

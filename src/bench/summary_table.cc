@@ -72,6 +72,12 @@ std::string format_summary(const Summary& s) {
   for (const auto& row : summary_rows(s)) {
     out += pad(row.label, width, false) + pad(format_value(row.value, row.unit), 16, true) + "\n";
   }
+  if (s.router_added_ms.count > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "router-added time to first byte, per request: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+                  s.router_added_ms.p50, s.router_added_ms.p99, s.router_added_ms.max);
+    out += line;
+  }
   if (!s.per_worker.empty()) {
     out += "requests per worker:";
     for (const auto& [worker, count] : s.per_worker) out += " " + worker + "=" + std::to_string(count);

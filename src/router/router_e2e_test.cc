@@ -140,6 +140,11 @@ TEST_F(RouterE2E, RoutesEachRequestToTheWorkerHoldingItsPrefix) {
       Answer a = post(router->port(), "/v1/completions", completion(next));
       ASSERT_EQ(a.status, 200) << a.body;
       EXPECT_EQ(a.worker, worker_url(*workers_[static_cast<std::size_t>(w)]));
+      // The router's wait on the worker: a number, positive, within what the client waited.
+      ASSERT_FALSE(a.upstream_ms.empty()) << "no x-kvstash-upstream-ms header";
+      const double upstream_ms = std::stod(a.upstream_ms);
+      EXPECT_GT(upstream_ms, 0.0);
+      EXPECT_LT(upstream_ms, a.elapsed_ms);
       EXPECT_GE(a.cached(), 144) << "the worker that held the prefix reused it";
       prompts[static_cast<std::size_t>(w)] = next;
       ASSERT_TRUE(wait_indexed(*router, w, next));

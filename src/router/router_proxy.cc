@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdio>
 
 #include "bench/sse.h"
 #include "router/router_impl.h"
@@ -218,6 +219,11 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       if (!hop_by_hop(hd.name)) head.headers.push_back(std::move(hd));
     }
     head.headers.push_back({"x-kvstash-worker", worker->url()});
+    // How long this router waited on the worker for its first byte (from sending the request):
+    // a client subtracts it from its own time to first byte to see what the router added.
+    char upstream_ms[32];
+    std::snprintf(upstream_ms, sizeof upstream_ms, "%.3f", 1e3 * seconds(first_byte - sent));
+    head.headers.push_back({"x-kvstash-upstream-ms", upstream_ms});
     streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
     if (streaming) {
       ex->begin_stream(head);

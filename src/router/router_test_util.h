@@ -158,6 +158,8 @@ struct Answer {
   int status = 0;
   std::string body;
   std::string worker;  // x-kvstash-worker
+  std::string upstream_ms;  // x-kvstash-upstream-ms
+  double elapsed_ms = 0;    // the whole exchange, as this client saw it
   json json_body() const { return json::parse(body, nullptr, false); }
   int cached() const {
     json j = json_body();
@@ -168,12 +170,15 @@ struct Answer {
 inline Answer post(int port, const std::string& path, const json& body) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
+  const auto start = std::chrono::steady_clock::now();
   auto r = c.Post(path, body.dump(), "application/json");
   Answer a;
+  a.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!r) return a;
   a.status = r->status;
   a.body = r->body;
   a.worker = r->get_header_value("x-kvstash-worker");
+  a.upstream_ms = r->get_header_value("x-kvstash-upstream-ms");
   return a;
 }
 
