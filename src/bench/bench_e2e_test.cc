@@ -302,6 +302,7 @@ TEST(BenchServerKilled, ErrorsAreCountedAndTheRunFinishes) {
 
   BenchConfig c = small_config(server.url(), "random");
   c.workload.num_prompts = 40;
+  c.workload.output_len = 200;  // each request lasts many steps: progress (every 200 ms) sees 3 done long before 40
   c.load.max_requests = 40;
   c.client.timeout_s = 10;
   c.warmup_requests = 0;
