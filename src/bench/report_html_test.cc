@@ -69,7 +69,7 @@ long file_size(const std::string& path) {
 class ReportHtmlTest : public testing::Test {
  protected:
   void SetUp() override {
-    if (access(kChromium, X_OK) != 0) GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+    ASSERT_EQ(access(kChromium, X_OK), 0) << "chromium is not installed (Debian package chromium; scripts/install-deps.sh installs it)";
     char dir_template[] = "/tmp/kvstash-report-test-XXXXXX";
     ASSERT_NE(mkdtemp(dir_template), nullptr);
     dir_ = dir_template;

@@ -206,7 +206,7 @@ TEST_F(ModelgenTest, SameSeedSameFileOtherSeedDiffers) {
 TEST_F(ModelgenTest, VocabFileTokenizerKeysAreCopiedExactly) {
   for (const char* name : {"ggml-vocab-qwen2.gguf", "ggml-vocab-llama-bpe.gguf"}) {
     const std::string vocab_path = kVocabDir + name;
-    if (!fs::exists(vocab_path)) GTEST_SKIP() << vocab_path << " is absent";
+    ASSERT_TRUE(fs::exists(vocab_path)) << vocab_path << " is absent (the shared vocabularies: ../shared/vocab)";
     auto vocab = gguf::File::open(vocab_path);
     ASSERT_TRUE(vocab) << vocab.status().to_string();
     GenerateOptions o = opts(std::string(name).find("qwen") != std::string::npos ? "tiny" : "tiny-llama", TensorType::kQ8_0);
