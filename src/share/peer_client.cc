@@ -18,7 +18,7 @@ void set_timeouts(httplib::Client& client, std::chrono::milliseconds timeout) {
   client.set_connection_timeout(seconds.count(), micros.count());
   client.set_read_timeout(seconds.count(), micros.count());
   client.set_write_timeout(seconds.count(), micros.count());
-  client.set_tcp_nodelay(true);  // a POST's body is a second send: no wait for a delayed ACK
+  client.set_tcp_nodelay(true);
 }
 
 }  // namespace
