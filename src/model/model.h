@@ -157,7 +157,8 @@ class Model {
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there. Leaves the views on the file mapping if the memory cannot be mapped.
   void copy_weights_to_huge_pages();
-  std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once
+  std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order
+  std::vector<const kernels::WeightView*> weight_matrices() const;
 
   ModelConfig config_;
   std::unique_ptr<gguf::File> file_;

@@ -156,6 +156,12 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Mode
   return m;
 }
 
+std::vector<const kernels::WeightView*> Model::weight_matrices() const {
+  std::vector<const kernels::WeightView*> out;
+  for (kernels::WeightView* w : const_cast<Model*>(this)->weight_matrices()) out.push_back(w);
+  return out;
+}
+
 std::vector<kernels::WeightView*> Model::weight_matrices() {
   std::vector<kernels::WeightView*> out;
   for (Layer& L : layers_) {
@@ -192,11 +198,7 @@ std::string Model::weight_memory_summary() const {
     return std::string(s);
   };
   std::size_t bytes = 0;
-  for (const Layer& L : layers_) {
-    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
-  }
-  bytes += output_.row_bytes * static_cast<std::size_t>(output_.rows);
-  if (!config_.tied_output) bytes += token_embd_.row_bytes * static_cast<std::size_t>(token_embd_.rows);
+  for (const kernels::WeightView* w : weight_matrices()) bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
   if (weights_.data() == nullptr) return "weights: " + mib(static_cast<double>(bytes)) + " mapped from the file";
   const long long huge = weights_.huge_bytes();
   std::string s = "weights: " + mib(static_cast<double>(bytes)) + " copied into huge-page memory (";
