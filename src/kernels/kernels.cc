@@ -3,7 +3,9 @@
 #include "kernels/kernels.h"
 
 #include <cassert>
+#include <cstring>
 
+#include "kernels/q8_0x16.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -22,7 +24,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ8_0, "q8_0", 32, 34},  {WeightType::kQ4_0, "q4_0", 32, 18},  {WeightType::kQ4_1, "q4_1", 32, 20},
     {WeightType::kQ5_0, "q5_0", 32, 22},  {WeightType::kQ5_1, "q5_1", 32, 24},  {WeightType::kQ2_K, "q2_K", 256, 84},
     {WeightType::kQ3_K, "q3_K", 256, 110}, {WeightType::kQ4_K, "q4_K", 256, 144}, {WeightType::kQ5_K, "q5_K", 256, 176},
-    {WeightType::kQ6_K, "q6_K", 256, 210},
+    {WeightType::kQ6_K, "q6_K", 256, 210}, {WeightType::kQ8_0x16, "q8_0x16", 32, 34},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -41,6 +43,42 @@ std::size_t weight_block_bytes(WeightType type) { return facts(type).block_bytes
 std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
   const WeightTypeFacts& f = facts(type);
   return static_cast<std::size_t>(cols) / static_cast<std::size_t>(f.block_elems) * f.block_bytes;
+}
+
+std::size_t repack_bytes(const WeightView& w) {
+  if (w.type != WeightType::kQ8_0 || active_kernels().path != SimdPath::kAvx512 || !q8x16::fits(w.rows, w.cols)) return 0;
+  return w.row_bytes * static_cast<std::size_t>(w.rows);
+}
+
+WeightView repack_for_decode(const WeightView& w, void* dst) {
+  assert(repack_bytes(w) > 0);
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  auto* out = static_cast<std::uint8_t*>(dst);
+  // Written front to back in q8_0x16.h's order: per group and block, the 16 scales, then 8 chunks
+  // of 4 weights per row, each byte + 128 (XOR 0x80 on the two's-complement byte).
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
+    for (std::int64_t u = 0; u < w.cols / 64; ++u) {
+      for (int j = 0; j < 2; ++j) {
+        const std::size_t block = static_cast<std::size_t>(2 * u + j) * kQ8_0BlockBytes;
+        for (int l = 0; l < q8x16::kGroupRows; ++l) std::memcpy(out + j * 32 + l * 2, rows + l * w.row_bytes + block, 2);
+        std::uint8_t* weights = out + q8x16::kScalesBytes + j * q8x16::kBlockWeightBytes;
+        for (int k = 0; k < 8; ++k) {
+          for (int l = 0; l < q8x16::kGroupRows; ++l) {
+            std::uint32_t four;
+            std::memcpy(&four, rows + l * w.row_bytes + block + 2 + k * 4, 4);
+            four ^= 0x80808080u;
+            std::memcpy(weights + k * 64 + l * 4, &four, 4);
+          }
+        }
+      }
+      out += q8x16::kUnitBytes;
+    }
+  }
+  WeightView v = w;
+  v.type = WeightType::kQ8_0x16;
+  v.data = dst;
+  return v;
 }
 
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {

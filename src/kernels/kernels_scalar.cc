@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/fp16.h"
+#include "kernels/q8_0x16.h"
 #include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
@@ -82,10 +83,33 @@ float q8_0_row_dot(const std::uint8_t* row, std::int64_t cols, const float* x_sc
   return acc;
 }
 
+// Row r of an interleaved Q8_0 matrix, exactly as q8_0x16.h states every path computes it.
+float q8_0x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < w.cols / kQ8_0BlockElems; ++b) {
+    std::int32_t isum = 0;
+    for (int c = 0; c < kQ8_0BlockElems; ++c) {
+      isum += q8x16::weight(data, w.cols, r, b * kQ8_0BlockElems + c) * x_values[b * kQ8_0BlockElems + c];
+    }
+    const float scale = f16_to_f32(q8x16::scale_bits(data, w.cols, r, b)) * x_scales[b];
+    acc = std::fma(static_cast<float>(isum), scale, acc);
+  }
+  return acc;
+}
+
 void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                         std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+  if (w.type == WeightType::kQ8_0x16) {
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      for (int t = 0; t < n_tokens; ++t) {
+        y[t * y_stride + r] = q8_0x16_row_dot(w, r, xq.scales + t * blocks, xq.values + t * w.cols);
+      }
+    }
+    return;
+  }
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     const std::uint8_t* row = base + r * w.row_bytes;
     for (int t = 0; t < n_tokens; ++t) {
@@ -105,6 +129,16 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
 
 void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
+  if (w.type == WeightType::kQ8_0x16) {  // the values of the Q8_0 original, bit for bit
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        o[c] = f16_to_f32(q8x16::scale_bits(base, w.cols, r, c / kQ8_0BlockElems)) *
+               static_cast<float>(q8x16::weight(base, w.cols, r, c));
+      }
+    }
+    return;
+  }
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     const std::uint8_t* row = base + r * w.row_bytes;
     float* o = out + (r - row_begin) * w.cols;

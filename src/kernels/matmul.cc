@@ -35,8 +35,9 @@ std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // of a call finish within one chunk of each other (the join waits for the last one), and large
 // enough that taking one (an uncontended compare-exchange) is noise against streaming it.
 constexpr std::int64_t kDecodeChunkBytes = 32 << 10;
-// Rows of a chunk are a multiple of this: the widest one-token register tile (8 rows, AVX-512).
-constexpr std::int64_t kChunkRowMultiple = 8;
+// Rows of a chunk are a multiple of this: a kQ8_0x16 group of 16 rows (q8_0x16.h), which is also a
+// multiple of the widest one-token register tile of the other types (8 rows, AVX-512).
+constexpr std::int64_t kChunkRowMultiple = 16;
 // f32 bytes of one converted weight panel in prefill: about the L2+L3 share that keeps the panel
 // cached between its conversion and sgemm reading it.
 constexpr std::int64_t kPanelBytes = 4 << 20;
@@ -136,10 +137,13 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
   thread_local std::vector<float> lane_sums, group_sums;
-  bool any_quantized = false, any_slice_form = false;
+  thread_local std::vector<std::int32_t> block_sums;
+  bool any_quantized = false, any_slice_form = false, any_interleaved = false;
   for (const WeightView& w : ws) {
     any_quantized = any_quantized || is_quantized(w.type);
-    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0);
+    any_interleaved = any_interleaved || w.type == WeightType::kQ8_0x16;
+    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 &&
+                                        w.type != WeightType::kQ8_0x16);
   }
   if (any_quantized) {
     const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
@@ -163,6 +167,15 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
         group_sums[static_cast<std::size_t>(i)] = l[0] + l[1] + l[2] + l[3];
       }
       xq.group_sums = group_sums.data();
+    }
+    if (any_interleaved) {
+      block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
+      for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
+        std::int32_t sum = 0;
+        for (int i = 0; i < kQ8_0BlockElems; ++i) sum += values[static_cast<std::size_t>(b * kQ8_0BlockElems + i)];
+        block_sums[static_cast<std::size_t>(b)] = sum;
+      }
+      xq.block_sums = block_sums.data();
     }
   }
   assert(ws.size() <= ChunkLayout::kMaxMatrices);

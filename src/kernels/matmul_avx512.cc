@@ -8,9 +8,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "kernels/matmul_tiles.h"
+#include "kernels/q8_0x16.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/simd_impl.h"
 
@@ -329,12 +332,92 @@ struct Ops {
   }
 };
 
+// kQ8_0x16 (q8_0x16.h): one group of 16 rows, one row per 32-bit lane, against T tokens. Per block
+// and token: two chains of four VNNI steps (4 weights of every row times the token's 4 activations,
+// broadcast), the first started at -128 x the block's activation sum (the weights are stored
+// + 128); their exact sum converted once and scaled by the 16 rows' d_w (one f16 load) times d_x.
+// The T tokens share each block's 8 weight registers; each token's arithmetic is the same whatever
+// T is, and the same as the scalar statement's.
+template <int T>
+void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::int64_t u = 0; u < blocks / 2; ++u) {
+    const std::uint8_t* unit = group + u * q8x16::kUnitBytes;
+    if (prefetch_at != nullptr) prefetch_span(prefetch_at + u * q8x16::kUnitBytes, q8x16::kUnitBytes);
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t b = 2 * u + j;
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + j * 32)));
+      const std::uint8_t* wb = unit + q8x16::kScalesBytes + j * q8x16::kBlockWeightBytes;
+      __m512i w[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(wb + k * 64);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
+        __m512i even = _mm512_set1_epi32(-128 * x_sums[t * blocks + b]);
+        __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+          std::int32_t x0, x1;
+          std::memcpy(&x0, xb + k * 4, 4);
+          std::memcpy(&x1, xb + k * 4 + 4, 4);
+          even = _mm512_dpbusd_epi32(even, w[k], _mm512_set1_epi32(x0));
+          odd = _mm512_dpbusd_epi32(odd, w[k + 1], _mm512_set1_epi32(x1));
+        }
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x_scales[t * blocks + b]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), scale, acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Rows [row_begin, row_end) (whole groups) of a kQ8_0x16 matrix, tokens 8 at a time; the first
+// pass over a group prefetches the group ahead, as the other tiles do.
+void q8x16_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                std::int64_t row_end, float* y, std::int64_t y_stride) {
+  assert(row_begin % q8x16::kGroupRows == 0 && row_end % q8x16::kGroupRows == 0);
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  const std::size_t group_bytes = q8x16::group_bytes(w.cols);
+  const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+  for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
+    for (int t0 = 0; t0 < n_tokens; t0 += 8) {
+      const float* xs = xq.scales + t0 * blocks;
+      const std::int8_t* xv = xq.values + t0 * w.cols;
+      const std::int32_t* sums = xq.block_sums + t0 * blocks;
+      float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
+      const std::uint8_t* ahead = t0 == 0 ? group + prefetch_distance(group_bytes) : nullptr;
+      switch (std::min(8, n_tokens - t0)) {
+        case 1: q8x16_tile<1>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 2: q8x16_tile<2>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 3: q8x16_tile<3>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 4: q8x16_tile<4>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 5: q8x16_tile<5>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 6: q8x16_tile<6>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 7: q8x16_tile<7>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        default: q8x16_tile<8>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+      }
+    }
+  }
+}
+
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
+  if (w.type == WeightType::kQ8_0x16) return q8x16_rows(w, xq, n_tokens, row_begin, row_end, y, y_stride);
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
 }
 
+// kQ8_0x16 rows are read one at a time (an embedding lookup, or the opt-in sgemm path): the scalar
+// statement serves them.
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
+  if (w.type == WeightType::kQ8_0x16) return scalar_kernel_table().dequantize_rows(w, row_begin, row_end, out);
   tiled_dequantize_rows<Ops>(w, row_begin, row_end, out);
 }
 

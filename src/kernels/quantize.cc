@@ -3,6 +3,7 @@
 #include "kernels/quantize.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -224,6 +225,7 @@ void quantize_row(WeightType type, const float* x, std::int64_t n, void* out) {
         break;
       }
       case WeightType::kQ8_0: break;
+      case WeightType::kQ8_0x16: assert(false && "kQ8_0x16 is made by repack_for_decode, not encoded"); break;
       case WeightType::kQ4_0: encode_symmetric_32(x, 4, dst); break;
       case WeightType::kQ5_0: encode_symmetric_32(x, 5, dst); break;
       case WeightType::kQ4_1: encode_affine_32(x, 4, dst); break;

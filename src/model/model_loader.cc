@@ -183,8 +183,13 @@ void Model::copy_weights_to_huge_pages() {
   std::size_t at = 0;
   for (kernels::WeightView* w : matrices) {
     const std::size_t n = w->row_bytes * static_cast<std::size_t>(w->rows);
-    std::memcpy(buffer.data() + at, w->data, n);
-    w->data = buffer.data() + at;
+    if (kernels::repack_bytes(*w) == n) {  // same bytes, another order
+      *w = kernels::repack_for_decode(*w, buffer.data() + at);
+      ++repacked_matrices_;
+    } else {
+      std::memcpy(buffer.data() + at, w->data, n);
+      w->data = buffer.data() + at;
+    }
     at += padded(n);
   }
   if (config_.tied_output) token_embd_ = output_;
@@ -202,8 +207,16 @@ std::string Model::weight_memory_summary() const {
   if (weights_.data() == nullptr) return "weights: " + mib(static_cast<double>(bytes)) + " mapped from the file";
   const long long huge = weights_.huge_bytes();
   std::string s = "weights: " + mib(static_cast<double>(bytes)) + " copied into huge-page memory (";
-  if (!weights_.huge_pages_advised()) return s + "the kernel refused MADV_HUGEPAGE: 4 KiB pages)";
-  return s + (huge < 0 ? std::string("huge pages advised") : mib(static_cast<double>(huge)) + " in huge pages") + ")";
+  if (!weights_.huge_pages_advised()) {
+    s += "the kernel refused MADV_HUGEPAGE: 4 KiB pages)";
+  } else {
+    s += (huge < 0 ? std::string("huge pages advised") : mib(static_cast<double>(huge)) + " in huge pages") + ")";
+  }
+  if (repacked_matrices_ > 0) {
+    s += "; " + std::to_string(repacked_matrices_) + (repacked_matrices_ == 1 ? " q8_0 matrix" : " q8_0 matrices") +
+         " interleaved by 16 rows for the AVX-512 kernel";
+  }
+  return s;
 }
 
 Status Model::bind(const std::string& path) {

@@ -17,7 +17,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -147,18 +149,32 @@ int main(int argc, char** argv) {
     if (prefill) sgemm = measure_gemm_gflops(prefill_tokens, static_cast<int>(shape.rows), static_cast<int>(shape.cols), pool);
     std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
-    for (WeightType type : kAllWeightTypes) {
+    std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
+    all.push_back(WeightType::kQ8_0x16);  // q8_0 repacked as a model load does on the AVX-512 path
+    for (WeightType type : all) {
       if (!listed(types, weight_type_name(type))) continue;
       if (shape.cols % weight_block_elems(type) != 0) continue;
-      const std::vector<std::uint8_t> bytes = fill_weights(type, shape.rows, shape.cols);
-      const WeightView w{type, bytes.data(), shape.rows, shape.cols, row_bytes_for(type, shape.cols)};
+      const bool repacked = type == WeightType::kQ8_0x16;
+      const WeightType stored = repacked ? WeightType::kQ8_0 : type;
+      const std::vector<std::uint8_t> bytes = fill_weights(stored, shape.rows, shape.cols);
+      WeightView w{stored, bytes.data(), shape.rows, shape.cols, row_bytes_for(stored, shape.cols)};
+      if (repacked && repack_bytes(w) == 0) continue;  // not this SIMD path, or not this shape
       const double gb = static_cast<double>(bytes.size()) / 1e9;
       // Decode reads weights that are not in cache, as in a model step that streams every layer:
-      // small matrices cycle through copies that together exceed the last-level cache.
+      // small matrices cycle through copies that together exceed the last-level cache. Each copy
+      // starts on a cache line, as a loaded model's matrices do.
       const std::size_t n_copies = hot ? 1 : std::max<std::size_t>(1, kDecodeWorkingSetBytes / bytes.size());
-      std::vector<std::vector<std::uint8_t>> copies(n_copies - 1, bytes);
+      std::vector<std::vector<std::uint8_t>> copies(n_copies, std::vector<std::uint8_t>(bytes.size() + 64));
       std::vector<WeightView> views(n_copies, w);
-      for (std::size_t i = 1; i < n_copies; ++i) views[i].data = copies[i - 1].data();
+      for (std::size_t i = 0; i < n_copies; ++i) {
+        auto* at = copies[i].data() + (64 - reinterpret_cast<std::uintptr_t>(copies[i].data()) % 64) % 64;
+        views[i] = repacked ? repack_for_decode(w, at) : w;
+        if (!repacked) {
+          std::memcpy(at, bytes.data(), bytes.size());
+          views[i].data = at;
+        }
+      }
+      w = views[0];
       std::size_t next_copy = 0;
       auto decode = [&](int n) { matmul(views[next_copy++ % n_copies], x.data(), n, y.data(), pool); };
       const double d1 = gb / best_seconds([&] { decode(1); });

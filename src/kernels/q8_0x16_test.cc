@@ -1,0 +1,158 @@
+// Q8_0 interleaved by 16 rows (q8_0x16.h): what repack_for_decode makes, on which path and shapes,
+// and that every path reads it exactly: dequantize gives the Q8_0 original's values bit for bit,
+// and matmul gives the scalar statement's results bit for bit at every token count (so a token's
+// result never depends on its batch), close to the GGUF-layout kernel's.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/simd_dispatch.h"
+#include "kernels/test_weights.h"
+
+namespace kvstash::kernels {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+// A repacked copy on a cache line, as a loaded model's.
+struct Repacked {
+  std::vector<std::uint8_t> storage;
+  WeightView view;
+};
+
+Repacked repack(const WeightView& w) {
+  Repacked r;
+  r.storage.resize(repack_bytes(w) + 64);
+  auto* at = r.storage.data() + (64 - reinterpret_cast<std::uintptr_t>(r.storage.data()) % 64) % 64;
+  r.view = repack_for_decode(w, at);
+  return r;
+}
+
+class Q8_0x16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The layout is made only on the AVX-512 path; a CPU without it cannot run these.
+    if (!set_simd_path_for_testing(SimdPath::kAvx512)) GTEST_SKIP() << "CPU lacks avx512 (with VNNI)";
+  }
+  void TearDown() override { reset_simd_path_for_testing(); }
+
+  std::vector<float> run(const WeightView& w, const std::vector<float>& x, int n_tokens, ThreadPool& pool) {
+    std::vector<float> y(static_cast<std::size_t>(n_tokens * w.rows), std::nanf(""));
+    matmul(w, x.data(), n_tokens, y.data(), pool);
+    return y;
+  }
+};
+
+void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+        << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST_F(Q8_0x16, MadeOnlyFromQ8_0OfWholeGroupsOnTheAvx512Path) {
+  const TestWeights q8 = make_test_weights(WeightType::kQ8_0, 32, 128, 1);
+  EXPECT_EQ(repack_bytes(q8.view), q8.bytes.size());
+  EXPECT_EQ(repack(q8.view).view.type, WeightType::kQ8_0x16);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ8_0, 24, 128, 2).view), 0u) << "rows not a multiple of 16";
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ8_0, 32, 96, 3).view), 0u) << "an odd number of blocks";
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 128, 4).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_0, 32, 128, 5).view), 0u);
+  ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
+  EXPECT_EQ(repack_bytes(q8.view), 0u) << "only the AVX-512 kernel reads the layout at speed";
+}
+
+TEST_F(Q8_0x16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
+  TestWeights q8 = make_test_weights(WeightType::kQ8_0, 48, 192, 11);
+  q8.bytes[2] = 0x80;  // -128: a byte the quantizer never writes, but a file may hold
+  q8.bytes[3] = 0x7f;
+  refresh_dequantized(q8);
+  const Repacked r = repack(q8.view);
+  for (SimdPath path : {SimdPath::kAvx512, SimdPath::kAvx2, SimdPath::kScalar}) {
+    if (!set_simd_path_for_testing(path)) continue;
+    SCOPED_TRACE(simd_path_name(path));
+    for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 48}, {5, 37}, {47, 48}}) {
+      std::vector<float> want(static_cast<std::size_t>((end - begin) * 192)), got(want.size());
+      dequantize_rows(q8.view, begin, end, want.data());
+      dequantize_rows(r.view, begin, end, got.data());
+      expect_bits_equal(got, want, "dequantized value");
+    }
+  }
+  std::vector<float> first(192);
+  dequantize_rows(r.view, 0, 1, first.data());
+  std::uint16_t d;
+  std::memcpy(&d, q8.bytes.data(), 2);
+  EXPECT_EQ(first[0], -128.0f * f16_to_f32(d)) << "the -128 byte";
+  EXPECT_EQ(first[1], 127.0f * f16_to_f32(d));
+  EXPECT_EQ(first[0], q8.dequantized[0]);
+}
+
+TEST_F(Q8_0x16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
+  ThreadPool pool(2);
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, 64}, {48, 896}, {160, 256}}) {
+    TestWeights q8 = make_test_weights(WeightType::kQ8_0, rows, cols, static_cast<std::uint32_t>(rows + cols));
+    q8.bytes[2] = 0x80;  // extremes: -128 and 127 in the first block
+    q8.bytes[3] = 0x7f;
+    refresh_dequantized(q8);
+    const Repacked r = repack(q8.view);
+    for (int n_tokens : {1, 2, 3, 7, 8, 9, 12, 17}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " tokens " << n_tokens);
+      std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 100 + n_tokens);
+      x[0] = 40.0f;  // one large activation: its block quantizes to +-127 around it
+      ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx512));
+      const std::vector<float> got = run(r.view, x, n_tokens, pool);
+      const std::vector<float> gguf_layout = run(q8.view, x, n_tokens, pool);
+      ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
+      expect_bits_equal(got, run(r.view, x, n_tokens, pool), "avx512 vs scalar");
+      if (set_simd_path_for_testing(SimdPath::kAvx2)) expect_bits_equal(got, run(r.view, x, n_tokens, pool), "avx512 vs avx2");
+      ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx512));
+      // Each token alone gives its own result in the batch, bit for bit.
+      for (int t : {0, n_tokens - 1}) {
+        const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        const std::vector<float> alone = run(r.view, xt, 1, pool);
+        const std::vector<float> in_batch(got.begin() + t * rows, got.begin() + (t + 1) * rows);
+        expect_bits_equal(in_batch, alone, "token in a batch vs alone");
+      }
+      // The same products as the GGUF-layout kernel, summed in another order.
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const std::int64_t t = static_cast<std::int64_t>(i) / rows, row = static_cast<std::int64_t>(i) % rows;
+        double magnitude = 0.0;
+        for (std::int64_t c = 0; c < cols; ++c) magnitude += std::fabs(q8.dequantized[row * cols + c] * x[t * cols + c]);
+        ASSERT_NEAR(got[i], gguf_layout[i], 1e-5 * magnitude + 1e-6) << "output " << i;
+      }
+    }
+  }
+}
+
+TEST_F(Q8_0x16, SharesASplitWithOtherTypes) {
+  ThreadPool pool(2);
+  const std::int64_t cols = 1024;
+  const TestWeights q8 = make_test_weights(WeightType::kQ8_0, 4096, cols, 21);
+  const TestWeights f16 = make_test_weights(WeightType::kF16, 1000, cols, 22);
+  const Repacked r = repack(q8.view);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(3 * cols), 23);
+  std::vector<float> y_q(3 * 4096, std::nanf("")), y_f(3 * 1000, std::nanf(""));
+  const WeightView ws[] = {f16.view, r.view};
+  float* ys[] = {y_f.data(), y_q.data()};
+  matmul_many(ws, x.data(), 3, ys, pool);
+  expect_bits_equal(y_q, run(r.view, x, 3, pool), "matmul_many vs matmul");
+  ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
+  expect_bits_equal(y_q, run(r.view, x, 3, pool), "avx512 in matmul_many vs scalar");
+}
+
+}  // namespace
+}  // namespace kvstash::kernels
