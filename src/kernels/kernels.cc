@@ -5,7 +5,7 @@
 #include <cassert>
 #include <cstring>
 
-#include "kernels/q8_0x16.h"
+#include "kernels/interleaved16.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -25,6 +25,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ5_0, "q5_0", 32, 22},  {WeightType::kQ5_1, "q5_1", 32, 24},  {WeightType::kQ2_K, "q2_K", 256, 84},
     {WeightType::kQ3_K, "q3_K", 256, 110}, {WeightType::kQ4_K, "q4_K", 256, 144}, {WeightType::kQ5_K, "q5_K", 256, 176},
     {WeightType::kQ6_K, "q6_K", 256, 210}, {WeightType::kQ8_0x16, "q8_0x16", 32, 34},
+    {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -46,16 +47,20 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
 }
 
 std::size_t repack_bytes(const WeightView& w) {
-  if (w.type != WeightType::kQ8_0 || active_kernels().path != SimdPath::kAvx512 || !q8x16::fits(w.rows, w.cols)) return 0;
-  return w.row_bytes * static_cast<std::size_t>(w.rows);
+  if (active_kernels().path != SimdPath::kAvx512) return 0;
+  if (w.type == WeightType::kQ8_0 && q8x16::fits(w.rows, w.cols)) return w.row_bytes * static_cast<std::size_t>(w.rows);
+  if (w.type == WeightType::kQ4_K && q8x16::q4k::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.cols);
+  }
+  return 0;
 }
 
-WeightView repack_for_decode(const WeightView& w, void* dst) {
-  assert(repack_bytes(w) > 0);
+namespace {
+
+// Written front to back in interleaved16.h's order: per group and pair of blocks, the 16 scales
+// of each, then 8 chunks of 4 weights per row, each byte + 128 (XOR 0x80 on the two's complement).
+void repack_q8_0(const WeightView& w, std::uint8_t* out) {
   const auto* src = static_cast<const std::uint8_t*>(w.data);
-  auto* out = static_cast<std::uint8_t*>(dst);
-  // Written front to back in q8_0x16.h's order: per group and block, the 16 scales, then 8 chunks
-  // of 4 weights per row, each byte + 128 (XOR 0x80 on the two's-complement byte).
   for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
     const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
     for (std::int64_t u = 0; u < w.cols / 64; ++u) {
@@ -75,9 +80,50 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
       out += q8x16::kUnitBytes;
     }
   }
+}
+
+// Q4_K super-blocks (144 bytes: d, dmin, 12 bytes of packed scales and mins, 128 of qs) of 16 rows
+// at a time into interleaved16.h's 2368 bytes.
+void repack_q4_k(const WeightView& w, std::uint8_t* out) {
+  namespace q4k = q8x16::q4k;
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  constexpr std::size_t kBlock = 144;
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
+    for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+      for (int l = 0; l < q8x16::kGroupRows; ++l) {
+        const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(s) * kBlock;
+        std::memcpy(out + 2 * l, block, 2);
+        std::memcpy(out + 32 + 2 * l, block + 2, 2);
+        const std::uint8_t* p = block + 4;  // quant_formats.h k4_scale_min's packing
+        for (int j = 0; j < 8; ++j) {
+          const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
+          const int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+          out[q4k::kScales + 16 * j + l] = static_cast<std::uint8_t>(sc);
+          out[q4k::kMins + 16 * j + l] = static_cast<std::uint8_t>(m);
+        }
+        for (int pair = 0; pair < 4; ++pair) {
+          for (int k = 0; k < 8; ++k) std::memcpy(out + q4k::kCodes + pair * 512 + k * 64 + l * 4, block + 16 + pair * 32 + k * 4, 4);
+        }
+      }
+      out += q4k::kSuperBlockBytes;
+    }
+  }
+}
+
+}  // namespace
+
+WeightView repack_for_decode(const WeightView& w, void* dst) {
+  assert(repack_bytes(w) > 0);
   WeightView v = w;
-  v.type = WeightType::kQ8_0x16;
   v.data = dst;
+  if (w.type == WeightType::kQ8_0) {
+    repack_q8_0(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kQ8_0x16;
+  } else {
+    repack_q4_k(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kQ4_Kx16;
+  }
   return v;
 }
 

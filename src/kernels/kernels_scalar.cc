@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/fp16.h"
-#include "kernels/q8_0x16.h"
+#include "kernels/interleaved16.h"
 #include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
@@ -83,7 +83,7 @@ float q8_0_row_dot(const std::uint8_t* row, std::int64_t cols, const float* x_sc
   return acc;
 }
 
-// Row r of an interleaved Q8_0 matrix, exactly as q8_0x16.h states every path computes it.
+// Row r of an interleaved Q8_0 matrix, exactly as interleaved16.h states every path computes it.
 float q8_0x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
   float acc = 0.0f;
@@ -98,14 +98,38 @@ float q8_0x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
+// Row r of a kQ4_Kx16 matrix, exactly as interleaved16.h states every path computes it.
+float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values,
+                      const std::int32_t* x_sums) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float acc = 0.0f;
+  for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+    const q8x16::q4k::RowFields f = q8x16::q4k::fields(data, w.cols, r, s);
+    const float d = f16_to_f32(f.d), dmin = f16_to_f32(f.dmin);
+    for (int j = 0; j < 8; ++j) {
+      const std::int64_t b = s * 8 + j;
+      std::int32_t isum = 0;
+      for (int c = 0; c < 32; ++c) isum += q8x16::q4k::code(data, w.cols, r, b * 32 + c) * x_values[b * 32 + c];
+      const float scale = d * static_cast<float>(f.sc[j]) * x_scales[b];
+      const float min = dmin * static_cast<float>(f.m[j]) * x_scales[b];
+      acc = std::fma(static_cast<float>(isum), scale, acc);
+      acc = std::fma(-static_cast<float>(x_sums[b]), min, acc);
+    }
+  }
+  return acc;
+}
+
 void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                         std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
-  if (w.type == WeightType::kQ8_0x16) {
+  if (is_interleaved(w.type)) {
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       for (int t = 0; t < n_tokens; ++t) {
-        y[t * y_stride + r] = q8_0x16_row_dot(w, r, xq.scales + t * blocks, xq.values + t * w.cols);
+        const float* xs = xq.scales + t * blocks;
+        const std::int8_t* xv = xq.values + t * w.cols;
+        y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv)
+                                                             : q4_kx16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks);
       }
     }
     return;
@@ -135,6 +159,20 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
       for (std::int64_t c = 0; c < w.cols; ++c) {
         o[c] = f16_to_f32(q8x16::scale_bits(base, w.cols, r, c / kQ8_0BlockElems)) *
                static_cast<float>(q8x16::weight(base, w.cols, r, c));
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kQ4_Kx16) {  // d sc u - dmin m with one rounding, as the SIMD dequantizers
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+        const q8x16::q4k::RowFields f = q8x16::q4k::fields(base, w.cols, r, s);
+        for (int c = 0; c < 256; ++c) {
+          const float scale = f16_to_f32(f.d) * static_cast<float>(f.sc[c / 32]);
+          const float min = f16_to_f32(f.dmin) * static_cast<float>(f.m[c / 32]);
+          o[s * 256 + c] = std::fma(scale, static_cast<float>(q8x16::q4k::code(base, w.cols, r, s * 256 + c)), -min);
+        }
       }
     }
     return;

@@ -35,7 +35,7 @@ std::atomic<int> g_prefill_min_tokens{kDefaultPrefillMinTokens};
 // of a call finish within one chunk of each other (the join waits for the last one), and large
 // enough that taking one (an uncontended compare-exchange) is noise against streaming it.
 constexpr std::int64_t kDecodeChunkBytes = 32 << 10;
-// Rows of a chunk are a multiple of this: a kQ8_0x16 group of 16 rows (q8_0x16.h), which is also a
+// Rows of a chunk are a multiple of this: an interleaved group of 16 rows (interleaved16.h), also a
 // multiple of the widest one-token register tile of the other types (8 rows, AVX-512).
 constexpr std::int64_t kChunkRowMultiple = 16;
 // f32 bytes of one converted weight panel in prefill: about the L2+L3 share that keeps the panel
@@ -141,9 +141,8 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   bool any_quantized = false, any_slice_form = false, any_interleaved = false;
   for (const WeightView& w : ws) {
     any_quantized = any_quantized || is_quantized(w.type);
-    any_interleaved = any_interleaved || w.type == WeightType::kQ8_0x16;
-    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 &&
-                                        w.type != WeightType::kQ8_0x16);
+    any_interleaved = any_interleaved || is_interleaved(w.type);
+    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
   }
   if (any_quantized) {
     const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;

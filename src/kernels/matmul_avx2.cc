@@ -225,16 +225,16 @@ struct Ops {
   }
 };
 
-// kQ8_0x16 (the AVX-512 layout) only reaches this level when a test lowers the path after the
+// The interleaved types (AVX-512 layouts) only reach this level when a test lowers the path after the
 // weights were repacked: the scalar statement serves it.
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
-  if (w.type == WeightType::kQ8_0x16) return scalar_kernel_table().matmul_rows(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
+  if (is_interleaved(w.type)) return scalar_kernel_table().matmul_rows(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
 }
 
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
-  if (w.type == WeightType::kQ8_0x16) return scalar_kernel_table().dequantize_rows(w, row_begin, row_end, out);
+  if (is_interleaved(w.type)) return scalar_kernel_table().dequantize_rows(w, row_begin, row_end, out);
   tiled_dequantize_rows<Ops>(w, row_begin, row_end, out);
 }
 

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "kernels/matmul_tiles.h"
-#include "kernels/q8_0x16.h"
+#include "kernels/interleaved16.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/simd_impl.h"
 
@@ -332,7 +332,7 @@ struct Ops {
   }
 };
 
-// kQ8_0x16 (q8_0x16.h): one group of 16 rows, one row per 32-bit lane, against T tokens. Per block
+// kQ8_0x16 (interleaved16.h): one group of 16 rows, one row per 32-bit lane, against T tokens. Per block
 // and token: two chains of four VNNI steps (4 weights of every row times the token's 4 activations,
 // broadcast), the first started at -128 x the block's activation sum (the weights are stored
 // + 128); their exact sum converted once and scaled by the 16 rows' d_w (one f16 load) times d_x.
@@ -378,13 +378,70 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Rows [row_begin, row_end) (whole groups) of a kQ8_0x16 matrix, tokens 8 at a time; the first
+// kQ4_Kx16 (interleaved16.h): one group of 16 rows against T tokens, a super-block at a time. Per
+// pair of sub-blocks, each 64-byte chunk of codes is 4 weights of each row in its low nibbles
+// (sub-block 2p) and 4 in its high ones (2p + 1); per sub-block and token, 8 VNNI steps give the
+// exact integer sums, scaled by (d sc) d_x, and the mins' share comes off as (dmin m) d_x times
+// the sub-block's activation sum.
+template <int T>
+void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                 const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  namespace q4k = q8x16::q4k;
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < cols / 256; ++s) {
+    const std::uint8_t* sb = group + s * q4k::kSuperBlockBytes;
+    if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes, q4k::kSuperBlockBytes);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; ++j) {
+      const std::int64_t b = s * 8 + j;
+      const std::uint8_t* codes = sb + q4k::kCodes + (j / 2) * 512;
+      __m512i u[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i v = _mm512_loadu_si512(codes + k * 64);
+        u[k] = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
+      }
+      const auto bytes16 = [&](std::size_t at) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + at + 16 * j))));
+      };
+      const __m512 scale = _mm512_mul_ps(d, bytes16(q4k::kScales));
+      const __m512 min = _mm512_mul_ps(dmin, bytes16(q4k::kMins));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
+        __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+          std::int32_t x0, x1;
+          std::memcpy(&x0, xb + k * 4, 4);
+          std::memcpy(&x1, xb + k * 4 + 4, 4);
+          even = _mm512_dpbusd_epi32(even, u[k], _mm512_set1_epi32(x0));
+          odd = _mm512_dpbusd_epi32(odd, u[k + 1], _mm512_set1_epi32(x1));
+        }
+        const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), _mm512_mul_ps(scale, dx), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(-static_cast<float>(x_sums[t * blocks + b])), _mm512_mul_ps(min, dx), acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
 // pass over a group prefetches the group ahead, as the other tiles do.
-void q8x16_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
-                std::int64_t row_end, float* y, std::int64_t y_stride) {
+template <bool kQ4K>
+void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                      std::int64_t row_end, float* y, std::int64_t y_stride) {
   assert(row_begin % q8x16::kGroupRows == 0 && row_end % q8x16::kGroupRows == 0);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  const std::size_t group_bytes = q8x16::group_bytes(w.cols);
+  const std::size_t group_bytes = kQ4K ? q8x16::q4k::group_bytes(w.cols) : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
   for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
     const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
@@ -394,15 +451,22 @@ void q8x16_rows(const WeightView& w, const QuantizedActivations& xq, int n_token
       const std::int32_t* sums = xq.block_sums + t0 * blocks;
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
       const std::uint8_t* ahead = t0 == 0 ? group + prefetch_distance(group_bytes) : nullptr;
+      auto run = [&]<int T>() {
+        if constexpr (kQ4K) {
+          q4kx16_tile<T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+        } else {
+          q8x16_tile<T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+        }
+      };
       switch (std::min(8, n_tokens - t0)) {
-        case 1: q8x16_tile<1>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 2: q8x16_tile<2>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 3: q8x16_tile<3>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 4: q8x16_tile<4>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 5: q8x16_tile<5>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 6: q8x16_tile<6>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        case 7: q8x16_tile<7>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
-        default: q8x16_tile<8>(group, w.cols, xs, xv, sums, yt, y_stride, ahead); break;
+        case 1: run.template operator()<1>(); break;
+        case 2: run.template operator()<2>(); break;
+        case 3: run.template operator()<3>(); break;
+        case 4: run.template operator()<4>(); break;
+        case 5: run.template operator()<5>(); break;
+        case 6: run.template operator()<6>(); break;
+        case 7: run.template operator()<7>(); break;
+        default: run.template operator()<8>(); break;
       }
     }
   }
@@ -410,14 +474,15 @@ void q8x16_rows(const WeightView& w, const QuantizedActivations& xq, int n_token
 
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
-  if (w.type == WeightType::kQ8_0x16) return q8x16_rows(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+  if (w.type == WeightType::kQ8_0x16) return interleaved_rows<false>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+  if (w.type == WeightType::kQ4_Kx16) return interleaved_rows<true>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
 }
 
-// kQ8_0x16 rows are read one at a time (an embedding lookup, or the opt-in sgemm path): the scalar
+// Interleaved rows are read one at a time (an embedding lookup, or the opt-in sgemm path): the scalar
 // statement serves them.
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
-  if (w.type == WeightType::kQ8_0x16) return scalar_kernel_table().dequantize_rows(w, row_begin, row_end, out);
+  if (is_interleaved(w.type)) return scalar_kernel_table().dequantize_rows(w, row_begin, row_end, out);
   tiled_dequantize_rows<Ops>(w, row_begin, row_end, out);
 }
 

@@ -33,7 +33,7 @@ struct QuantizedActivations {
   const float* lane_sums = nullptr;  // [n_tokens * cols / 4]; only for slice-form weights
   const float* group_sums = nullptr;  // [n_tokens * cols / 16]: the same per 16 values (K types' mins)
   const std::int32_t* block_sums = nullptr;  // [n_tokens * blocks_per_row]: sum of each block's values
-                                             // (only for kQ8_0x16 weights, stored + 128)
+                                             // (only for the interleaved types)
 };
 
 struct KernelTable {

@@ -177,20 +177,23 @@ void Model::copy_weights_to_huge_pages() {
   auto padded = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   const std::vector<kernels::WeightView*> matrices = weight_matrices();
   std::size_t total = 0;
-  for (const kernels::WeightView* w : matrices) total += padded(w->row_bytes * static_cast<std::size_t>(w->rows));
+  for (const kernels::WeightView* w : matrices) {
+    total += padded(std::max(kernels::repack_bytes(*w), w->row_bytes * static_cast<std::size_t>(w->rows)));
+  }
   HugePageBuffer buffer = HugePageBuffer::allocate(total);
   if (buffer.data() == nullptr) return;  // stays on the file mapping; the summary says so
   std::size_t at = 0;
   for (kernels::WeightView* w : matrices) {
     const std::size_t n = w->row_bytes * static_cast<std::size_t>(w->rows);
-    if (kernels::repack_bytes(*w) == n) {  // same bytes, another order
+    if (const std::size_t repacked = kernels::repack_bytes(*w); repacked > 0) {
       *w = kernels::repack_for_decode(*w, buffer.data() + at);
       ++repacked_matrices_;
+      at += padded(repacked);
     } else {
       std::memcpy(buffer.data() + at, w->data, n);
       w->data = buffer.data() + at;
+      at += padded(n);
     }
-    at += padded(n);
   }
   if (config_.tied_output) token_embd_ = output_;
   weights_ = std::move(buffer);
@@ -213,8 +216,8 @@ std::string Model::weight_memory_summary() const {
     s += (huge < 0 ? std::string("huge pages advised") : mib(static_cast<double>(huge)) + " in huge pages") + ")";
   }
   if (repacked_matrices_ > 0) {
-    s += "; " + std::to_string(repacked_matrices_) + (repacked_matrices_ == 1 ? " q8_0 matrix" : " q8_0 matrices") +
-         " interleaved by 16 rows for the AVX-512 kernel";
+    s += "; " + std::to_string(repacked_matrices_) + (repacked_matrices_ == 1 ? " matrix" : " matrices") +
+         " (q8_0, q4_K) interleaved by 16 rows for the AVX-512 kernels";
   }
   return s;
 }

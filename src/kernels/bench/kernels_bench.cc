@@ -150,12 +150,13 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
     std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
-    all.push_back(WeightType::kQ8_0x16);  // q8_0 repacked as a model load does on the AVX-512 path
+    all.push_back(WeightType::kQ8_0x16);  // q8_0 and q4_K repacked as a model load does on the AVX-512 path
+    all.push_back(WeightType::kQ4_Kx16);
     for (WeightType type : all) {
       if (!listed(types, weight_type_name(type))) continue;
       if (shape.cols % weight_block_elems(type) != 0) continue;
-      const bool repacked = type == WeightType::kQ8_0x16;
-      const WeightType stored = repacked ? WeightType::kQ8_0 : type;
+      const bool repacked = is_interleaved(type);
+      const WeightType stored = !repacked ? type : type == WeightType::kQ8_0x16 ? WeightType::kQ8_0 : WeightType::kQ4_K;
       const std::vector<std::uint8_t> bytes = fill_weights(stored, shape.rows, shape.cols);
       WeightView w{stored, bytes.data(), shape.rows, shape.cols, row_bytes_for(stored, shape.cols)};
       if (repacked && repack_bytes(w) == 0) continue;  // not this SIMD path, or not this shape
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
       // small matrices cycle through copies that together exceed the last-level cache. Each copy
       // starts on a cache line, as a loaded model's matrices do.
       const std::size_t n_copies = hot ? 1 : std::max<std::size_t>(1, kDecodeWorkingSetBytes / bytes.size());
-      std::vector<std::vector<std::uint8_t>> copies(n_copies, std::vector<std::uint8_t>(bytes.size() + 64));
+      std::vector<std::vector<std::uint8_t>> copies(n_copies, std::vector<std::uint8_t>((repacked ? repack_bytes(w) : bytes.size()) + 64));
       std::vector<WeightView> views(n_copies, w);
       for (std::size_t i = 0; i < n_copies; ++i) {
         auto* at = copies[i].data() + (64 - reinterpret_cast<std::uintptr_t>(copies[i].data()) % 64) % 64;

@@ -1,14 +1,17 @@
-// Q8_0 interleaved by 16 rows (q8_0x16.h): what repack_for_decode makes, on which path and shapes,
-// and that every path reads it exactly: dequantize gives the Q8_0 original's values bit for bit,
-// and matmul gives the scalar statement's results bit for bit at every token count (so a token's
-// result never depends on its batch), close to the GGUF-layout kernel's.
+// Q8_0 and Q4_K interleaved by 16 rows (interleaved16.h): what repack_for_decode makes, on which
+// path and shapes, and that every path reads it exactly: dequantize gives the values of the
+// original on the AVX-512 path bit for bit, and matmul gives the scalar statement's results bit for
+// bit at every token count (so a token's result never depends on its batch), close to the
+// GGUF-layout kernel's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/fp16.h"
@@ -41,7 +44,7 @@ Repacked repack(const WeightView& w) {
   return r;
 }
 
-class Q8_0x16 : public ::testing::Test {
+class Interleaved16 : public ::testing::TestWithParam<WeightType> {
  protected:
   void SetUp() override {
     // The layout is made only on the AVX-512 path; a CPU without it cannot run these.
@@ -64,50 +67,69 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
   }
 }
 
-TEST_F(Q8_0x16, MadeOnlyFromQ8_0OfWholeGroupsOnTheAvx512Path) {
-  const TestWeights q8 = make_test_weights(WeightType::kQ8_0, 32, 128, 1);
-  EXPECT_EQ(repack_bytes(q8.view), q8.bytes.size());
-  EXPECT_EQ(repack(q8.view).view.type, WeightType::kQ8_0x16);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ8_0, 24, 128, 2).view), 0u) << "rows not a multiple of 16";
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ8_0, 32, 96, 3).view), 0u) << "an odd number of blocks";
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 128, 4).view), 0u);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_0, 32, 128, 5).view), 0u);
+TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
+  const WeightType type = GetParam();
+  const bool q4k = type == WeightType::kQ4_K;
+  const std::int64_t cols = q4k ? 512 : 128;
+  const TestWeights w = make_test_weights(type, 32, cols, 1);
+  EXPECT_EQ(repack_bytes(w.view), q4k ? w.bytes.size() / 144 * 148 : w.bytes.size());
+  EXPECT_EQ(repack(w.view).view.type, q4k ? WeightType::kQ4_Kx16 : WeightType::kQ8_0x16);
+  EXPECT_EQ(repack(w.view).view.row_bytes, w.view.row_bytes);
+  EXPECT_EQ(repack_bytes(make_test_weights(type, 24, cols, 2).view), 0u) << "rows not a multiple of 16";
+  if (!q4k) {
+    EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 0u) << "an odd number of blocks";
+  }
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 512, 4).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_0, 32, 512, 5).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ6_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
-  EXPECT_EQ(repack_bytes(q8.view), 0u) << "only the AVX-512 kernel reads the layout at speed";
+  EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
 }
 
-TEST_F(Q8_0x16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
-  TestWeights q8 = make_test_weights(WeightType::kQ8_0, 48, 192, 11);
-  q8.bytes[2] = 0x80;  // -128: a byte the quantizer never writes, but a file may hold
-  q8.bytes[3] = 0x7f;
-  refresh_dequantized(q8);
-  const Repacked r = repack(q8.view);
-  for (SimdPath path : {SimdPath::kAvx512, SimdPath::kAvx2, SimdPath::kScalar}) {
-    if (!set_simd_path_for_testing(path)) continue;
-    SCOPED_TRACE(simd_path_name(path));
-    for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 48}, {5, 37}, {47, 48}}) {
-      std::vector<float> want(static_cast<std::size_t>((end - begin) * 192)), got(want.size());
-      dequantize_rows(q8.view, begin, end, want.data());
+// The extremes of each layout's stored bytes, in the first block of the first row: Q8_0's -128
+// (a byte the quantizer never writes, but a file may hold) and 127; Q4_K's scale and min 63, codes
+// 0 and 15.
+void put_extremes(TestWeights& w) {
+  if (w.view.type == WeightType::kQ8_0) {
+    w.bytes[2] = 0x80;
+    w.bytes[3] = 0x7f;
+  } else {
+    w.bytes[4] = 0xff;  // sub-block 0: scale 63 and the top bits of sub-block 4's scale
+    w.bytes[8] = 0xff;  // sub-block 0: min 63 ...
+    w.bytes[16] = 0xf0;  // codes 0 (sub-block 0) and 15 (sub-block 1)
+  }
+  refresh_dequantized(w);
+}
+
+TEST_P(Interleaved16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
+  const std::int64_t cols = GetParam() == WeightType::kQ4_K ? 512 : 192;
+  TestWeights w = make_test_weights(GetParam(), 48, cols, 11);
+  put_extremes(w);
+  const Repacked r = repack(w.view);
+  for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 48}, {5, 37}, {47, 48}}) {
+    ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx512));
+    std::vector<float> want(static_cast<std::size_t>((end - begin) * cols));
+    dequantize_rows(w.view, begin, end, want.data());
+    for (SimdPath path : {SimdPath::kAvx512, SimdPath::kAvx2, SimdPath::kScalar}) {
+      if (!set_simd_path_for_testing(path)) continue;
+      SCOPED_TRACE(simd_path_name(path));
+      std::vector<float> got(want.size());
       dequantize_rows(r.view, begin, end, got.data());
       expect_bits_equal(got, want, "dequantized value");
     }
   }
-  std::vector<float> first(192);
+  // And the values are the exact ones.
+  std::vector<float> first(static_cast<std::size_t>(cols));
   dequantize_rows(r.view, 0, 1, first.data());
-  std::uint16_t d;
-  std::memcpy(&d, q8.bytes.data(), 2);
-  EXPECT_EQ(first[0], -128.0f * f16_to_f32(d)) << "the -128 byte";
-  EXPECT_EQ(first[1], 127.0f * f16_to_f32(d));
-  EXPECT_EQ(first[0], q8.dequantized[0]);
+  for (std::int64_t c = 0; c < cols; ++c) EXPECT_NEAR(first[c], w.dequantized[c], 1e-6 * (1 + std::fabs(w.dequantized[c])));
 }
 
-TEST_F(Q8_0x16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
+TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   ThreadPool pool(2);
-  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, 64}, {48, 896}, {160, 256}}) {
-    TestWeights q8 = make_test_weights(WeightType::kQ8_0, rows, cols, static_cast<std::uint32_t>(rows + cols));
-    q8.bytes[2] = 0x80;  // extremes: -128 and 127 in the first block
-    q8.bytes[3] = 0x7f;
-    refresh_dequantized(q8);
+  const bool q4k = GetParam() == WeightType::kQ4_K;
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, q4k ? 256 : 64}, {48, q4k ? 2048 : 896}, {160, 256}}) {
+    TestWeights q8 = make_test_weights(GetParam(), rows, cols, static_cast<std::uint32_t>(rows + cols));
+    put_extremes(q8);
     const Repacked r = repack(q8.view);
     for (int n_tokens : {1, 2, 3, 7, 8, 9, 12, 17}) {
       SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " tokens " << n_tokens);
@@ -138,10 +160,10 @@ TEST_F(Q8_0x16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   }
 }
 
-TEST_F(Q8_0x16, SharesASplitWithOtherTypes) {
+TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
   ThreadPool pool(2);
   const std::int64_t cols = 1024;
-  const TestWeights q8 = make_test_weights(WeightType::kQ8_0, 4096, cols, 21);
+  const TestWeights q8 = make_test_weights(GetParam(), 4096, cols, 21);
   const TestWeights f16 = make_test_weights(WeightType::kF16, 1000, cols, 22);
   const Repacked r = repack(q8.view);
   const std::vector<float> x = random_floats(static_cast<std::size_t>(3 * cols), 23);
@@ -153,6 +175,9 @@ TEST_F(Q8_0x16, SharesASplitWithOtherTypes) {
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
   expect_bits_equal(y_q, run(r.view, x, 3, pool), "avx512 in matmul_many vs scalar");
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, Interleaved16, ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_K),
+                         [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace
 }  // namespace kvstash::kernels

@@ -1,0 +1,133 @@
+// Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
+// read, made from GGUF Q8_0 and Q4_K matrices when the weights are copied at load (kernels.h
+// repack_for_decode). Never stored in a file.
+//
+// Why: in the GGUF layouts each row's blocks carry their own scales, so the kernels spent most of
+// their instructions per block on fetching and converting one row's scales and lining blocks up in
+// a register (Q8_0: about 17 instructions per row and pair of blocks), and decode at batch 1 and
+// small batches was compute-bound. Here one 32-bit lane of a register is one row: 32 weights of 16
+// rows are 8 registers of 4 weights per row, each multiplied by the token's 4 activations broadcast
+// (one VNNI instruction per 64 weights); the 16 rows' scales are one load, and each row's exact
+// integer sum per 32 weights is converted and scaled once.
+//
+// Q8_0 as kQ8_0x16:
+// Layout of a matrix of R rows (R % 16 == 0) by C columns (C % 64 == 0), B = C / 32 blocks per row;
+// the same bytes as the GGUF matrix (16 rows x B blocks x 34 bytes per group), reordered:
+//   group g (rows 16g..16g+15) starts at g * 16 * row_bytes, row_bytes = 34 B;
+//   unit u of the group (blocks 2u, 2u+1) starts at 1088 u within the group:
+//     bytes    0- 31  the f16 scales of block 2u, row 16g + l at 2 l;
+//     bytes   32- 63  the same for block 2u + 1;
+//     bytes  64-575   block 2u's weights: 8 chunks k of 64 bytes, chunk k holding weights 4k..4k+3
+//                     of row 16g + l at 4 l, each stored + 128 (as an unsigned byte: VNNI multiplies
+//                     unsigned by signed bytes);
+//     bytes 576-1087  the same for block 2u + 1.
+// Every group and unit is a multiple of 64 bytes (1088 = 17 x 64), so every 64-byte chunk is one
+// aligned cache line when the matrix starts on one.
+//
+// Q4_K as kQ4_Kx16: rows % 16 == 0, C % 256 == 0; group g starts at g * (C / 256) * 2368, and its
+// super-block s (weights 256 s .. 256 s + 255 of each row) at 2368 s within the group:
+//     bytes    0- 31  d of row 16g + l at 2 l (f16);      bytes 32-63  dmin, the same;
+//     bytes   64-191  the 6-bit scale of sub-block j (32 weights) of row l at 64 + 16 j + l (a byte);
+//     bytes  192-319  the 6-bit min, the same at 192 + 16 j + l;
+//     bytes 320-2367  the codes: pair p (sub-blocks 2p, 2p+1), chunk k at 320 + 512 p + 64 k holds
+//                     row l's GGUF qs bytes 32 p + 4 k .. + 3 at 4 l: their low nibbles are weights
+//                     4k..4k+3 of sub-block 2p, their high nibbles those of sub-block 2p + 1.
+//   w = d sc u - dmin m. The scales and mins as bytes make it 148 bytes per row and super-block
+//   instead of 144 (+2.8%): unpacking the 6-bit fields per row in vector code cost more than the
+//   bytes.
+//
+// Every path computes a row's dot product the same way, per 32 weights in order:
+//   Q8_0: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of (w + 128 - 128) * x_q;
+//   Q4_K: acc = fma(isum, (d * sc) * d_x, acc), then acc = fma(-xsum, (dmin * m) * d_x, acc),
+//         isum the exact sum of u * x_q and xsum the sum of the 32 x_q;
+// each product rounded once, left to right. So the scalar statement (kernels_scalar.cc) and the
+// AVX-512 kernels agree bit for bit, and a token's result does not depend on the other tokens of
+// its batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace kvstash::kernels::q8x16 {
+
+inline constexpr std::int64_t kGroupRows = 16;
+inline constexpr std::size_t kUnitBytes = 1088;  // two blocks of 16 rows
+inline constexpr std::size_t kScalesBytes = 64;  // both blocks' scales
+inline constexpr std::size_t kBlockWeightBytes = 512;
+
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 64 == 0;
+}
+
+inline std::size_t group_bytes(std::int64_t cols) {
+  return static_cast<std::size_t>(cols / 64) * kUnitBytes;
+}
+
+// Where the f16 scale of block b of row r is, and the stored (+128) weight c of row r.
+inline std::size_t scale_offset(std::int64_t cols, std::int64_t r, std::int64_t b) {
+  return static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(b / 2) * kUnitBytes +
+         static_cast<std::size_t>(b % 2) * 32 + static_cast<std::size_t>(r % kGroupRows) * 2;
+}
+
+inline std::uint16_t scale_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  std::uint16_t h;
+  std::memcpy(&h, data + scale_offset(cols, r, b), 2);
+  return h;
+}
+
+inline std::size_t weight_offset(std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::int64_t b = c / 32, k = (c % 32) / 4;
+  return static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(b / 2) * kUnitBytes +
+         kScalesBytes + static_cast<std::size_t>(b % 2) * kBlockWeightBytes + static_cast<std::size_t>(k) * 64 +
+         static_cast<std::size_t>(r % kGroupRows) * 4 + static_cast<std::size_t>(c % 4);
+}
+
+// The signed Q8_0 value of weight c of row r.
+inline int weight(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  return static_cast<int>(data[weight_offset(cols, r, c)]) - 128;
+}
+
+// Q4_K as kQ4_Kx16.
+namespace q4k {
+inline constexpr std::size_t kSuperBlockBytes = 2368;  // 16 rows x 256 weights
+inline constexpr std::size_t kScales = 64, kMins = 192, kCodes = 320;
+
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
+}
+inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+
+// Row r's fields in super-block s: d, dmin (f16 bits), and sub-block j's scale and min.
+struct RowFields {
+  std::uint16_t d, dmin;
+  int sc[8], m[8];
+};
+inline RowFields fields(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  const std::uint8_t* sb = data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) +
+                           static_cast<std::size_t>(s) * kSuperBlockBytes;
+  const int l = static_cast<int>(r % kGroupRows);
+  RowFields f;
+  std::memcpy(&f.d, sb + 2 * l, 2);
+  std::memcpy(&f.dmin, sb + 32 + 2 * l, 2);
+  for (int j = 0; j < 8; ++j) {
+    f.sc[j] = sb[kScales + 16 * j + l];
+    f.m[j] = sb[kMins + 16 * j + l];
+  }
+  return f;
+}
+
+// The 4-bit code of weight c of row r.
+inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::int64_t s = c / 256, j = (c % 256) / 32, k = (c % 32) / 4;
+  const std::uint8_t byte = data[static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) +
+                                 static_cast<std::size_t>(s) * kSuperBlockBytes + kCodes +
+                                 static_cast<std::size_t>(j / 2) * 512 + static_cast<std::size_t>(k) * 64 +
+                                 static_cast<std::size_t>(r % kGroupRows) * 4 + static_cast<std::size_t>(c % 4)];
+  return j % 2 == 0 ? byte & 15 : byte >> 4;
+}
+}  // namespace q4k
+
+}  // namespace kvstash::kernels::q8x16
