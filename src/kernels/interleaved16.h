@@ -36,10 +36,24 @@
 //   instead of 144 (+2.8%): unpacking the 6-bit fields per row in vector code cost more than the
 //   bytes.
 //
+// Q6_K as kQ6_Kx16: rows % 16 == 0, C % 256 == 0; super-block s of group g at 3392 s within the
+// group (g * (C / 256) * 3392):
+//     bytes    0-  31  d of row l at 2 l (f16);
+//     bytes   32- 287  the int8 scale of 16-weight group q (0-15) of row l at 32 + 16 q + l;
+//     bytes  288- 319  zero (so that the codes start on a cache line: 212 bytes per row and
+//                      super-block instead of 210, +1%);
+//     bytes  320-2367  ql: half h, byte offset jj (0, 1), chunk k at 320 + 512 (2h + jj) + 64 k holds
+//                      row l's ql bytes 64 h + 32 jj + 4 k .. + 3 at 4 l (low nibbles: slice 4h + jj,
+//                      high: slice 4h + jj + 2);
+//     bytes 2368-3391  qh: half h, chunk k at 2368 + 512 h + 64 k holds row l's qh bytes
+//                      32 h + 4 k .. + 3 at 4 l (bits 2j, 2j+1: slice 4h + j's top two bits).
+//   w = d sc (u - 32), u = low nibble | top bits << 4.
+//
 // Every path computes a row's dot product the same way, per 32 weights in order:
 //   Q8_0: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of (w + 128 - 128) * x_q;
 //   Q4_K: acc = fma(isum, (d * sc) * d_x, acc), then acc = fma(-xsum, (dmin * m) * d_x, acc),
 //         isum the exact sum of u * x_q and xsum the sum of the 32 x_q;
+//   Q6_K: per 16 weights acc = fma(isum, (d * sc) * d_x, acc), isum the exact sum of (u - 32) * x_q;
 // each product rounded once, left to right. So the scalar statement (kernels_scalar.cc) and the
 // AVX-512 kernels agree bit for bit, and a token's result does not depend on the other tokens of
 // its batch.
@@ -129,5 +143,38 @@ inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std
   return j % 2 == 0 ? byte & 15 : byte >> 4;
 }
 }  // namespace q4k
+
+// Q6_K as kQ6_Kx16.
+namespace q6k {
+inline constexpr std::size_t kSuperBlockBytes = 3392;
+inline constexpr std::size_t kScales = 32, kLow = 320, kHigh = 2368;
+
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
+}
+inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+
+inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
+}
+inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  std::uint16_t h;
+  std::memcpy(&h, super_block(data, cols, r, s) + 2 * (r % kGroupRows), 2);
+  return h;
+}
+// The scale of the 16 weights around weight c of row r.
+inline int scale(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  return static_cast<std::int8_t>(super_block(data, cols, r, c / 256)[kScales + 16 * ((c % 256) / 16) + r % kGroupRows]);
+}
+// The 6-bit code u of weight c of row r.
+inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::uint8_t* sb = super_block(data, cols, r, c / 256);
+  const int slice = static_cast<int>((c % 256) / 32), h = slice / 4, j = slice % 4, k = static_cast<int>((c % 32) / 4);
+  const std::size_t lane = static_cast<std::size_t>(r % kGroupRows) * 4 + static_cast<std::size_t>(c % 4);
+  const std::uint8_t low = sb[kLow + static_cast<std::size_t>(2 * h + j % 2) * 512 + static_cast<std::size_t>(k) * 64 + lane];
+  const std::uint8_t high = sb[kHigh + static_cast<std::size_t>(h) * 512 + static_cast<std::size_t>(k) * 64 + lane];
+  return (j < 2 ? low & 15 : low >> 4) | ((high >> (2 * j)) & 3) << 4;
+}
+}  // namespace q6k
 
 }  // namespace kvstash::kernels::q8x16

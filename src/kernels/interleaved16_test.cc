@@ -67,32 +67,45 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
   }
 }
 
+bool k_type(WeightType type) { return type != WeightType::kQ8_0; }
+
 TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   const WeightType type = GetParam();
-  const bool q4k = type == WeightType::kQ4_K;
-  const std::int64_t cols = q4k ? 512 : 128;
+  const std::int64_t cols = k_type(type) ? 512 : 128;
   const TestWeights w = make_test_weights(type, 32, cols, 1);
-  EXPECT_EQ(repack_bytes(w.view), q4k ? w.bytes.size() / 144 * 148 : w.bytes.size());
-  EXPECT_EQ(repack(w.view).view.type, q4k ? WeightType::kQ4_Kx16 : WeightType::kQ8_0x16);
+  const std::size_t want_bytes = type == WeightType::kQ4_K   ? w.bytes.size() / 144 * 148
+                                 : type == WeightType::kQ6_K ? w.bytes.size() / 210 * 212
+                                                             : w.bytes.size();
+  EXPECT_EQ(repack_bytes(w.view), want_bytes);
+  const WeightType made = type == WeightType::kQ4_K   ? WeightType::kQ4_Kx16
+                          : type == WeightType::kQ6_K ? WeightType::kQ6_Kx16
+                                                      : WeightType::kQ8_0x16;
+  EXPECT_EQ(repack(w.view).view.type, made);
   EXPECT_EQ(repack(w.view).view.row_bytes, w.view.row_bytes);
   EXPECT_EQ(repack_bytes(make_test_weights(type, 24, cols, 2).view), 0u) << "rows not a multiple of 16";
-  if (!q4k) {
+  if (!k_type(type)) {
     EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 0u) << "an odd number of blocks";
   }
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_0, 32, 512, 5).view), 0u);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ6_K, 32, 512, 5).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ5_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
   EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
 }
 
 // The extremes of each layout's stored bytes, in the first block of the first row: Q8_0's -128
 // (a byte the quantizer never writes, but a file may hold) and 127; Q4_K's scale and min 63, codes
-// 0 and 15.
+// 0 and 15; Q6_K's scales -128 and 127, codes 0 and 63.
 void put_extremes(TestWeights& w) {
   if (w.view.type == WeightType::kQ8_0) {
     w.bytes[2] = 0x80;
     w.bytes[3] = 0x7f;
+  } else if (w.view.type == WeightType::kQ6_K) {
+    w.bytes[192] = 0x80;  // group 0's scale -128
+    w.bytes[193] = 0x7f;  // group 1's 127
+    w.bytes[0] = 0x00;    // ql byte 0: slices 0 and 2, weight 0: low bits 0
+    w.bytes[128] = 0x0c;  // qh byte 0: slice 0's top bits 0, slice 1's 3
+    w.bytes[32] = 0xff;   // ql byte 32: slice 1 (and 3), weight 0: 15 | 3 << 4 = 63
   } else {
     w.bytes[4] = 0xff;  // sub-block 0: scale 63 and the top bits of sub-block 4's scale
     w.bytes[8] = 0xff;  // sub-block 0: min 63 ...
@@ -102,7 +115,7 @@ void put_extremes(TestWeights& w) {
 }
 
 TEST_P(Interleaved16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
-  const std::int64_t cols = GetParam() == WeightType::kQ4_K ? 512 : 192;
+  const std::int64_t cols = k_type(GetParam()) ? 512 : 192;
   TestWeights w = make_test_weights(GetParam(), 48, cols, 11);
   put_extremes(w);
   const Repacked r = repack(w.view);
@@ -126,8 +139,8 @@ TEST_P(Interleaved16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
 
 TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   ThreadPool pool(2);
-  const bool q4k = GetParam() == WeightType::kQ4_K;
-  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, q4k ? 256 : 64}, {48, q4k ? 2048 : 896}, {160, 256}}) {
+  const bool k = k_type(GetParam());
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, k ? 256 : 64}, {48, k ? 2048 : 896}, {160, 256}}) {
     TestWeights q8 = make_test_weights(GetParam(), rows, cols, static_cast<std::uint32_t>(rows + cols));
     put_extremes(q8);
     const Repacked r = repack(q8.view);
@@ -176,7 +189,7 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
   expect_bits_equal(y_q, run(r.view, x, 3, pool), "avx512 in matmul_many vs scalar");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Interleaved16, ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_K),
+INSTANTIATE_TEST_SUITE_P(Types, Interleaved16, ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace

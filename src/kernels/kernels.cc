@@ -26,6 +26,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ3_K, "q3_K", 256, 110}, {WeightType::kQ4_K, "q4_K", 256, 144}, {WeightType::kQ5_K, "q5_K", 256, 176},
     {WeightType::kQ6_K, "q6_K", 256, 210}, {WeightType::kQ8_0x16, "q8_0x16", 32, 34},
     {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
+    {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -51,6 +52,9 @@ std::size_t repack_bytes(const WeightView& w) {
   if (w.type == WeightType::kQ8_0 && q8x16::fits(w.rows, w.cols)) return w.row_bytes * static_cast<std::size_t>(w.rows);
   if (w.type == WeightType::kQ4_K && q8x16::q4k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.cols);
+  }
+  if (w.type == WeightType::kQ6_K && q8x16::q6k::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q6k::group_bytes(w.cols);
   }
   return 0;
 }
@@ -111,6 +115,34 @@ void repack_q4_k(const WeightView& w, std::uint8_t* out) {
   }
 }
 
+// Q6_K super-blocks (210 bytes: ql[128], qh[64], int8 scales[16], d) of 16 rows at a time into
+// interleaved16.h's 3392 bytes.
+void repack_q6_k(const WeightView& w, std::uint8_t* out) {
+  namespace q6k = q8x16::q6k;
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  constexpr std::size_t kBlock = 210;
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
+    for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+      std::memset(out, 0, q6k::kSuperBlockBytes);
+      for (int l = 0; l < q8x16::kGroupRows; ++l) {
+        const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(s) * kBlock;
+        std::memcpy(out + 2 * l, block + 208, 2);
+        for (int q = 0; q < 16; ++q) out[q6k::kScales + 16 * q + l] = block[192 + q];
+        for (int h = 0; h < 2; ++h) {
+          for (int k = 0; k < 8; ++k) {
+            for (int jj = 0; jj < 2; ++jj) {
+              std::memcpy(out + q6k::kLow + (2 * h + jj) * 512 + k * 64 + l * 4, block + 64 * h + 32 * jj + 4 * k, 4);
+            }
+            std::memcpy(out + q6k::kHigh + h * 512 + k * 64 + l * 4, block + 128 + 32 * h + 4 * k, 4);
+          }
+        }
+      }
+      out += q6k::kSuperBlockBytes;
+    }
+  }
+}
+
 }  // namespace
 
 WeightView repack_for_decode(const WeightView& w, void* dst) {
@@ -120,9 +152,12 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   if (w.type == WeightType::kQ8_0) {
     repack_q8_0(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ8_0x16;
-  } else {
+  } else if (w.type == WeightType::kQ4_K) {
     repack_q4_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ4_Kx16;
+  } else {
+    repack_q6_k(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kQ6_Kx16;
   }
   return v;
 }

@@ -119,6 +119,20 @@ float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
+// Row r of a kQ6_Kx16 matrix, exactly as interleaved16.h states every path computes it.
+float q6_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float acc = 0.0f;
+  for (std::int64_t c0 = 0; c0 < w.cols; c0 += 16) {
+    std::int32_t isum = 0;
+    for (std::int64_t c = c0; c < c0 + 16; ++c) isum += (q8x16::q6k::code(data, w.cols, r, c) - 32) * x_values[c];
+    const float d = f16_to_f32(q8x16::q6k::d_bits(data, w.cols, r, c0 / 256));
+    const float scale = d * static_cast<float>(q8x16::q6k::scale(data, w.cols, r, c0)) * x_scales[c0 / 32];
+    acc = std::fma(static_cast<float>(isum), scale, acc);
+  }
+  return acc;
+}
+
 void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                         std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
@@ -128,8 +142,9 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       for (int t = 0; t < n_tokens; ++t) {
         const float* xs = xq.scales + t * blocks;
         const std::int8_t* xv = xq.values + t * w.cols;
-        y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv)
-                                                             : q4_kx16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks);
+        y[t * y_stride + r] = w.type == WeightType::kQ8_0x16   ? q8_0x16_row_dot(w, r, xs, xv)
+                              : w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks)
+                                                               : q6_kx16_row_dot(w, r, xs, xv);
       }
     }
     return;
@@ -159,6 +174,17 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
       for (std::int64_t c = 0; c < w.cols; ++c) {
         o[c] = f16_to_f32(q8x16::scale_bits(base, w.cols, r, c / kQ8_0BlockElems)) *
                static_cast<float>(q8x16::weight(base, w.cols, r, c));
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kQ6_Kx16) {  // (d sc) u - (d sc) 32 with one rounding, as the SIMD dequantizers
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        const float scale = f16_to_f32(q8x16::q6k::d_bits(base, w.cols, r, c / 256)) *
+                            static_cast<float>(q8x16::q6k::scale(base, w.cols, r, c));
+        o[c] = std::fma(scale, static_cast<float>(q8x16::q6k::code(base, w.cols, r, c)), -(scale * 32.0f));
       }
     }
     return;

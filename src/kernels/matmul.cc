@@ -137,7 +137,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
   thread_local std::vector<float> lane_sums, group_sums;
-  thread_local std::vector<std::int32_t> block_sums;
+  thread_local std::vector<std::int32_t> block_sums, sixteen_sums;
   bool any_quantized = false, any_slice_form = false, any_interleaved = false;
   for (const WeightView& w : ws) {
     any_quantized = any_quantized || is_quantized(w.type);
@@ -168,13 +168,18 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
       xq.group_sums = group_sums.data();
     }
     if (any_interleaved) {
+      sixteen_sums.resize(static_cast<std::size_t>(n / 16));
+      for (std::int64_t i = 0; i < n / 16; ++i) {
+        std::int32_t sum = 0;
+        for (int k = 0; k < 16; ++k) sum += values[static_cast<std::size_t>(i * 16 + k)];
+        sixteen_sums[static_cast<std::size_t>(i)] = sum;
+      }
       block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
       for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-        std::int32_t sum = 0;
-        for (int i = 0; i < kQ8_0BlockElems; ++i) sum += values[static_cast<std::size_t>(b * kQ8_0BlockElems + i)];
-        block_sums[static_cast<std::size_t>(b)] = sum;
+        block_sums[static_cast<std::size_t>(b)] = sixteen_sums[static_cast<std::size_t>(2 * b)] + sixteen_sums[static_cast<std::size_t>(2 * b + 1)];
       }
       xq.block_sums = block_sums.data();
+      xq.sixteen_sums = sixteen_sums.data();
     }
   }
   assert(ws.size() <= ChunkLayout::kMaxMatrices);

@@ -171,7 +171,8 @@ void reference_dequantize_block(WeightType type, const std::uint8_t* block, doub
     case WeightType::kQ5_K: return q4_k_or_q5_k(block, true, out);
     case WeightType::kQ6_K: return q6_k(block, out);
     case WeightType::kQ8_0x16:
-    case WeightType::kQ4_Kx16: break;  // not a block layout (interleaved16.h): its rows are compared via dequantize_rows
+    case WeightType::kQ4_Kx16:
+    case WeightType::kQ6_Kx16: break;  // not a block layout (interleaved16.h): its rows are compared via dequantize_rows
   }
 }
 

@@ -32,8 +32,9 @@ struct QuantizedActivations {
   const std::int8_t* values = nullptr;  // [n_tokens * cols]
   const float* lane_sums = nullptr;  // [n_tokens * cols / 4]; only for slice-form weights
   const float* group_sums = nullptr;  // [n_tokens * cols / 16]: the same per 16 values (K types' mins)
-  const std::int32_t* block_sums = nullptr;  // [n_tokens * blocks_per_row]: sum of each block's values
-                                             // (only for the interleaved types)
+  // Only for the interleaved types: the sum of each block's values, and of each 16 values.
+  const std::int32_t* block_sums = nullptr;   // [n_tokens * blocks_per_row]
+  const std::int32_t* sixteen_sums = nullptr;  // [n_tokens * cols / 16]
 };
 
 struct KernelTable {
