@@ -49,8 +49,20 @@
 //                      32 h + 4 k .. + 3 at 4 l (bits 2j, 2j+1: slice 4h + j's top two bits).
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
+// Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,
+// unit u (blocks 2u, 2u+1) at U u within it, U = 576 (Q4_0) or 704 (Q5_0):
+//     bytes   0- 63  the f16 d of block 2u + j of row l at 32 j + 2 l;
+//     Q5_0 only, bytes 64-191: the fifth bits of block 2u + j as 8 masks of 64 bits at 64 + 64 j + 8 m:
+//                    mask m = 4 h + k has bit 4 l + i set when weight 16 h + 4 k + i of row l has its
+//                    fifth bit (the bytes of code register m below that get + 16);
+//     then the codes of block 2u + j (256 bytes each): chunk k (0-3) at 64 k holds row l's qs bytes
+//                    4k..4k+3 at 4 l (low nibbles: weights 4k..4k+3, high: 16+4k..16+4k+3).
+//   w = d (u - 8) (Q4_0), d (u - 16) (Q5_0). The same bytes as the GGUF blocks (16 x 18 x 2 = 576,
+//   16 x 22 x 2 = 704), reordered.
+//
 // Every path computes a row's dot product the same way, per 32 weights in order:
 //   Q8_0: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of (w + 128 - 128) * x_q;
+//   Q4_0, Q5_0: the same with isum the exact sum of (u - 8) x_q, (u - 16) x_q;
 //   Q4_K: acc = fma(isum, (d * sc) * d_x, acc), then acc = fma(-xsum, (dmin * m) * d_x, acc),
 //         isum the exact sum of u * x_q and xsum the sum of the 32 x_q;
 //   Q6_K: per 16 weights acc = fma(isum, (d * sc) * d_x, acc), isum the exact sum of (u - 32) * x_q;
@@ -143,6 +155,37 @@ inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std
   return j % 2 == 0 ? byte & 15 : byte >> 4;
 }
 }  // namespace q4k
+
+// Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16.
+namespace b32 {
+inline constexpr std::size_t kScalesBytes = 64;
+inline std::size_t unit_bytes(bool fifth_bit) { return fifth_bit ? 704 : 576; }
+inline std::size_t codes_at(bool fifth_bit) { return fifth_bit ? 192 : 64; }
+inline std::size_t group_bytes(bool fifth_bit, std::int64_t cols) { return static_cast<std::size_t>(cols / 64) * unit_bytes(fifth_bit); }
+
+inline const std::uint8_t* unit(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(fifth_bit, cols) +
+         static_cast<std::size_t>(b / 2) * unit_bytes(fifth_bit);
+}
+inline std::uint16_t d_bits(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  std::uint16_t h;
+  std::memcpy(&h, unit(data, fifth_bit, cols, r, b) + 32 * (b % 2) + 2 * (r % kGroupRows), 2);
+  return h;
+}
+// The code u (4 or 5 bits) of weight c of row r.
+inline int code(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::int64_t b = c / 32, w = c % 32, half = w / 16, k = (w % 16) / 4, i = w % 4, l = r % kGroupRows;
+  const std::uint8_t* u = unit(data, fifth_bit, cols, r, b);
+  const std::uint8_t byte = u[codes_at(fifth_bit) + static_cast<std::size_t>(b % 2) * 256 + static_cast<std::size_t>(k * 64 + l * 4 + i)];
+  int v = half == 0 ? byte & 15 : byte >> 4;
+  if (fifth_bit) {
+    std::uint64_t mask;
+    std::memcpy(&mask, u + 64 + 64 * (b % 2) + 8 * (4 * half + k), 8);
+    v |= static_cast<int>((mask >> (4 * l + i)) & 1) << 4;
+  }
+  return v;
+}
+}  // namespace b32
 
 // Q6_K as kQ6_Kx16.
 namespace q6k {

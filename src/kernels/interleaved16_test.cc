@@ -67,7 +67,7 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
   }
 }
 
-bool k_type(WeightType type) { return type != WeightType::kQ8_0; }
+bool k_type(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
 
 TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   const WeightType type = GetParam();
@@ -79,6 +79,8 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   EXPECT_EQ(repack_bytes(w.view), want_bytes);
   const WeightType made = type == WeightType::kQ4_K   ? WeightType::kQ4_Kx16
                           : type == WeightType::kQ6_K ? WeightType::kQ6_Kx16
+                          : type == WeightType::kQ4_0 ? WeightType::kQ4_0x16
+                          : type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
                                                       : WeightType::kQ8_0x16;
   EXPECT_EQ(repack(w.view).view.type, made);
   EXPECT_EQ(repack(w.view).view.row_bytes, w.view.row_bytes);
@@ -87,7 +89,7 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
     EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 0u) << "an odd number of blocks";
   }
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 512, 4).view), 0u);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_0, 32, 512, 5).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_1, 32, 512, 5).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ5_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
   EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
@@ -100,6 +102,12 @@ void put_extremes(TestWeights& w) {
   if (w.view.type == WeightType::kQ8_0) {
     w.bytes[2] = 0x80;
     w.bytes[3] = 0x7f;
+  } else if (w.view.type == WeightType::kQ4_0) {
+    w.bytes[2] = 0xf0;  // weight 0: code 0; weight 16: code 15
+  } else if (w.view.type == WeightType::kQ5_0) {
+    w.bytes[2] = 0x01;  // qh: weight 0 has its fifth bit, weight 31 (bit 31) has not
+    w.bytes[5] = 0x00;
+    w.bytes[6] = 0x0f;  // weight 0: code 15 | 16 = 31; weight 16: code 0
   } else if (w.view.type == WeightType::kQ6_K) {
     w.bytes[192] = 0x80;  // group 0's scale -128
     w.bytes[193] = 0x7f;  // group 1's 127
@@ -189,7 +197,8 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
   expect_bits_equal(y_q, run(r.view, x, 3, pool), "avx512 in matmul_many vs scalar");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Interleaved16, ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, Interleaved16,
+                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ6_K),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace

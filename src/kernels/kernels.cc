@@ -26,7 +26,8 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ3_K, "q3_K", 256, 110}, {WeightType::kQ4_K, "q4_K", 256, 144}, {WeightType::kQ5_K, "q5_K", 256, 176},
     {WeightType::kQ6_K, "q6_K", 256, 210}, {WeightType::kQ8_0x16, "q8_0x16", 32, 34},
     {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
-    {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210},
+    {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210}, {WeightType::kQ4_0x16, "q4_0x16", 32, 18},
+    {WeightType::kQ5_0x16, "q5_0x16", 32, 22},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -49,7 +50,9 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
 
 std::size_t repack_bytes(const WeightView& w) {
   if (active_kernels().path != SimdPath::kAvx512) return 0;
-  if (w.type == WeightType::kQ8_0 && q8x16::fits(w.rows, w.cols)) return w.row_bytes * static_cast<std::size_t>(w.rows);
+  if ((w.type == WeightType::kQ8_0 || w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) && q8x16::fits(w.rows, w.cols)) {
+    return w.row_bytes * static_cast<std::size_t>(w.rows);
+  }
   if (w.type == WeightType::kQ4_K && q8x16::q4k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.cols);
   }
@@ -143,6 +146,38 @@ void repack_q6_k(const WeightView& w, std::uint8_t* out) {
   }
 }
 
+// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh u32, qs[16]) blocks, two at a time for 16
+// rows, into interleaved16.h's units of 576 or 704 bytes.
+void repack_block32(const WeightView& w, bool fifth_bit, std::uint8_t* out) {
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  const std::size_t block_bytes = fifth_bit ? 22 : 18, qs = fifth_bit ? 6 : 2;
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
+    for (std::int64_t u = 0; u < w.cols / 64; ++u) {
+      std::memset(out, 0, q8x16::b32::unit_bytes(fifth_bit));
+      for (int j = 0; j < 2; ++j) {
+        std::uint8_t* codes = out + q8x16::b32::codes_at(fifth_bit) + 256 * j;
+        for (int l = 0; l < q8x16::kGroupRows; ++l) {
+          const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(2 * u + j) * block_bytes;
+          std::memcpy(out + 32 * j + 2 * l, block, 2);
+          for (int k = 0; k < 4; ++k) std::memcpy(codes + 64 * k + 4 * l, block + qs + 4 * k, 4);
+          if (fifth_bit) {
+            std::uint32_t qh;
+            std::memcpy(&qh, block + 2, 4);
+            for (int m = 0; m < 8; ++m) {  // mask m = 4 half + k: weights 16 half + 4k + i
+              std::uint64_t mask;
+              std::memcpy(&mask, out + 64 + 64 * j + 8 * m, 8);
+              for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((qh >> (16 * (m / 4) + 4 * (m % 4) + i)) & 1) << (4 * l + i);
+              std::memcpy(out + 64 + 64 * j + 8 * m, &mask, 8);
+            }
+          }
+        }
+      }
+      out += q8x16::b32::unit_bytes(fifth_bit);
+    }
+  }
+}
+
 }  // namespace
 
 WeightView repack_for_decode(const WeightView& w, void* dst) {
@@ -152,6 +187,9 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   if (w.type == WeightType::kQ8_0) {
     repack_q8_0(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ8_0x16;
+  } else if (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) {
+    repack_block32(w, w.type == WeightType::kQ5_0, static_cast<std::uint8_t*>(dst));
+    v.type = w.type == WeightType::kQ5_0 ? WeightType::kQ5_0x16 : WeightType::kQ4_0x16;
   } else if (w.type == WeightType::kQ4_K) {
     repack_q4_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ4_Kx16;

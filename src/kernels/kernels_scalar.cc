@@ -133,6 +133,21 @@ float q6_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
+// Row r of a kQ4_0x16 / kQ5_0x16 matrix, exactly as interleaved16.h states every path computes it.
+float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  const bool fifth = w.type == WeightType::kQ5_0x16;
+  const int offset = fifth ? 16 : 8;
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < w.cols / 32; ++b) {
+    std::int32_t isum = 0;
+    for (int c = 0; c < 32; ++c) isum += (q8x16::b32::code(data, fifth, w.cols, r, b * 32 + c) - offset) * x_values[b * 32 + c];
+    const float scale = f16_to_f32(q8x16::b32::d_bits(data, fifth, w.cols, r, b)) * x_scales[b];
+    acc = std::fma(static_cast<float>(isum), scale, acc);
+  }
+  return acc;
+}
+
 void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                         std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
@@ -144,7 +159,8 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
         const std::int8_t* xv = xq.values + t * w.cols;
         y[t * y_stride + r] = w.type == WeightType::kQ8_0x16   ? q8_0x16_row_dot(w, r, xs, xv)
                               : w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks)
-                                                               : q6_kx16_row_dot(w, r, xs, xv);
+                              : w.type == WeightType::kQ6_Kx16 ? q6_kx16_row_dot(w, r, xs, xv)
+                                                               : block32x16_row_dot(w, r, xs, xv);
       }
     }
     return;
@@ -174,6 +190,17 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
       for (std::int64_t c = 0; c < w.cols; ++c) {
         o[c] = f16_to_f32(q8x16::scale_bits(base, w.cols, r, c / kQ8_0BlockElems)) *
                static_cast<float>(q8x16::weight(base, w.cols, r, c));
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kQ4_0x16 || w.type == WeightType::kQ5_0x16) {  // d u - d offset, one rounding
+    const bool fifth = w.type == WeightType::kQ5_0x16;
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        const float d = f16_to_f32(q8x16::b32::d_bits(base, fifth, w.cols, r, c / 32));
+        o[c] = std::fma(d, static_cast<float>(q8x16::b32::code(base, fifth, w.cols, r, c)), -(d * (fifth ? 16.0f : 8.0f)));
       }
     }
     return;

@@ -495,6 +495,64 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// kQ4_0x16 / kQ5_0x16 (interleaved16.h): one group of 16 rows against T tokens, two blocks per
+// unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15, high: 16-31);
+// Q5_0 adds 16 where its stored 64-bit masks say. Per token, 8 VNNI steps from -offset x the
+// block's activation sum give the exact sum of (u - offset) x, scaled by d d_x.
+template <bool kFifth, int T>
+void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                     const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  constexpr std::size_t kUnit = kFifth ? 704 : 576, kCodes = kFifth ? 192 : 64;
+  constexpr int kOffset = kFifth ? 16 : 8;
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::int64_t un = 0; un < blocks / 2; ++un) {
+    const std::uint8_t* unit = group + un * kUnit;
+    if (prefetch_at != nullptr) prefetch_span(prefetch_at + un * kUnit, kUnit);
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t b = 2 * un + j;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32 * j)));
+      const std::uint8_t* codes = unit + kCodes + 256 * j;
+      __m512i u[8];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i c = _mm512_loadu_si512(codes + 64 * k);
+        u[k] = _mm512_and_si512(c, low4);
+        u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+      }
+      if constexpr (kFifth) {
+#pragma GCC unroll 8
+        for (int m = 0; m < 8; ++m) {
+          std::uint64_t bits;
+          std::memcpy(&bits, unit + 64 + 64 * j + 8 * m, 8);
+          u[m] = _mm512_mask_add_epi8(u[m], _cvtu64_mask64(bits), u[m], sixteen);
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
+        __m512i low = _mm512_set1_epi32(-kOffset * x_sums[t * blocks + b]), high = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          std::int32_t x0, x1;
+          std::memcpy(&x0, xb + k * 4, 4);
+          std::memcpy(&x1, xb + 16 + k * 4, 4);
+          low = _mm512_dpbusd_epi32(low, u[k], _mm512_set1_epi32(x0));
+          high = _mm512_dpbusd_epi32(high, u[k + 4], _mm512_set1_epi32(x1));
+        }
+        const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[t * blocks + b]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(low, high)), scale, acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
 // pass over a group prefetches the group ahead, as the other tiles do.
 template <WeightType kType>
@@ -504,6 +562,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   const std::size_t group_bytes = kType == WeightType::kQ4_Kx16   ? q8x16::q4k::group_bytes(w.cols)
                                   : kType == WeightType::kQ6_Kx16 ? q8x16::q6k::group_bytes(w.cols)
+                                  : kType == WeightType::kQ4_0x16 ? q8x16::b32::group_bytes(false, w.cols)
+                                  : kType == WeightType::kQ5_0x16 ? q8x16::b32::group_bytes(true, w.cols)
                                                                   : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
   for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
@@ -517,6 +577,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
       auto run = [&]<int T>() {
         if constexpr (kType == WeightType::kQ4_Kx16) {
           q4kx16_tile<T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+        } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
+          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xs, xv, xq.sixteen_sums + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else {
@@ -543,6 +605,8 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ8_0x16: return interleaved_rows<WeightType::kQ8_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_Kx16: return interleaved_rows<WeightType::kQ4_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     default: break;
   }
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);

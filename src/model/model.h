@@ -135,7 +135,7 @@ class Model {
   // Bytes of weights read per decoded token (all matrices, incl. the output projection).
   std::size_t weight_bytes_per_token() const;
   // Where the weights are, for startup logs: e.g. "weights: 525.1 MiB copied into huge pages
-  // (524.0 MiB huge); 169 matrices (q8_0, q4_K, q6_K) interleaved by 16 rows for the AVX-512 kernels" or
+  // (524.0 MiB huge); 169 matrices interleaved by 16 rows for the AVX-512 kernels" or
   // "weights: 525.1 MiB mapped from the file".
   std::string weight_memory_summary() const;
 
@@ -157,7 +157,7 @@ class Model {
   Status bind(const std::string& path);
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there; a matrix the SIMD path in use reads faster in its own layout is repacked on
-  // the way (kernels::repack_for_decode: Q8_0, Q4_K and Q6_K on AVX-512). Leaves the views on the file mapping if
+  // the way (kernels::repack_for_decode: Q8_0, Q4_0, Q5_0, Q4_K and Q6_K on AVX-512). Leaves the views on the file mapping if
   // the memory cannot be mapped.
   void copy_weights_to_huge_pages();
   std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order
