@@ -181,6 +181,21 @@ TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   }
 }
 
+// The opt-in sgemm path (--sgemm-prefill-min-tokens) is not taken for interleaved weights: the
+// result stays the integer kernels', bit for bit.
+TEST_P(Interleaved16, NeverTakesTheSgemmPath) {
+  ThreadPool pool(2);
+  const std::int64_t cols = 512;
+  const TestWeights w = make_test_weights(GetParam(), 32, cols, 31);
+  const Repacked r = repack(w.view);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(20 * cols), 32);
+  const std::vector<float> integer = run(r.view, x, 20, pool);
+  set_prefill_min_tokens_for_testing(1);
+  const std::vector<float> with_threshold = run(r.view, x, 20, pool);
+  set_prefill_min_tokens_for_testing(0);
+  expect_bits_equal(with_threshold, integer, "with the sgemm threshold at 1 token");
+}
+
 TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
   ThreadPool pool(2);
   const std::int64_t cols = 1024;

@@ -290,7 +290,11 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
     assert(w.cols % weight_block_elems(w.type) == 0);
     (void)w;
   }
-  if (n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed)) {
+  // Interleaved weights never take the sgemm path: their integer kernels out-run dequantize + sgemm
+  // at every batch size, and their rows dequantize one value at a time (interleaved16.h).
+  const bool sgemm = n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed) &&
+                     std::none_of(ws.begin(), ws.end(), [](const WeightView& w) { return is_interleaved(w.type); });
+  if (sgemm) {
     // sgemm is compute bound and already parallel inside one call: nothing to gain from merging.
     for (std::size_t i = 0; i < ws.size(); ++i) {
       if (ws[i].rows > 0) matmul_prefill(ws[i], x, n_tokens, ys[i], pool);
