@@ -418,6 +418,12 @@ Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) 
   return tiers_[t]->get_shared(key);
 }
 
+SharedBytes TieredStore::queued(const ChunkKey& key) {
+  std::lock_guard lock(pending_mu_);
+  auto it = pending_.find(key);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
 void TieredStore::forget_pending(const ChunkKey& key, const Bytes* bytes) {
   std::lock_guard lock(pending_mu_);
   if (auto it = pending_.find(key); it != pending_.end() && it->second.get() == bytes) pending_.erase(it);

@@ -170,6 +170,11 @@ class TieredStore {
   // Blocks until every write-behind queue is empty and its writer idle (tests, shutdown).
   void flush();
 
+  // The chunk stored or promoted under key that tier 0's writer has not put yet, or null: what a
+  // reader of tier(0) directly (a peer serving this node's chunks) must also look at, since a chunk
+  // is announced to peers by the slowest tier's writer, possibly before tier 0's has run.
+  SharedBytes queued(const ChunkKey& key);
+
   std::size_t tier_count() const { return tiers_.size(); }
   Tier& tier(std::size_t i) { return *tiers_[i]; }
   // Per tier, fastest first, with the rejections this store made added to the tier's own.

@@ -712,9 +712,16 @@ TEST(TieredStore, PromotedChunkIsReadFromTierZerosQueueBeforeItIsWritten) {
   }
   EXPECT_EQ(slow_ptr->gets.load(), 2);  // not asked again
   EXPECT_EQ(front_ptr->inner().stats().entries, 0u);  // still not written
+  // What a peer serving this node's tier 0 reads meanwhile (share/chunk_service.cc).
+  for (int i = 0; i < 2; ++i) {
+    const SharedBytes queued = store.queued(metas[i].key);
+    ASSERT_TRUE(queued);
+    EXPECT_EQ(*queued, *first[i].bytes);
+  }
 
   front_ptr->open_gate();
   store.flush();
+  EXPECT_FALSE(store.queued(metas[0].key));  // written: tier 0 serves it now
   EXPECT_EQ(front_ptr->inner().stats().entries, 2u);
   EXPECT_EQ(store.load(metas).size(), 2u);
   EXPECT_EQ(slow_ptr->gets.load(), 2);
