@@ -335,7 +335,10 @@ void TieredStore::after_load(const std::vector<LoadedChunk>& out, std::span<cons
     if (t == 0) continue;
     // A tail found through an alias is promoted as the chunk it is (the alias stays where it was).
     const ChunkKey& key = out[i].via_alias ? out[i].view.header.meta.key : expected[i].key;
-    for (std::size_t f = 0; f < t; ++f) enqueue(f, {key, out[i].bytes, nullptr});
+    // Into tier 0 as store() puts: readable from its queue at once, so the next load (the next
+    // request) takes it from there and never asks the slower tier for it again.
+    enqueue_readable(key, out[i].bytes, nullptr);
+    for (std::size_t f = 1; f < t; ++f) enqueue(f, {key, out[i].bytes, nullptr});
   }
   // The gets (and promotions) made the run's tail the most recently used: turn that around, in
   // each tier after its promotions (same queue).
@@ -368,12 +371,17 @@ Status TieredStore::store(const ChunkMeta& meta, std::span<const std::uint8_t> p
 
 void TieredStore::queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes,
                             std::shared_ptr<const std::vector<ChunkKey>> touch_after) {
+  enqueue_readable(key, bytes, touch_after);
+  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {key, bytes, touch_after});
+}
+
+void TieredStore::enqueue_readable(const ChunkKey& key, std::shared_ptr<const Bytes> bytes,
+                                   std::shared_ptr<const std::vector<ChunkKey>> touch_after) {
   {
     std::lock_guard lock(pending_mu_);
     pending_[key] = bytes;
   }
-  if (!enqueue(0, {key, bytes, touch_after})) forget_pending(key, bytes.get());
-  for (std::size_t t = 1; t < tiers_.size(); ++t) enqueue(t, {key, bytes, touch_after});
+  if (!enqueue(0, {key, bytes, std::move(touch_after)})) forget_pending(key, bytes.get());
 }
 
 std::optional<LoadedChunk> TieredStore::follow_alias(const AliasTarget& target, const ChunkMeta& expected,
@@ -408,6 +416,12 @@ Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) 
     if (auto it = pending_.find(key); it != pending_.end()) return it->second;
   }
   return tiers_[t]->get_shared(key);
+}
+
+SharedBytes TieredStore::queued(const ChunkKey& key) {
+  std::lock_guard lock(pending_mu_);
+  auto it = pending_.find(key);
+  return it == pending_.end() ? nullptr : it->second;
 }
 
 void TieredStore::forget_pending(const ChunkKey& key, const Bytes* bytes) {

@@ -25,8 +25,9 @@
 // (put, then touch, in the same queue), so a prefix's head outlives its tail. load() queues the
 // promotion of what it found below the fastest tier (into every faster tier) and then a touch of
 // the run's keys tail first in every tier involved, so the run's head is its most recently used
-// chunk everywhere. Until tier 0's writer has put a stored chunk, plan_load() and load() find it
-// in tier 0's queue (read-your-writes: a prefix stored is found by the next request at once).
+// chunk everywhere. Until tier 0's writer has put a stored or promoted chunk, plan_load() and
+// load() find it in tier 0's queue (read-your-writes: a prefix stored, or loaded from a slower
+// tier, is found by the next request at once and never fetched from that slower tier again).
 //
 // Thread safety: every public method is safe from many threads (the engine thread and prefetch
 // threads alike). The tiers are owned by the store. Lock order: no two of the store's locks (each
@@ -169,6 +170,11 @@ class TieredStore {
   // Blocks until every write-behind queue is empty and its writer idle (tests, shutdown).
   void flush();
 
+  // The chunk stored or promoted under key that tier 0's writer has not put yet, or null: what a
+  // reader of tier(0) directly (a peer serving this node's chunks) must also look at, since a chunk
+  // is announced to peers by the slowest tier's writer, possibly before tier 0's has run.
+  SharedBytes queued(const ChunkKey& key);
+
   std::size_t tier_count() const { return tiers_.size(); }
   Tier& tier(std::size_t i) { return *tiers_[i]; }
   // Per tier, fastest first, with the rejections this store made added to the tier's own.
@@ -198,6 +204,10 @@ class TieredStore {
   std::optional<LoadedChunk> follow_alias(const AliasTarget& target, const ChunkMeta& expected, const std::vector<bool>& skipped);
   // Puts `bytes` under key into every tier's queue (tier 0's pending_ included).
   void queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes, std::shared_ptr<const std::vector<ChunkKey>> touch_after);
+  // Queues the put of `bytes` under key for tier 0 and, until its writer has put it, serves it
+  // from pending_ (not at all if the queue is full).
+  void enqueue_readable(const ChunkKey& key, std::shared_ptr<const Bytes> bytes,
+                        std::shared_ptr<const std::vector<ChunkKey>> touch_after);
   // Drops key from pending_ if it still maps to `bytes` (a later store of the same key keeps its own).
   void forget_pending(const ChunkKey& key, const Bytes* bytes);
   // After a load of keys tail_first (reversed): promotions queued, then touches, per tier.
@@ -208,7 +218,7 @@ class TieredStore {
   std::unique_ptr<std::atomic<std::uint64_t>[]> rejected_by_tier_;
   std::atomic<std::uint64_t> chunks_loaded_{0}, tier_skips_{0}, writes_queued_{0};
   std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0}, plans_{0}, load_deadlines_{0}, aliases_followed_{0};
-  // Chunks store() queued for tier 0 that its writer has not put yet; guarded by pending_mu_.
+  // Chunks queued for tier 0 (stored or promoted) that its writer has not put yet; guarded by pending_mu_.
   std::mutex pending_mu_;
   std::unordered_map<ChunkKey, std::shared_ptr<const Bytes>> pending_;
   // One per tier; declared after tiers_ (destroyed first) and joined in the destructor.

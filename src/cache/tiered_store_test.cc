@@ -672,5 +672,60 @@ TEST(TieredStore, StoreNeverWritesOnTheCallersThreadAndReadsItsOwnWrites) {
   EXPECT_EQ(store.load(metas).size(), 3u);
 }
 
+// A chunk loaded from a slower tier is read back from tier 0's queue until tier 0's writer has put
+// it, as a stored one is: the next load does not ask the slower tier again (a response record
+// fetched from a peer was fetched a second time by the next request when the promotion's write
+// lagged).
+TEST(TieredStore, PromotedChunkIsReadFromTierZerosQueueBeforeItIsWritten) {
+  auto front = std::make_unique<GatedTier>("front");
+  auto slow = std::make_unique<GatedTier>("slow");
+  GatedTier* front_ptr = front.get();
+  GatedTier* slow_ptr = slow.get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(front));
+  tiers.push_back(std::move(slow));
+  TieredStore store(std::move(tiers));
+  auto metas = prefix_metas(2);
+  for (const auto& m : metas) ASSERT_TRUE(slow_ptr->inner().put(m.key, test_chunk(m)).is_ok());
+  front_ptr->close_gate();  // the promotions wait in tier 0's queue
+  struct OpenAtExit {  // a failed ASSERT must not leave the writer blocked in the store's destructor
+    GatedTier* tier;
+    ~OpenAtExit() { tier->open_gate(); }
+  } open_at_exit{front_ptr};
+
+  auto first = store.load(metas);
+  ASSERT_EQ(first.size(), 2u);
+  for (const auto& c : first) EXPECT_EQ(c.tier_index, 1u);
+  EXPECT_EQ(slow_ptr->gets.load(), 2);
+
+  std::vector<ChunkKey> keys;
+  for (const auto& m : metas) keys.push_back(m.key);
+  const LoadPlan plan = store.plan_load(keys);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan.tiers, (std::vector<std::size_t>{0, 0}));
+  auto again = store.load(metas, plan);
+  ASSERT_EQ(again.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(again[i].tier_index, 0u);
+    EXPECT_EQ(Bytes(again[i].view.payload.begin(), again[i].view.payload.end()),
+              Bytes(first[i].view.payload.begin(), first[i].view.payload.end()));
+  }
+  EXPECT_EQ(slow_ptr->gets.load(), 2);  // not asked again
+  EXPECT_EQ(front_ptr->inner().stats().entries, 0u);  // still not written
+  // What a peer serving this node's tier 0 reads meanwhile (share/chunk_service.cc).
+  for (int i = 0; i < 2; ++i) {
+    const SharedBytes queued = store.queued(metas[i].key);
+    ASSERT_TRUE(queued);
+    EXPECT_EQ(*queued, *first[i].bytes);
+  }
+
+  front_ptr->open_gate();
+  store.flush();
+  EXPECT_FALSE(store.queued(metas[0].key));  // written: tier 0 serves it now
+  EXPECT_EQ(front_ptr->inner().stats().entries, 2u);
+  EXPECT_EQ(store.load(metas).size(), 2u);
+  EXPECT_EQ(slow_ptr->gets.load(), 2);
+}
+
 }  // namespace
 }  // namespace kvstash::cache

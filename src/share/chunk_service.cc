@@ -19,6 +19,15 @@ http::Response plain(int status, const std::string& message) {
   return r;
 }
 
+// A chunk or record stored or promoted here that tier 0 (memory or disk: a tier served from) has
+// not written yet. It may already be announced: the peers tier's writer announces what it is given,
+// possibly before tier 0's writer has run.
+cache::SharedBytes queued_locally(cache::TieredStore* store, const cache::ChunkKey& key) {
+  if (!store || store->tier_count() == 0) return nullptr;
+  const std::string name = store->tier(0).name();
+  return name == "memory" || name == "disk" ? store->queued(key) : nullptr;
+}
+
 }  // namespace
 
 void ShareNode::handle(http::Request request, std::shared_ptr<http::Exchange> exchange) {
@@ -44,7 +53,7 @@ void ShareNode::serve_chunk(const std::string& key_hex, http::Exchange& exchange
     std::lock_guard lock(mu_);
     store = store_;
   }
-  cache::SharedBytes chunk;
+  cache::SharedBytes chunk = queued_locally(store, *key);
   if (store) {
     for (std::size_t t = 0; t < store->tier_count() && !chunk; ++t) {
       const std::string name = store->tier(t).name();
@@ -80,7 +89,7 @@ void ShareNode::serve_response(const std::string& key_hex, http::Exchange& excha
     std::lock_guard lock(mu_);
     store = response_store_;
   }
-  cache::SharedBytes record;
+  cache::SharedBytes record = queued_locally(store, *key);
   for (std::size_t t = 0; store && t < store->tier_count() && !record; ++t) {
     const std::string name = store->tier(t).name();
     if (name != "memory" && name != "disk") continue;
