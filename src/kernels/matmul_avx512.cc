@@ -397,36 +397,43 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
     if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes, q4k::kSuperBlockBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
-#pragma GCC unroll 2
-    for (int j = 0; j < 8; ++j) {
-      const std::int64_t b = s * 8 + j;
-      const std::uint8_t* codes = sb + q4k::kCodes + (j / 2) * 512;
-      __m512i u[8];
+#pragma GCC unroll 1
+    for (int pair = 0; pair < 4; ++pair) {
+      // Each chunk of codes is loaded once for both sub-blocks of the pair (low, high nibbles).
+      const std::uint8_t* codes = sb + q4k::kCodes + pair * 512;
+      __m512i lo[8], hi[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m512i v = _mm512_loadu_si512(codes + k * 64);
-        u[k] = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
+        lo[k] = _mm512_and_si512(v, low4);
+        hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       }
-      const auto bytes16 = [&](std::size_t at) {
-        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + at + 16 * j))));
-      };
-      const __m512 scale = _mm512_mul_ps(d, bytes16(q4k::kScales));
-      const __m512 min = _mm512_mul_ps(dmin, bytes16(q4k::kMins));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * pair + h;
+        const std::int64_t b = s * 8 + j;
+        const __m512i* u = h == 0 ? lo : hi;
+        const auto bytes16 = [&](std::size_t at) {
+          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + at + 16 * j))));
+        };
+        const __m512 scale = _mm512_mul_ps(d, bytes16(q4k::kScales));
+        const __m512 min = _mm512_mul_ps(dmin, bytes16(q4k::kMins));
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-        __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t) {
+          const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
+          __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int k = 0; k < 8; k += 2) {
-          std::int32_t x0, x1;
-          std::memcpy(&x0, xb + k * 4, 4);
-          std::memcpy(&x1, xb + k * 4 + 4, 4);
-          even = _mm512_dpbusd_epi32(even, u[k], _mm512_set1_epi32(x0));
-          odd = _mm512_dpbusd_epi32(odd, u[k + 1], _mm512_set1_epi32(x1));
+          for (int k = 0; k < 8; k += 2) {
+            std::int32_t x0, x1;
+            std::memcpy(&x0, xb + k * 4, 4);
+            std::memcpy(&x1, xb + k * 4 + 4, 4);
+            even = _mm512_dpbusd_epi32(even, u[k], _mm512_set1_epi32(x0));
+            odd = _mm512_dpbusd_epi32(odd, u[k + 1], _mm512_set1_epi32(x1));
+          }
+          const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), _mm512_mul_ps(scale, dx), acc[t]);
+          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(-static_cast<float>(x_sums[t * blocks + b])), _mm512_mul_ps(min, dx), acc[t]);
         }
-        const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), _mm512_mul_ps(scale, dx), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(-static_cast<float>(x_sums[t * blocks + b])), _mm512_mul_ps(min, dx), acc[t]);
       }
     }
   }
