@@ -64,118 +64,108 @@ std::size_t repack_bytes(const WeightView& w) {
 
 namespace {
 
-// Written front to back in interleaved16.h's order: per group and pair of blocks, the 16 scales
-// of each, then 8 chunks of 4 weights per row, each byte + 128 (XOR 0x80 on the two's complement).
-void repack_q8_0(const WeightView& w, std::uint8_t* out) {
+// Writes an interleaved copy front to back: for each group of 16 rows and each unit of unit_cols
+// columns (interleaved16.h), fill(out, row) writes the unit's unit_bytes at out (zeroed first),
+// reading row l's GGUF blocks of the unit from row(l).
+template <class Fill>
+void repack_units(const WeightView& w, std::int64_t unit_cols, std::size_t unit_bytes, std::uint8_t* out, Fill&& fill) {
   const auto* src = static_cast<const std::uint8_t*>(w.data);
+  const std::size_t src_unit = row_bytes_for(w.type, unit_cols);
   for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
-    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
-    for (std::int64_t u = 0; u < w.cols / 64; ++u) {
-      for (int j = 0; j < 2; ++j) {
-        const std::size_t block = static_cast<std::size_t>(2 * u + j) * kQ8_0BlockBytes;
-        for (int l = 0; l < q8x16::kGroupRows; ++l) std::memcpy(out + j * 32 + l * 2, rows + l * w.row_bytes + block, 2);
-        std::uint8_t* weights = out + q8x16::kScalesBytes + j * q8x16::kBlockWeightBytes;
-        for (int k = 0; k < 8; ++k) {
-          for (int l = 0; l < q8x16::kGroupRows; ++l) {
-            std::uint32_t four;
-            std::memcpy(&four, rows + l * w.row_bytes + block + 2 + k * 4, 4);
-            four ^= 0x80808080u;
-            std::memcpy(weights + k * 64 + l * 4, &four, 4);
-          }
-        }
-      }
-      out += q8x16::kUnitBytes;
+    for (std::int64_t u = 0; u < w.cols / unit_cols; ++u) {
+      const std::uint8_t* first = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes + u * src_unit;
+      std::memset(out, 0, unit_bytes);
+      fill(out, [&](int l) { return first + l * w.row_bytes; });
+      out += unit_bytes;
     }
   }
 }
 
-// Q4_K super-blocks (144 bytes: d, dmin, 12 bytes of packed scales and mins, 128 of qs) of 16 rows
-// at a time into interleaved16.h's 2368 bytes.
+// Q8_0 (34 bytes: d, qs[32]), two blocks per unit: the 16 scales of each, then 8 chunks of 4
+// weights per row, each byte + 128 (XOR 0x80 on the two's complement).
+void repack_q8_0(const WeightView& w, std::uint8_t* out) {
+  repack_units(w, 64, q8x16::kUnitBytes, out, [](std::uint8_t* unit, auto row) {
+    for (int j = 0; j < 2; ++j) {
+      std::uint8_t* weights = unit + q8x16::kScalesBytes + j * q8x16::kBlockWeightBytes;
+      for (int l = 0; l < q8x16::kGroupRows; ++l) {
+        const std::uint8_t* block = row(l) + j * kQ8_0BlockBytes;
+        std::memcpy(unit + j * 32 + l * 2, block, 2);
+        for (int k = 0; k < 8; ++k) {
+          std::uint32_t four;
+          std::memcpy(&four, block + 2 + k * 4, 4);
+          four ^= 0x80808080u;
+          std::memcpy(weights + k * 64 + l * 4, &four, 4);
+        }
+      }
+    }
+  });
+}
+
+// Q4_K (144 bytes: d, dmin, 12 bytes of packed scales and mins, qs[128]) into 2368-byte units.
 void repack_q4_k(const WeightView& w, std::uint8_t* out) {
   namespace q4k = q8x16::q4k;
-  const auto* src = static_cast<const std::uint8_t*>(w.data);
-  constexpr std::size_t kBlock = 144;
-  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
-    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
-    for (std::int64_t s = 0; s < w.cols / 256; ++s) {
-      for (int l = 0; l < q8x16::kGroupRows; ++l) {
-        const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(s) * kBlock;
-        std::memcpy(out + 2 * l, block, 2);
-        std::memcpy(out + 32 + 2 * l, block + 2, 2);
-        const std::uint8_t* p = block + 4;  // quant_formats.h k4_scale_min's packing
-        for (int j = 0; j < 8; ++j) {
-          const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
-          const int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-          out[q4k::kScales + 16 * j + l] = static_cast<std::uint8_t>(sc);
-          out[q4k::kMins + 16 * j + l] = static_cast<std::uint8_t>(m);
-        }
-        for (int pair = 0; pair < 4; ++pair) {
-          for (int k = 0; k < 8; ++k) std::memcpy(out + q4k::kCodes + pair * 512 + k * 64 + l * 4, block + 16 + pair * 32 + k * 4, 4);
-        }
+  repack_units(w, 256, q4k::kSuperBlockBytes, out, [](std::uint8_t* unit, auto row) {
+    for (int l = 0; l < q8x16::kGroupRows; ++l) {
+      const std::uint8_t* block = row(l);
+      std::memcpy(unit + 2 * l, block, 2);
+      std::memcpy(unit + 32 + 2 * l, block + 2, 2);
+      const std::uint8_t* p = block + 4;  // quant_formats.h k4_scale_min's packing
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
+        const int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+        unit[q4k::kScales + 16 * j + l] = static_cast<std::uint8_t>(sc);
+        unit[q4k::kMins + 16 * j + l] = static_cast<std::uint8_t>(m);
       }
-      out += q4k::kSuperBlockBytes;
+      for (int pair = 0; pair < 4; ++pair) {
+        for (int k = 0; k < 8; ++k) std::memcpy(unit + q4k::kCodes + pair * 512 + k * 64 + l * 4, block + 16 + pair * 32 + k * 4, 4);
+      }
     }
-  }
+  });
 }
 
-// Q6_K super-blocks (210 bytes: ql[128], qh[64], int8 scales[16], d) of 16 rows at a time into
-// interleaved16.h's 3392 bytes.
+// Q6_K (210 bytes: ql[128], qh[64], int8 scales[16], d) into 3392-byte units.
 void repack_q6_k(const WeightView& w, std::uint8_t* out) {
   namespace q6k = q8x16::q6k;
-  const auto* src = static_cast<const std::uint8_t*>(w.data);
-  constexpr std::size_t kBlock = 210;
-  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
-    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
-    for (std::int64_t s = 0; s < w.cols / 256; ++s) {
-      std::memset(out, 0, q6k::kSuperBlockBytes);
-      for (int l = 0; l < q8x16::kGroupRows; ++l) {
-        const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(s) * kBlock;
-        std::memcpy(out + 2 * l, block + 208, 2);
-        for (int q = 0; q < 16; ++q) out[q6k::kScales + 16 * q + l] = block[192 + q];
-        for (int h = 0; h < 2; ++h) {
-          for (int k = 0; k < 8; ++k) {
-            for (int jj = 0; jj < 2; ++jj) {
-              std::memcpy(out + q6k::kLow + (2 * h + jj) * 512 + k * 64 + l * 4, block + 64 * h + 32 * jj + 4 * k, 4);
-            }
-            std::memcpy(out + q6k::kHigh + h * 512 + k * 64 + l * 4, block + 128 + 32 * h + 4 * k, 4);
+  repack_units(w, 256, q6k::kSuperBlockBytes, out, [](std::uint8_t* unit, auto row) {
+    for (int l = 0; l < q8x16::kGroupRows; ++l) {
+      const std::uint8_t* block = row(l);
+      std::memcpy(unit + 2 * l, block + 208, 2);
+      for (int q = 0; q < 16; ++q) unit[q6k::kScales + 16 * q + l] = block[192 + q];
+      for (int h = 0; h < 2; ++h) {
+        for (int k = 0; k < 8; ++k) {
+          for (int jj = 0; jj < 2; ++jj) {
+            std::memcpy(unit + q6k::kLow + (2 * h + jj) * 512 + k * 64 + l * 4, block + 64 * h + 32 * jj + 4 * k, 4);
           }
+          std::memcpy(unit + q6k::kHigh + h * 512 + k * 64 + l * 4, block + 128 + 32 * h + 4 * k, 4);
         }
       }
-      out += q6k::kSuperBlockBytes;
     }
-  }
+  });
 }
 
-// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh u32, qs[16]) blocks, two at a time for 16
-// rows, into interleaved16.h's units of 576 or 704 bytes.
+// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh u32, qs[16]), two blocks per unit of 576 or
+// 704 bytes.
 void repack_block32(const WeightView& w, bool fifth_bit, std::uint8_t* out) {
-  const auto* src = static_cast<const std::uint8_t*>(w.data);
   const std::size_t block_bytes = fifth_bit ? 22 : 18, qs = fifth_bit ? 6 : 2;
-  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
-    const std::uint8_t* rows = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
-    for (std::int64_t u = 0; u < w.cols / 64; ++u) {
-      std::memset(out, 0, q8x16::b32::unit_bytes(fifth_bit));
-      for (int j = 0; j < 2; ++j) {
-        std::uint8_t* codes = out + q8x16::b32::codes_at(fifth_bit) + 256 * j;
-        for (int l = 0; l < q8x16::kGroupRows; ++l) {
-          const std::uint8_t* block = rows + l * w.row_bytes + static_cast<std::size_t>(2 * u + j) * block_bytes;
-          std::memcpy(out + 32 * j + 2 * l, block, 2);
-          for (int k = 0; k < 4; ++k) std::memcpy(codes + 64 * k + 4 * l, block + qs + 4 * k, 4);
-          if (fifth_bit) {
-            std::uint32_t qh;
-            std::memcpy(&qh, block + 2, 4);
-            for (int m = 0; m < 8; ++m) {  // mask m = 4 half + k: weights 16 half + 4k + i
-              std::uint64_t mask;
-              std::memcpy(&mask, out + 64 + 64 * j + 8 * m, 8);
-              for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((qh >> (16 * (m / 4) + 4 * (m % 4) + i)) & 1) << (4 * l + i);
-              std::memcpy(out + 64 + 64 * j + 8 * m, &mask, 8);
-            }
-          }
+  repack_units(w, 64, q8x16::b32::unit_bytes(fifth_bit), out, [&](std::uint8_t* unit, auto row) {
+    for (int j = 0; j < 2; ++j) {
+      std::uint8_t* codes = unit + q8x16::b32::codes_at(fifth_bit) + 256 * j;
+      for (int l = 0; l < q8x16::kGroupRows; ++l) {
+        const std::uint8_t* block = row(l) + j * block_bytes;
+        std::memcpy(unit + 32 * j + 2 * l, block, 2);
+        for (int k = 0; k < 4; ++k) std::memcpy(codes + 64 * k + 4 * l, block + qs + 4 * k, 4);
+        if (!fifth_bit) continue;
+        std::uint32_t qh;
+        std::memcpy(&qh, block + 2, 4);
+        for (int m = 0; m < 8; ++m) {  // mask m = 4 half + k: weights 16 half + 4k + i
+          std::uint64_t mask;
+          std::memcpy(&mask, unit + 64 + 64 * j + 8 * m, 8);
+          for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((qh >> (16 * (m / 4) + 4 * (m % 4) + i)) & 1) << (4 * l + i);
+          std::memcpy(unit + 64 + 64 * j + 8 * m, &mask, 8);
         }
       }
-      out += q8x16::b32::unit_bytes(fifth_bit);
     }
-  }
+  });
 }
 
 }  // namespace

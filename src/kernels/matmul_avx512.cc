@@ -332,6 +332,23 @@ struct Ops {
   }
 };
 
+// The interleaved kernels' dot product: per 32-bit lane (one row), start plus the sum over the n
+// chunks u[k] (4 unsigned codes of the row) times the token's activations 4k..4k+3, broadcast.
+// Exact in int32; two chains of n / 2 steps (the order of an integer sum does not matter).
+template <int n>
+inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
+  __m512i even = start, odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int k = 0; k < n; k += 2) {
+    std::int32_t x0, x1;
+    std::memcpy(&x0, x + k * 4, 4);
+    std::memcpy(&x1, x + k * 4 + 4, 4);
+    even = _mm512_dpbusd_epi32(even, u[k], _mm512_set1_epi32(x0));
+    odd = _mm512_dpbusd_epi32(odd, u[k + 1], _mm512_set1_epi32(x1));
+  }
+  return _mm512_add_epi32(even, odd);
+}
+
 // kQ8_0x16 (interleaved16.h): one group of 16 rows, one row per 32-bit lane, against T tokens. Per block
 // and token: two chains of four VNNI steps (4 weights of every row times the token's 4 activations,
 // broadcast), the first started at -128 x the block's activation sum (the weights are stored
@@ -359,18 +376,9 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-        __m512i even = _mm512_set1_epi32(-128 * x_sums[t * blocks + b]);
-        __m512i odd = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 8; k += 2) {
-          std::int32_t x0, x1;
-          std::memcpy(&x0, xb + k * 4, 4);
-          std::memcpy(&x1, xb + k * 4 + 4, 4);
-          even = _mm512_dpbusd_epi32(even, w[k], _mm512_set1_epi32(x0));
-          odd = _mm512_dpbusd_epi32(odd, w[k + 1], _mm512_set1_epi32(x1));
-        }
+        const __m512i dot = vnni_dot<8>(_mm512_set1_epi32(-128 * x_sums[t * blocks + b]), w, xb);
         const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x_scales[t * blocks + b]));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), scale, acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
       }
     }
   }
@@ -421,17 +429,9 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-          __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int k = 0; k < 8; k += 2) {
-            std::int32_t x0, x1;
-            std::memcpy(&x0, xb + k * 4, 4);
-            std::memcpy(&x1, xb + k * 4 + 4, 4);
-            even = _mm512_dpbusd_epi32(even, u[k], _mm512_set1_epi32(x0));
-            odd = _mm512_dpbusd_epi32(odd, u[k + 1], _mm512_set1_epi32(x1));
-          }
+          const __m512i dot = vnni_dot<8>(_mm512_setzero_si512(), u, xb);
           const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), _mm512_mul_ps(scale, dx), acc[t]);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scale, dx), acc[t]);
           acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(-static_cast<float>(x_sums[t * blocks + b])), _mm512_mul_ps(min, dx), acc[t]);
         }
       }
@@ -482,16 +482,8 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-        __m512i first = _mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b]);
-        __m512i second = _mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b + 1]);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          std::int32_t x0, x1;
-          std::memcpy(&x0, xb + k * 4, 4);
-          std::memcpy(&x1, xb + 16 + k * 4, 4);
-          first = _mm512_dpbusd_epi32(first, u[k], _mm512_set1_epi32(x0));
-          second = _mm512_dpbusd_epi32(second, u[k + 4], _mm512_set1_epi32(x1));
-        }
+        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b]), u, xb);
+        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b + 1]), u + 4, xb + 16);
         const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(first), _mm512_mul_ps(scale_a, dx), acc[t]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(second), _mm512_mul_ps(scale_b, dx), acc[t]);
@@ -542,17 +534,10 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-        __m512i low = _mm512_set1_epi32(-kOffset * x_sums[t * blocks + b]), high = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          std::int32_t x0, x1;
-          std::memcpy(&x0, xb + k * 4, 4);
-          std::memcpy(&x1, xb + 16 + k * 4, 4);
-          low = _mm512_dpbusd_epi32(low, u[k], _mm512_set1_epi32(x0));
-          high = _mm512_dpbusd_epi32(high, u[k + 4], _mm512_set1_epi32(x1));
-        }
+        // u[0..3] are weights 0-15 and u[4..7] weights 16-31: chunk k pairs with activations 4k..4k+3.
+        const __m512i dot = vnni_dot<8>(_mm512_set1_epi32(-kOffset * x_sums[t * blocks + b]), u, xb);
         const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[t * blocks + b]));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(low, high)), scale, acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
       }
     }
   }
