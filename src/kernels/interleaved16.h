@@ -1,6 +1,7 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0 and Q4_K matrices when the weights are copied at load (kernels.h
-// repack_for_decode). Never stored in a file.
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K and Q6_K matrices when the weights are copied at load
+// (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
+// Q8_0 came first.)
 //
 // Why: in the GGUF layouts each row's blocks carry their own scales, so the kernels spent most of
 // their instructions per block on fetching and converting one row's scales and lining blocks up in
@@ -13,7 +14,7 @@
 // Q8_0 as kQ8_0x16:
 // Layout of a matrix of R rows (R % 16 == 0) by C columns (C % 64 == 0), B = C / 32 blocks per row;
 // the same bytes as the GGUF matrix (16 rows x B blocks x 34 bytes per group), reordered:
-//   group g (rows 16g..16g+15) starts at g * 16 * row_bytes, row_bytes = 34 B;
+//   group g (rows 16g..16g+15) starts at g * 16 * row_bytes, row_bytes = 34 x B bytes;
 //   unit u of the group (blocks 2u, 2u+1) starts at 1088 u within the group:
 //     bytes    0- 31  the f16 scales of block 2u, row 16g + l at 2 l;
 //     bytes   32- 63  the same for block 2u + 1;
