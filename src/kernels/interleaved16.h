@@ -29,7 +29,9 @@
 // super-block s (weights 256 s .. 256 s + 255 of each row) at 2368 s within the group:
 //     bytes    0- 31  d of row 16g + l at 2 l (f16);      bytes 32-63  dmin, the same;
 //     bytes   64-191  the 6-bit scale of sub-block j (32 weights) of row l at 64 + 16 j + l (a byte);
-//     bytes  192-319  the 6-bit min, the same at 192 + 16 j + l;
+//     bytes  192-319  the 6-bit mins, by pairs of sub-blocks: the min of sub-block 2p + i of row l
+//                     at 192 + 32 p + 2 l + i (widened to 16 bits, lane l holds the pair for one
+//                     16-bit multiply-add against the two sub-blocks' activation sums);
 //     bytes 320-2367  the codes: pair p (sub-blocks 2p, 2p+1), chunk k at 320 + 512 p + 64 k holds
 //                     row l's GGUF qs bytes 32 p + 4 k .. + 3 at 4 l: their low nibbles are weights
 //                     4k..4k+3 of sub-block 2p, their high nibbles those of sub-block 2p + 1.
@@ -61,15 +63,22 @@
 //   w = d (u - 8) (Q4_0), d (u - 16) (Q5_0). The same bytes as the GGUF blocks (16 x 18 x 2 = 576,
 //   16 x 22 x 2 = 704), reordered.
 //
-// Every path computes a row's dot product the same way, per 32 weights in order:
-//   Q8_0: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of (w + 128 - 128) * x_q;
+// Every path computes a row's dot product the same way, in order:
+//   Q8_0, per 32 weights: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of
+//         (w + 128 - 128) * x_q, with x_q, d_x the activations quantized per 32 (one scale each);
 //   Q4_0, Q5_0: the same with isum the exact sum of (u - 8) x_q, (u - 16) x_q;
-//   Q4_K: acc = fma(isum, (d * sc) * d_x, acc), then acc = fma(-xsum, (dmin * m) * d_x, acc),
-//         isum the exact sum of u * x_q and xsum the sum of the 32 x_q;
-//   Q6_K: per 16 weights acc = fma(isum, (d * sc) * d_x, acc), isum the exact sum of (u - 32) * x_q;
-// each product rounded once, left to right. So the scalar statement (kernels_scalar.cc) and the
-// AVX-512 kernels agree bit for bit, and a token's result does not depend on the other tokens of
-// its batch.
+//   the K types against the activations quantized per 256 (QuantizedActivations::k_*: x_q, one d_x
+//   per super-block), per super-block:
+//   Q4_K: isc = sum over sub-blocks j of sc_j * (sum of u * x_q), imn = sum over j of m_j * xsum_j
+//         (xsum_j the sum of the sub-block's 32 x_q), both exact in int32; then
+//         acc = fma(float(isc), d * d_x, acc), acc = fma(-float(imn), dmin * d_x, acc);
+//   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
+//         acc = fma(float(isc), d * d_x, acc).
+// each product rounded once, left to right. (The AVX-512 Q4_K kernel keeps the high nibbles in
+// place, codes times 16, and so computes 16 isc with (d * d_x) / 16: the same float result, since
+// scaling by a power of two commutes with rounding.) So the scalar statement (kernels_scalar.cc)
+// and the AVX-512 kernels agree bit for bit, and a token's result does not depend on the other
+// tokens of its batch.
 #pragma once
 
 #include <cstddef>
@@ -141,7 +150,7 @@ inline RowFields fields(const std::uint8_t* data, std::int64_t cols, std::int64_
   std::memcpy(&f.dmin, sb + 32 + 2 * l, 2);
   for (int j = 0; j < 8; ++j) {
     f.sc[j] = sb[kScales + 16 * j + l];
-    f.m[j] = sb[kMins + 16 * j + l];
+    f.m[j] = sb[kMins + 32 * (j / 2) + 2 * l + j % 2];
   }
   return f;
 }

@@ -114,7 +114,7 @@ void repack_q4_k(const WeightView& w, std::uint8_t* out) {
         const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
         const int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
         unit[q4k::kScales + 16 * j + l] = static_cast<std::uint8_t>(sc);
-        unit[q4k::kMins + 16 * j + l] = static_cast<std::uint8_t>(m);
+        unit[q4k::kMins + 32 * (j / 2) + 2 * l + j % 2] = static_cast<std::uint8_t>(m);
       }
       for (int pair = 0; pair < 4; ++pair) {
         for (int k = 0; k < 8; ++k) std::memcpy(unit + q4k::kCodes + pair * 512 + k * 64 + l * 4, block + 16 + pair * 32 + k * 4, 4);

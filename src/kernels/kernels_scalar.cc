@@ -98,37 +98,41 @@ float q8_0x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
-// Row r of a kQ4_Kx16 matrix, exactly as interleaved16.h states every path computes it.
+// Row r of a kQ4_Kx16 matrix, exactly as interleaved16.h states every path computes it, against
+// one token's activations quantized per 256 (x_scales per super-block, x_sums32 per 32 values).
 float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values,
-                      const std::int32_t* x_sums) {
+                      const std::int16_t* x_sums32) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
   float acc = 0.0f;
   for (std::int64_t s = 0; s < w.cols / 256; ++s) {
     const q8x16::q4k::RowFields f = q8x16::q4k::fields(data, w.cols, r, s);
-    const float d = f16_to_f32(f.d), dmin = f16_to_f32(f.dmin);
+    std::int32_t isc = 0, imn = 0;
     for (int j = 0; j < 8; ++j) {
-      const std::int64_t b = s * 8 + j;
+      const std::int64_t c0 = s * 256 + j * 32;
       std::int32_t isum = 0;
-      for (int c = 0; c < 32; ++c) isum += q8x16::q4k::code(data, w.cols, r, b * 32 + c) * x_values[b * 32 + c];
-      const float scale = d * static_cast<float>(f.sc[j]) * x_scales[b];
-      const float min = dmin * static_cast<float>(f.m[j]) * x_scales[b];
-      acc = std::fma(static_cast<float>(isum), scale, acc);
-      acc = std::fma(-static_cast<float>(x_sums[b]), min, acc);
+      for (std::int64_t c = c0; c < c0 + 32; ++c) isum += q8x16::q4k::code(data, w.cols, r, c) * x_values[c];
+      isc += f.sc[j] * isum;
+      imn += f.m[j] * x_sums32[c0 / 32];
     }
+    acc = std::fma(static_cast<float>(isc), f16_to_f32(f.d) * x_scales[s], acc);
+    acc = std::fma(-static_cast<float>(imn), f16_to_f32(f.dmin) * x_scales[s], acc);
   }
   return acc;
 }
 
-// Row r of a kQ6_Kx16 matrix, exactly as interleaved16.h states every path computes it.
+// Row r of a kQ6_Kx16 matrix, exactly as interleaved16.h states every path computes it, against
+// one token's activations quantized per 256.
 float q6_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
   float acc = 0.0f;
-  for (std::int64_t c0 = 0; c0 < w.cols; c0 += 16) {
-    std::int32_t isum = 0;
-    for (std::int64_t c = c0; c < c0 + 16; ++c) isum += (q8x16::q6k::code(data, w.cols, r, c) - 32) * x_values[c];
-    const float d = f16_to_f32(q8x16::q6k::d_bits(data, w.cols, r, c0 / 256));
-    const float scale = d * static_cast<float>(q8x16::q6k::scale(data, w.cols, r, c0)) * x_scales[c0 / 32];
-    acc = std::fma(static_cast<float>(isum), scale, acc);
+  for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+    std::int32_t isc = 0;
+    for (std::int64_t c0 = s * 256; c0 < s * 256 + 256; c0 += 16) {
+      std::int32_t isum = 0;
+      for (std::int64_t c = c0; c < c0 + 16; ++c) isum += (q8x16::q6k::code(data, w.cols, r, c) - 32) * x_values[c];
+      isc += q8x16::q6k::scale(data, w.cols, r, c0) * isum;
+    }
+    acc = std::fma(static_cast<float>(isc), f16_to_f32(q8x16::q6k::d_bits(data, w.cols, r, s)) * x_scales[s], acc);
   }
   return acc;
 }
@@ -157,10 +161,14 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       for (int t = 0; t < n_tokens; ++t) {
         const float* xs = xq.scales + t * blocks;
         const std::int8_t* xv = xq.values + t * w.cols;
-        y[t * y_stride + r] = w.type == WeightType::kQ8_0x16   ? q8_0x16_row_dot(w, r, xs, xv)
-                              : w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks)
-                              : w.type == WeightType::kQ6_Kx16 ? q6_kx16_row_dot(w, r, xs, xv)
-                                                               : block32x16_row_dot(w, r, xs, xv);
+        if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16) {
+          const float* ks = xq.k_scales + t * (w.cols / 256);
+          const std::int8_t* kv = xq.k_values + t * w.cols;
+          y[t * y_stride + r] = w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks)
+                                                               : q6_kx16_row_dot(w, r, ks, kv);
+        } else {
+          y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv) : block32x16_row_dot(w, r, xs, xv);
+        }
       }
     }
     return;
@@ -237,17 +245,15 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
   }
 }
 
-void quantize_activations_scalar(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
-  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-    const float* xb = x + b * kQ8_0BlockElems;
+void quantize_activations_scalar(const float* x, std::int64_t n, int block, float* scales, std::int8_t* values) {
+  for (std::int64_t b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
     float amax = 0.0f;
-    for (int i = 0; i < kQ8_0BlockElems; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    for (int i = 0; i < block; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
     const float d = amax / 127.0f;
     const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
     scales[b] = d;
-    for (int i = 0; i < kQ8_0BlockElems; ++i) {
-      values[b * kQ8_0BlockElems + i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * inv_d));
-    }
+    for (int i = 0; i < block; ++i) values[b * block + i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * inv_d));
   }
 }
 

@@ -320,19 +320,26 @@ TEST_P(KernelsOnPath, Q8_0DequantizeAgreesWithQuantizeModule) {
 }
 
 TEST_P(KernelsOnPath, ActivationQuantizerMatchesScalarBitForBit) {
-  std::vector<float> x = random_floats(32 * 9, 5, -3.0f, 3.0f);
-  for (int i = 64; i < 96; ++i) x[i] = 0.0f;  // an all-zero block: scale 0, values 0
-  x[100] = 1e-30f;
-  std::vector<float> s_ref(9), s(9);
-  std::vector<std::int8_t> q_ref(x.size()), q(x.size());
-  scalar_kernel_table().quantize_activations(x.data(), x.size(), s_ref.data(), q_ref.data());
-  active_kernels().quantize_activations(x.data(), x.size(), s.data(), q.data());
-  EXPECT_EQ(0, std::memcmp(s.data(), s_ref.data(), s.size() * 4));
-  EXPECT_EQ(q, q_ref);
-  EXPECT_EQ(s[2], 0.0f);
-  for (int b = 0; b < 9; ++b) {
-    for (int i = 0; i < 32; ++i) {
-      ASSERT_LE(std::fabs(x[b * 32 + i] - s[b] * q[b * 32 + i]), s[b] * 0.5f * 1.0001f + 1e-30f);
+  for (int block : {32, 256}) {  // per Q8_0 block, and per K super-block (the K types' activations)
+    SCOPED_TRACE(block);
+    const int n_blocks = 9;
+    std::vector<float> x = random_floats(static_cast<std::size_t>(block * n_blocks), 5, -3.0f, 3.0f);
+    for (int i = 2 * block; i < 3 * block; ++i) x[static_cast<std::size_t>(i)] = 0.0f;  // an all-zero block: scale 0, values 0
+    x[static_cast<std::size_t>(3 * block + 4)] = 1e-30f;
+    x[static_cast<std::size_t>(4 * block + 7)] = 40.0f;  // one large value: its block's others round coarsely
+    std::vector<float> s_ref(n_blocks), s(n_blocks);
+    std::vector<std::int8_t> q_ref(x.size()), q(x.size());
+    scalar_kernel_table().quantize_activations(x.data(), static_cast<std::int64_t>(x.size()), block, s_ref.data(), q_ref.data());
+    active_kernels().quantize_activations(x.data(), static_cast<std::int64_t>(x.size()), block, s.data(), q.data());
+    EXPECT_EQ(0, std::memcmp(s.data(), s_ref.data(), s.size() * 4));
+    EXPECT_EQ(q, q_ref);
+    EXPECT_EQ(s[2], 0.0f);
+    EXPECT_EQ(q[static_cast<std::size_t>(4 * block + 7)], 127);
+    for (int b = 0; b < n_blocks; ++b) {
+      for (int i = 0; i < block; ++i) {
+        const std::size_t at = static_cast<std::size_t>(b * block + i);
+        ASSERT_LE(std::fabs(x[at] - s[b] * q[at]), s[b] * 0.5f * 1.0001f + 1e-30f);
+      }
     }
   }
 }

@@ -137,18 +137,23 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> scales;
   thread_local std::vector<std::int8_t> values;
   thread_local std::vector<float> lane_sums, group_sums;
-  thread_local std::vector<std::int32_t> block_sums, sixteen_sums;
-  bool any_quantized = false, any_slice_form = false, any_interleaved = false;
+  thread_local std::vector<std::int32_t> block_sums, k_sums16;
+  thread_local std::vector<float> k_scales;
+  thread_local std::vector<std::int8_t> k_values;
+  thread_local std::vector<std::int16_t> k_sums32;
+  bool any_quantized = false, any_slice_form = false, any_interleaved = false, any_k_interleaved = false;
   for (const WeightView& w : ws) {
     any_quantized = any_quantized || is_quantized(w.type);
-    any_interleaved = any_interleaved || is_interleaved(w.type);
+    const bool k_interleaved = w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16;
+    any_interleaved = any_interleaved || (is_interleaved(w.type) && !k_interleaved);
+    any_k_interleaved = any_k_interleaved || k_interleaved;
     any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
   }
   if (any_quantized) {
     const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
     scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
     values.resize(static_cast<std::size_t>(n));
-    k.quantize_activations(x, n, scales.data(), values.data());
+    k.quantize_activations(x, n, kQ8_0BlockElems, scales.data(), values.data());
     xq.scales = scales.data();
     xq.values = values.data();
     if (any_slice_form) {
@@ -168,18 +173,32 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
       xq.group_sums = group_sums.data();
     }
     if (any_interleaved) {
-      sixteen_sums.resize(static_cast<std::size_t>(n / 16));
-      for (std::int64_t i = 0; i < n / 16; ++i) {
-        std::int32_t sum = 0;
-        for (int k = 0; k < 16; ++k) sum += values[static_cast<std::size_t>(i * 16 + k)];
-        sixteen_sums[static_cast<std::size_t>(i)] = sum;
-      }
       block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
       for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-        block_sums[static_cast<std::size_t>(b)] = sixteen_sums[static_cast<std::size_t>(2 * b)] + sixteen_sums[static_cast<std::size_t>(2 * b + 1)];
+        std::int32_t sum = 0;
+        for (int k = 0; k < kQ8_0BlockElems; ++k) sum += values[static_cast<std::size_t>(b * kQ8_0BlockElems + k)];
+        block_sums[static_cast<std::size_t>(b)] = sum;
       }
       xq.block_sums = block_sums.data();
-      xq.sixteen_sums = sixteen_sums.data();
+    }
+    if (any_k_interleaved) {
+      k_scales.resize(static_cast<std::size_t>(n / 256));
+      k_values.resize(static_cast<std::size_t>(n));
+      k_sums32.resize(static_cast<std::size_t>(n / 32));
+      k_sums16.resize(static_cast<std::size_t>(n / 16));
+      k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
+      for (std::int64_t g = 0; g < n / 16; ++g) {
+        std::int32_t sum = 0;
+        for (int i = 0; i < 16; ++i) sum += k_values[static_cast<std::size_t>(g * 16 + i)];
+        k_sums16[static_cast<std::size_t>(g)] = sum;
+      }
+      for (std::int64_t b = 0; b < n / 32; ++b) {
+        k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
+      }
+      xq.k_scales = k_scales.data();
+      xq.k_values = k_values.data();
+      xq.k_sums32 = k_sums32.data();
+      xq.k_sums16 = k_sums16.data();
     }
   }
   assert(ws.size() <= ChunkLayout::kMaxMatrices);

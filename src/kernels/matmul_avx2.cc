@@ -239,31 +239,33 @@ void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t r
 }
 
 // Same operations in the same order as the scalar quantizer, so the results are bit-identical.
-void quantize_activations(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
+void quantize_activations(const float* x, std::int64_t n, int block, float* scales, std::int8_t* values) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-    const float* xb = x + b * 32;
+  for (std::int64_t b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
     __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xb + k * 8), abs_mask));
+    for (int k = 0; k < block / 8; ++k) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xb + k * 8), abs_mask));
     const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     const float amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
     const float d = amax / 127.0f;
     const __m256 inv_d = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     scales[b] = d;
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + k * 8), inv_d),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      q[k] = _mm256_cvtps_epi32(v);
+    for (int k0 = 0; k0 < block; k0 += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + k0 + k * 8), inv_d),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[k] = _mm256_cvtps_epi32(v);
+      }
+      // Pack 32 int32 to 32 int8 (values are within [-127, 127]); packs interleave 128-bit lanes,
+      // which the final permute undoes.
+      const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
+      const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
+      const __m256i bytes = _mm256_packs_epi16(w01, w23);
+      const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + b * block + k0), ordered);
     }
-    // Pack 32 int32 to 32 int8 (values are within [-127, 127]); packs interleave 128-bit lanes,
-    // which the final permute undoes.
-    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i bytes = _mm256_packs_epi16(w01, w23);
-    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + b * 32), ordered);
   }
 }
 

@@ -337,6 +337,16 @@ struct Ops {
 // Exact in int32; two chains of n / 2 steps (the order of an integer sum does not matter).
 template <int n>
 inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
+  if constexpr (n == 8) {
+    __m512i c[4] = {start, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      std::int32_t xk;
+      std::memcpy(&xk, x + k * 4, 4);
+      c[k % 4] = _mm512_dpbusd_epi32(c[k % 4], u[k], _mm512_set1_epi32(xk));
+    }
+    return _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+  }
   __m512i even = start, odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < n; k += 2) {
@@ -386,78 +396,99 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// kQ4_Kx16 (interleaved16.h): one group of 16 rows against T tokens, a super-block at a time. Per
-// pair of sub-blocks, each 64-byte chunk of codes is 4 weights of each row in its low nibbles
-// (sub-block 2p) and 4 in its high ones (2p + 1); per sub-block and token, 8 VNNI steps give the
-// exact integer sums, scaled by (d sc) d_x, and the mins' share comes off as (dmin m) d_x times
-// the sub-block's activation sum.
+// kQ4_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
+// 256, a super-block at a time. Each half of a pair of sub-blocks is one masking of the pair's 8
+// chunks of codes: the low nibbles (sub-block 2p) as they are, the high ones (2p + 1) in place, so
+// times 16, which the low half's scales (times 16) match. Per sub-block and token, 8 VNNI steps
+// give the exact integer sum, scaled by the rows' 6-bit scales in int32; the mins' share is one
+// 16-bit multiply-add per pair (the two mins against the two activation sums). Per super-block and
+// token, two conversions and two multiply-adds.
 template <int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                 const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+                 const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
   namespace q4k = q8x16::q4k;
-  const std::int64_t blocks = cols / kQ8_0BlockElems;
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const std::int64_t supers = cols / 256;
+  const __m512 sixteenth = _mm512_set1_ps(1.0f / 16.0f);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (std::int64_t s = 0; s < cols / 256; ++s) {
+  for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q4k::kSuperBlockBytes;
     if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes, q4k::kSuperBlockBytes);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+    __m512i isum[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
-    for (int pair = 0; pair < 4; ++pair) {
-      // Each chunk of codes is loaded once for both sub-blocks of the pair (low, high nibbles).
-      const std::uint8_t* codes = sb + q4k::kCodes + pair * 512;
+    for (int p = 0; p < 4; ++p) {
+      // Each chunk of codes is loaded once for both sub-blocks of the pair.
+      const std::uint8_t* codes = sb + q4k::kCodes + p * 512;
       __m512i lo[8], hi[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m512i v = _mm512_loadu_si512(codes + k * 64);
         lo[k] = _mm512_and_si512(v, low4);
-        hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        hi[k] = _mm512_and_si512(v, high4);
       }
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * pair + h;
-        const std::int64_t b = s * 8 + j;
-        const __m512i* u = h == 0 ? lo : hi;
-        const auto bytes16 = [&](std::size_t at) {
-          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + at + 16 * j))));
-        };
-        const __m512 scale = _mm512_mul_ps(d, bytes16(q4k::kScales));
-        const __m512 min = _mm512_mul_ps(dmin, bytes16(q4k::kMins));
+      const auto scales = [&](int j) {
+        return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q4k::kScales + 16 * j)));
+      };
+      const __m512i sc_lo = _mm512_slli_epi32(scales(2 * p), 4), sc_hi = scales(2 * p + 1);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-          const __m512i dot = vnni_dot<8>(_mm512_setzero_si512(), u, xb);
-          const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scale, dx), acc[t]);
-          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(-static_cast<float>(x_sums[t * blocks + b])), _mm512_mul_ps(min, dx), acc[t]);
-        }
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xb = x_values + t * cols + s * 256 + p * 64;
+        const __m512i dot_lo = vnni_dot<8>(_mm512_setzero_si512(), lo, xb);
+        const __m512i dot_hi = vnni_dot<8>(_mm512_setzero_si512(), hi, xb + 32);
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(dot_lo, sc_lo), _mm512_mullo_epi32(dot_hi, sc_hi)));
       }
+    }
+    __m512i mins[4];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + q4k::kMins + 32 * p)));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const std::int16_t* xs = x_sums32 + t * (cols / 32) + s * 8;
+      __m512i imn = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        std::int32_t two;
+        std::memcpy(&two, xs + 2 * p, 4);
+        imn = _mm512_dpwssd_epi32(imn, mins[p], _mm512_set1_epi32(two));
+      }
+      const __m512 dx = _mm512_set1_ps(x_scales[t * supers + s]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(_mm512_mul_ps(d, dx), sixteenth), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imn), _mm512_mul_ps(dmin, dx), acc[t]);
     }
   }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// kQ6_Kx16 (interleaved16.h): one group of 16 rows against T tokens, a super-block at a time. Per
-// half and pair of slices sharing their low bytes, 8 chunks of low nibbles and the half's 8 chunks
-// of top bits give 8 registers of 6-bit codes per slice; per 16 weights and token, 4 VNNI steps
-// from -32 x the 16 activations' sum give the exact sum of (u - 32) x, scaled by (d sc) d_x.
+// kQ6_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
+// 256, a super-block at a time. Per half and pair of slices sharing their low bytes, 8 chunks of
+// low nibbles and the half's 8 chunks of top bits give 8 registers of 6-bit codes per slice; per 16
+// weights and token, 4 VNNI steps from -32 x the 16 activations' sum give the exact sum of
+// (u - 32) x, scaled by the rows' int8 scales in int32; per super-block and token, one conversion
+// and one multiply-add.
 template <int T>
 void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
   namespace q6k = q8x16::q6k;
-  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const std::int64_t supers = cols / 256;
   const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (std::int64_t s = 0; s < cols / 256; ++s) {
+  for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
     if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q6k::kSuperBlockBytes, q6k::kSuperBlockBytes);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    __m512i isum[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int slice = 0; slice < 8; ++slice) {
       const int h = slice / 4, j = slice % 4;
@@ -474,20 +505,22 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
         u[k] = _mm512_ternarylogic_epi32(top, top2, nib, 0xea);  // (top & 0x30) | nib
       }
       const auto scale16 = [&](int q) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q6k::kScales + 16 * q));
-        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+        return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q6k::kScales + 16 * q)));
       };
-      const __m512 scale_a = scale16(2 * slice), scale_b = scale16(2 * slice + 1);
-      const std::int64_t b = s * 8 + slice;
+      const __m512i scale_a = scale16(2 * slice), scale_b = scale16(2 * slice + 1);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
-        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b]), u, xb);
-        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-32 * x_sums16[t * (cols / 16) + 2 * b + 1]), u + 4, xb + 16);
-        const __m512 dx = _mm512_set1_ps(x_scales[t * blocks + b]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(first), _mm512_mul_ps(scale_a, dx), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(second), _mm512_mul_ps(scale_b, dx), acc[t]);
+        const std::int8_t* xb = x_values + t * cols + s * 256 + slice * 32;
+        const std::int32_t* sums = x_sums16 + t * (cols / 16) + s * 16 + 2 * slice;
+        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[0]), u, xb);
+        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[1]), u + 4, xb + 16);
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale_a), _mm512_mullo_epi32(second, scale_b)));
       }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x_scales[t * supers + s])), acc[t]);
     }
   }
 #pragma GCC unroll 8
@@ -545,8 +578,15 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// How far ahead of the bytes being read the interleaved tiles prefetch. One group ahead (19-108 KiB
+// for the llama-3.2-1b shapes, the other tiles' rule) left Q4_K and Q6_K decode at 0.5-0.75 of
+// the streaming read on this project's Zen 4 machines; 2-4 KiB ahead measured 0.76-1.0 (noisy: the
+// machine's memory is shared), 8-12 KiB 0.54-0.92: the lines arrive in time without a burst of
+// prefetches per super-block filling the core's miss buffers, and stay in L1 until read.
+constexpr std::size_t kInterleavedPrefetchAheadBytes = 4 << 10;
+
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
-// pass over a group prefetches the group ahead, as the other tiles do.
+// pass over a group prefetches a little ahead (above).
 template <WeightType kType>
 void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                       std::int64_t row_end, float* y, std::int64_t y_stride) {
@@ -561,20 +601,23 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
     const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
     for (int t0 = 0; t0 < n_tokens; t0 += 8) {
-      const float* xs = xq.scales + t0 * blocks;
-      const std::int8_t* xv = xq.values + t0 * w.cols;
-      const std::int32_t* sums = xq.block_sums + t0 * blocks;
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
-      const std::uint8_t* ahead = t0 == 0 ? group + prefetch_distance(group_bytes) : nullptr;
+      const std::uint8_t* ahead = t0 == 0 ? group + kInterleavedPrefetchAheadBytes : nullptr;
       auto run = [&]<int T>() {
+        // Per 32 activations (the types with 32-weight blocks), or per 256 (the K types).
+        const auto xs = [&] { return xq.scales + t0 * blocks; };
+        const auto xv = [&] { return xq.values + t0 * w.cols; };
+        const auto sums = [&] { return xq.block_sums + t0 * blocks; };
         if constexpr (kType == WeightType::kQ4_Kx16) {
-          q4kx16_tile<T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+          q4kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                         xq.k_sums32 + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
-          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xs(), xv(), sums(), yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
-          q6kx16_tile<T>(group, w.cols, xs, xv, xq.sixteen_sums + t0 * (w.cols / 16), yt, y_stride, ahead);
+          q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else {
-          q8x16_tile<T>(group, w.cols, xs, xv, sums, yt, y_stride, ahead);
+          q8x16_tile<T>(group, w.cols, xs(), xv(), sums(), yt, y_stride, ahead);
         }
       };
       switch (std::min(8, n_tokens - t0)) {
@@ -612,20 +655,21 @@ void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t r
 }
 
 // Same operations in the same order as the scalar quantizer, so the results are bit-identical.
-void quantize_activations(const float* x, std::int64_t n, float* scales, std::int8_t* values) {
+void quantize_activations(const float* x, std::int64_t n, int block, float* scales, std::int8_t* values) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-    const __m512 x0 = _mm512_loadu_ps(x + b * 32);
-    const __m512 x1 = _mm512_loadu_ps(x + b * 32 + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_and_ps(x1, abs_mask)));
+  for (std::int64_t b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
+    __m512 m = _mm512_setzero_ps();
+    for (int k = 0; k < block / 16; ++k) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + k * 16), abs_mask));
+    const float amax = _mm512_reduce_max_ps(m);
     const float d = amax / 127.0f;
     const __m512 inv_d = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     scales[b] = d;
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv_d), kNearest));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv_d), kNearest));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * 32), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * 32 + 16), _mm512_cvtepi32_epi8(q1));
+    for (int k = 0; k < block / 16; ++k) {
+      const __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + k * 16), inv_d), kNearest));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * block + k * 16), _mm512_cvtepi32_epi8(q));
+    }
   }
 }
 

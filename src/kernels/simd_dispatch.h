@@ -32,9 +32,16 @@ struct QuantizedActivations {
   const std::int8_t* values = nullptr;  // [n_tokens * cols]
   const float* lane_sums = nullptr;  // [n_tokens * cols / 4]; only for slice-form weights
   const float* group_sums = nullptr;  // [n_tokens * cols / 16]: the same per 16 values (K types' mins)
-  // Only for the interleaved types: the sum of each block's values, and of each 16 values.
-  const std::int32_t* block_sums = nullptr;   // [n_tokens * blocks_per_row]
-  const std::int32_t* sixteen_sums = nullptr;  // [n_tokens * cols / 16]
+  // Only for the interleaved Q8_0, Q4_0 and Q5_0: the sum of each block's values.
+  const std::int32_t* block_sums = nullptr;  // [n_tokens * blocks_per_row]
+  // Only for the interleaved K types (cols % 256 == 0): the activations quantized again with one
+  // scale per 256 values (a super-block, as llama.cpp's Q8_K), so that a super-block's sub-block
+  // sums are scaled in integers and converted once (interleaved16.h), and their sums per 32 values
+  // (int16: at most 32 x 127 in magnitude) and per 16.
+  const float* k_scales = nullptr;        // [n_tokens * cols / 256]
+  const std::int8_t* k_values = nullptr;  // [n_tokens * cols]
+  const std::int16_t* k_sums32 = nullptr;  // [n_tokens * cols / 32]
+  const std::int32_t* k_sums16 = nullptr;  // [n_tokens * cols / 16]
 };
 
 struct KernelTable {
@@ -46,8 +53,10 @@ struct KernelTable {
                       std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) = nullptr;
   // Rows [row_begin, row_end) of w as f32, packed with stride cols.
   void (*dequantize_rows)(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) = nullptr;
-  // n (a multiple of 32) floats into QuantizedActivations layout (scales[n/32], values[n]).
-  void (*quantize_activations)(const float* x, std::int64_t n, float* scales, std::int8_t* values) = nullptr;
+  // n floats into QuantizedActivations layout: per `block` values (32, or 256 for the K types'
+  // k_scales / k_values; n a multiple of it) one scale, the absolute maximum over 127, and the
+  // values over it rounded to nearest, ties to even (scales[n / block], values[n]).
+  void (*quantize_activations)(const float* x, std::int64_t n, int block, float* scales, std::int8_t* values) = nullptr;
 
   void (*rms_norm)(const float* x, const float* weight, int n, float eps, float* out) = nullptr;
   void (*softmax_inplace)(float* x, int n) = nullptr;

@@ -299,6 +299,18 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
         EXPECT_EQ(got, want) << path << ": logits differ between the copied and the mapped weights";
         continue;
       }
+      if (path.find("q4_k_m") != std::string::npos) {
+        // Its Q4_K and Q6_K matrices now multiply activations quantized per 256 (Q8_K-style,
+        // interleaved16.h), not per 32 as the GGUF-layout kernels do: another rounding of the
+        // activations, not a reordering of sums. The bound is then the one the mixtures meet against
+        // the double-precision reference (ForwardVsReference: 4e-2), met by both.
+        testing::ReferenceModel ref((*mapped)->file());
+        const auto expected = ref.forward(std::vector<int>(tokens.begin(), tokens.end()));
+        EXPECT_NE(got, want) << path << ": the repacked kernels quantize otherwise; equal logits mean they did not run";
+        EXPECT_LT(relative_error(got, expected), 4e-2) << path << " repacked";
+        EXPECT_LT(relative_error(want, expected), 4e-2) << path << " mapped";
+        continue;
+      }
       // How far two SIMD paths of the same GGUF layout already differ here (every path gives the same
       // results up to floating-point reassociation, kernels.h): the repacked weights may differ
       // from the mapped ones by no more than twice that. These tiny random models amplify rounding
