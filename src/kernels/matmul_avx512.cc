@@ -334,7 +334,8 @@ struct Ops {
 
 // The interleaved kernels' dot product: per 32-bit lane (one row), start plus the sum over the n
 // chunks u[k] (4 unsigned codes of the row) times the token's activations 4k..4k+3, broadcast.
-// Exact in int32; two chains of n / 2 steps (the order of an integer sum does not matter).
+// Exact in int32; independent chains (four for 8 steps, else two) so that consecutive steps do not
+// wait on each other (the order of an integer sum does not matter).
 template <int n>
 inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
   if constexpr (n == 8) {
