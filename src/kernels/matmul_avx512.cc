@@ -416,12 +416,13 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q4k::kSuperBlockBytes;
-    if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes, q4k::kSuperBlockBytes);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int p = 0; p < 4; ++p) {
+      // A quarter of the super-block ahead per pair: a few lines at a time, not a burst.
+      if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes + p * (q4k::kSuperBlockBytes / 4), q4k::kSuperBlockBytes / 4);
       // Each chunk of codes is loaded once for both sub-blocks of the pair.
       const std::uint8_t* codes = sb + q4k::kCodes + p * 512;
       __m512i lo[8], hi[8];
@@ -486,13 +487,13 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
-    if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q6k::kSuperBlockBytes, q6k::kSuperBlockBytes);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int slice = 0; slice < 8; ++slice) {
       const int h = slice / 4, j = slice % 4;
+      if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q6k::kSuperBlockBytes + slice * (q6k::kSuperBlockBytes / 8), q6k::kSuperBlockBytes / 8);
       const std::uint8_t* low = sb + q6k::kLow + (2 * h + j % 2) * 512;
       const std::uint8_t* high = sb + q6k::kHigh + h * 512;
       // The top bits of slice j sit at bits 2j, 2j+1 of each qh byte: moved to bits 4-5.
