@@ -253,8 +253,11 @@ struct Ops {
   // gained most.
   static constexpr int kSingleTokenRows = 8;
   static constexpr int kBatchRows = 4;
-  static constexpr int kWideTokens = 5;  // from here on float weights: 2 rows x 8 tokens
-  static constexpr int kWideRows = 2;
+  static constexpr int kWideTokens = 5;  // from here on float weights: 3 rows x 8 tokens
+  // 24 accumulators, 3 weight and 1 activation register: 11 loads per 24 FMAs (2 x 8: 10 per 16).
+  // f16 prefill at 512 tokens, 2 threads, Zen 4: 131-145 -> 149-159 GFLOP/s (0.66-0.85 -> 0.73-0.90 of
+  // sgemm; `kernels_bench --types f16 --shapes 4864x896,896x4864,2048x2048,8192x2048 --threads 2`).
+  static constexpr int kWideRows = 3;
 
   template <WeightType kType, int R, int T>
   static void float_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t cols, const float* x, float* y,
