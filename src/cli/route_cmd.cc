@@ -52,7 +52,7 @@ int route_main(int argc, char** argv) {
   app.add_option("--tokenize-inline-bytes", o.tokenize_inline_bytes,
                  "Request bodies up to this many bytes are tokenized on the HTTP I/O thread (no thread hand-off)")
       ->capture_default_str();
-  app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front (one keeps a request on one thread; raise it for thousands of requests a second)")->capture_default_str();
   app.add_option("--prefix-cache-tokens", o.prefix_cache_tokens,
                  "Tokens of rendered conversation prefixes kept tokenized, so that a chat's next turn tokenizes only its new "
                  "messages (byte-level BPE vocabularies; 0 = off)")

@@ -50,7 +50,12 @@ struct RouterOptions {
   int max_attempts = 3;            // workers tried for one request that fails before its first byte
   int tokenize_threads = 2;        // threads for long prompts' tokenizing and the admin operations
   std::size_t tokenize_inline_bytes = 64 << 10;  // request bodies up to this are tokenized on the I/O thread
-  int http_threads = 2;            // I/O threads of the router's HTTP front
+  // I/O threads of the router's HTTP front. One by default: a routed request costs the router
+  // ~60 us (a thread handles thousands a second), and with one thread its arrival, the upstream
+  // exchange and the answer's return run on the same thread, with no hand-off or wake-up of
+  // another: router-added time to first byte at 200 requests/s, p99 0.57-0.91 ms with one thread
+  // against 0.69-1.04 ms with two (BENCHMARKS.md, issue 12). More for high request rates.
+  int http_threads = 1;
   WorkerOptions worker;
   bool log_requests = false;       // one stderr line per request
   // Clients' keys: non-empty = every proxied request needs "Authorization: Bearer KEY" (one of
