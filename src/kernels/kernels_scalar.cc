@@ -159,14 +159,14 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
   if (is_interleaved(w.type)) {
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       for (int t = 0; t < n_tokens; ++t) {
-        const float* xs = xq.scales + t * blocks;
-        const std::int8_t* xv = xq.values + t * w.cols;
         if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
           y[t * y_stride + r] = w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks)
                                                                : q6_kx16_row_dot(w, r, ks, kv);
         } else {
+          const float* xs = xq.scales + t * blocks;
+          const std::int8_t* xv = xq.values + t * w.cols;
           y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv) : block32x16_row_dot(w, r, xs, xv);
         }
       }

@@ -141,16 +141,18 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   thread_local std::vector<float> k_scales;
   thread_local std::vector<std::int8_t> k_values;
   thread_local std::vector<std::int16_t> k_sums32;
+  // any_quantized: some weight reads the activations quantized per 32 (every quantized type but
+  // the interleaved K types, which read them per 256).
   bool any_quantized = false, any_slice_form = false, any_interleaved = false, any_k_interleaved = false;
   for (const WeightView& w : ws) {
-    any_quantized = any_quantized || is_quantized(w.type);
     const bool k_interleaved = w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16;
+    any_quantized = any_quantized || (is_quantized(w.type) && !k_interleaved);
     any_interleaved = any_interleaved || (is_interleaved(w.type) && !k_interleaved);
     any_k_interleaved = any_k_interleaved || k_interleaved;
     any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
   }
+  const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
   if (any_quantized) {
-    const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
     scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
     values.resize(static_cast<std::size_t>(n));
     k.quantize_activations(x, n, kQ8_0BlockElems, scales.data(), values.data());
@@ -181,25 +183,25 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
       }
       xq.block_sums = block_sums.data();
     }
-    if (any_k_interleaved) {
-      k_scales.resize(static_cast<std::size_t>(n / 256));
-      k_values.resize(static_cast<std::size_t>(n));
-      k_sums32.resize(static_cast<std::size_t>(n / 32));
-      k_sums16.resize(static_cast<std::size_t>(n / 16));
-      k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
-      for (std::int64_t g = 0; g < n / 16; ++g) {
-        std::int32_t sum = 0;
-        for (int i = 0; i < 16; ++i) sum += k_values[static_cast<std::size_t>(g * 16 + i)];
-        k_sums16[static_cast<std::size_t>(g)] = sum;
-      }
-      for (std::int64_t b = 0; b < n / 32; ++b) {
-        k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
-      }
-      xq.k_scales = k_scales.data();
-      xq.k_values = k_values.data();
-      xq.k_sums32 = k_sums32.data();
-      xq.k_sums16 = k_sums16.data();
+  }
+  if (any_k_interleaved) {
+    k_scales.resize(static_cast<std::size_t>(n / 256));
+    k_values.resize(static_cast<std::size_t>(n));
+    k_sums32.resize(static_cast<std::size_t>(n / 32));
+    k_sums16.resize(static_cast<std::size_t>(n / 16));
+    k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
+    for (std::int64_t g = 0; g < n / 16; ++g) {
+      std::int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += k_values[static_cast<std::size_t>(g * 16 + i)];
+      k_sums16[static_cast<std::size_t>(g)] = sum;
     }
+    for (std::int64_t b = 0; b < n / 32; ++b) {
+      k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
+    }
+    xq.k_scales = k_scales.data();
+    xq.k_values = k_values.data();
+    xq.k_sums32 = k_sums32.data();
+    xq.k_sums16 = k_sums16.data();
   }
   assert(ws.size() <= ChunkLayout::kMaxMatrices);
   ChunkLayout layout;
