@@ -1,8 +1,9 @@
-// Q8_0 and Q4_K interleaved by 16 rows (interleaved16.h): what repack_for_decode makes, on which
-// path and shapes, and that every path reads it exactly: dequantize gives the values of the
-// original on the AVX-512 path bit for bit, and matmul gives the scalar statement's results bit for
-// bit at every token count (so a token's result never depends on its batch), close to the
-// GGUF-layout kernel's.
+// Q8_0, Q4_0, Q5_0, Q4_K and Q6_K interleaved by 16 rows (interleaved16.h): what
+// repack_for_decode makes, on which path and shapes, and that every path reads it exactly:
+// dequantize gives the values of the original on the AVX-512 path bit for bit, and matmul gives the
+// scalar statement's results bit for bit at every token count (so a token's result never depends
+// on its batch), close to the GGUF-layout kernel's (the K types, whose activations are quantized
+// per 256: within that quantization's bound of the exact product).
 #include <gtest/gtest.h>
 
 #include <algorithm>
