@@ -42,6 +42,15 @@ constexpr std::int64_t kChunkRowMultiple = 16;
 // cached between its conversion and sgemm reading it.
 constexpr std::int64_t kPanelBytes = 4 << 20;
 
+// out[g] = the sum of values [g * group, (g + 1) * group), for the n / group groups.
+void sum_groups(const std::int8_t* values, std::int64_t n, int group, std::int32_t* out) {
+  for (std::int64_t g = 0; g < n / group; ++g) {
+    std::int32_t sum = 0;
+    for (int i = 0; i < group; ++i) sum += values[g * group + i];
+    out[g] = sum;
+  }
+}
+
 void set_blas_threads(int n_threads) {
   static std::atomic<int> current{0};
   if (current.load(std::memory_order_relaxed) != n_threads) {
@@ -176,11 +185,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     }
     if (any_interleaved) {
       block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
-      for (std::int64_t b = 0; b < n / kQ8_0BlockElems; ++b) {
-        std::int32_t sum = 0;
-        for (int k = 0; k < kQ8_0BlockElems; ++k) sum += values[static_cast<std::size_t>(b * kQ8_0BlockElems + k)];
-        block_sums[static_cast<std::size_t>(b)] = sum;
-      }
+      sum_groups(values.data(), n, kQ8_0BlockElems, block_sums.data());
       xq.block_sums = block_sums.data();
     }
   }
@@ -190,11 +195,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     k_sums32.resize(static_cast<std::size_t>(n / 32));
     k_sums16.resize(static_cast<std::size_t>(n / 16));
     k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
-    for (std::int64_t g = 0; g < n / 16; ++g) {
-      std::int32_t sum = 0;
-      for (int i = 0; i < 16; ++i) sum += k_values[static_cast<std::size_t>(g * 16 + i)];
-      k_sums16[static_cast<std::size_t>(g)] = sum;
-    }
+    sum_groups(k_values.data(), n, 16, k_sums16.data());
     for (std::int64_t b = 0; b < n / 32; ++b) {
       k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
     }

@@ -337,20 +337,9 @@ struct Ops {
 
 // The interleaved kernels' dot product: per 32-bit lane (one row), start plus the sum over the n
 // chunks u[k] (4 unsigned codes of the row) times the token's activations 4k..4k+3, broadcast.
-// Exact in int32; independent chains (four for 8 steps, else two) so that consecutive steps do not
-// wait on each other (the order of an integer sum does not matter).
+// Exact in int32; two chains of n / 2 steps (the order of an integer sum does not matter).
 template <int n>
 inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
-  if constexpr (n == 8) {
-    __m512i c[4] = {start, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      std::int32_t xk;
-      std::memcpy(&xk, x + k * 4, 4);
-      c[k % 4] = _mm512_dpbusd_epi32(c[k % 4], u[k], _mm512_set1_epi32(xk));
-    }
-    return _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
-  }
   __m512i even = start, odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < n; k += 2) {
@@ -609,20 +598,18 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
       const std::uint8_t* ahead = t0 == 0 ? group + kInterleavedPrefetchAheadBytes : nullptr;
       auto run = [&]<int T>() {
-        // Per 32 activations (the types with 32-weight blocks), or per 256 (the K types).
-        const auto xs = [&] { return xq.scales + t0 * blocks; };
-        const auto xv = [&] { return xq.values + t0 * w.cols; };
-        const auto sums = [&] { return xq.block_sums + t0 * blocks; };
         if constexpr (kType == WeightType::kQ4_Kx16) {
           q4kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums32 + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
-          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xs(), xv(), sums(), yt, y_stride, ahead);
+          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
+                                                            xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else {
-          q8x16_tile<T>(group, w.cols, xs(), xv(), sums(), yt, y_stride, ahead);
+          q8x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
+                        y_stride, ahead);
         }
       };
       switch (std::min(8, n_tokens - t0)) {
