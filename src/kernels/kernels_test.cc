@@ -220,6 +220,32 @@ TEST_P(KernelsOnPath, DecodeSplitIsExactWhateverThreadTakesARow) {
   }
 }
 
+// Batch invariance of the float row kernels: a token's outputs are the same bits whether it is
+// multiplied alone (8-row tiles, conversion in registers) or in a batch (3-row x 8-token tiles;
+// from 16 tokens on, f16 and bf16 rows converted to f32 once per tile for all token groups). 37
+// rows leave a remainder after the 3-row tiles, 83 columns a tail after each vector width.
+TEST_P(KernelsOnPath, FloatWeightsGiveATokenTheSameBitsAloneAndInAnyBatch) {
+  ThreadPool pool(2);
+  const std::int64_t rows = 37, cols = 83;
+  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16}) {
+    const TestWeights tw = make_test_weights(type, rows, cols, 90);
+    for (int n_tokens : {5, 8, 15, 16, 21, kTestSgemmThreshold - 1}) {
+      SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " tokens " << n_tokens << " path " << simd_path());
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 91 + n_tokens);
+      std::vector<float> batch(static_cast<std::size_t>(n_tokens * rows), std::nanf(""));
+      matmul(tw.view, x.data(), n_tokens, batch.data(), pool);
+      for (int t = 0; t < n_tokens; ++t) {
+        std::vector<float> alone(static_cast<std::size_t>(rows), std::nanf(""));
+        matmul(tw.view, x.data() + t * cols, 1, alone.data(), pool);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(batch[t * rows + r]), std::bit_cast<std::uint32_t>(alone[r]))
+              << "token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 // Float types and q8_0 decode exactly (one rounding at most, the same everywhere). The slice-form
 // types compute scale * u - min in f32: within 2 float roundings of the operands' size
 // (|scale u| + |min|) of the double-precision reference.

@@ -25,10 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 }  // namespace
 
 double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
@@ -50,36 +46,43 @@ double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
   return best;
 }
 
-double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory) {
+StreamReader::StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory)
+    : pool_(pool) {
   const auto n_threads = static_cast<std::size_t>(pool.size());
-  const std::size_t part = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
-  const std::size_t total = part * n_threads;
-  std::unique_ptr<void, FreeDeleter> small_pages;
-  HugePageBuffer huge_pages;
-  std::uint8_t* bytes = nullptr;
+  part_ = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
+  total_ = part_ * n_threads;
   if (memory == StreamMemory::kHugePages) {
-    huge_pages = HugePageBuffer::allocate(total);
-    bytes = huge_pages.data();
+    huge_pages_ = HugePageBuffer::allocate(total_);
+    bytes_ = huge_pages_.data();
   } else {
-    small_pages.reset(std::aligned_alloc(kAlignment, total));
-    bytes = static_cast<std::uint8_t*>(small_pages.get());
+    small_pages_.reset(std::aligned_alloc(kAlignment, total_));
+    bytes_ = static_cast<std::uint8_t*>(small_pages_.get());
   }
-  if (bytes == nullptr) return 0.0;
+  if (bytes_ == nullptr) return;
   // Each thread first touches its own part, so pages land on that thread's memory node.
-  pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes + t * part, t + 1, part); });
+  pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes_ + t * part_, t + 1, part_); });
+}
+
+double StreamReader::pass_gbs() {
+  if (bytes_ == nullptr) return 0.0;
   const KernelTable& k = active_kernels();
   std::atomic<std::uint64_t> checksum{0};
+  const auto start = std::chrono::steady_clock::now();
+  pool_.run(pool_.size(), [&](int t) { checksum.fetch_add(k.read_sum(bytes_ + t * part_, part_), std::memory_order_relaxed); });
+  const double s = seconds_since(start);
+  // Kept, so the reads cannot be dropped; never 0 for a filled buffer.
+  checksum_ += checksum.load();
+  return checksum_ == 0 ? 0.0 : static_cast<double>(total_) / s / 1e9;
+}
+
+double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory) {
+  StreamReader reader(pool, buffer_bytes, memory);
   double best = 0.0;
   for (int rep = 0; rep <= kStreamRepeats; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.run(static_cast<int>(n_threads), [&](int t) {
-      checksum.fetch_add(k.read_sum(bytes + t * part, part), std::memory_order_relaxed);
-    });
-    const double s = seconds_since(start);
-    if (rep > 0) best = std::max(best, static_cast<double>(total) / s / 1e9);
+    const double gbs = reader.pass_gbs();
+    if (rep > 0) best = std::max(best, gbs);  // rep 0 warms up
   }
-  // The checksum is observable, so the reads cannot be dropped; it is never 0 for a filled buffer.
-  return checksum.load() == 0 ? 0.0 : best;
+  return best;
 }
 
 }  // namespace kvstash::kernels

@@ -7,7 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 
+#include "common/huge_pages.h"
 #include "common/thread_pool.h"
 
 namespace kvstash::kernels {
@@ -29,5 +33,30 @@ enum class StreamMemory { kHugePages, kSmallPages };
 // Returns 0 if the buffer cannot be allocated.
 double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes = kStreamBufferBytes,
                                StreamMemory memory = StreamMemory::kHugePages);
+
+// The same streaming read, one pass at a time, for interleaving with other work: bench-engine
+// pairs each decode step with a pass over as many bytes as the step reads, so that both meet the
+// same memory traffic from other processes (on a shared host the read rate moves by half from one
+// second to the next; a best-of figure taken before or after would not). The buffer is allocated,
+// mapped and filled once, by the constructor.
+class StreamReader {
+ public:
+  StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory = StreamMemory::kHugePages);
+  StreamReader(const StreamReader&) = delete;
+  StreamReader& operator=(const StreamReader&) = delete;
+
+  bool ok() const { return bytes_ != nullptr; }  // false: the buffer could not be allocated
+  std::size_t size() const { return total_; }
+  // Reads the whole buffer once with every pool thread; GB/s of that pass (0 if !ok()).
+  double pass_gbs();
+
+ private:
+  ThreadPool& pool_;
+  HugePageBuffer huge_pages_;
+  std::unique_ptr<void, void (*)(void*)> small_pages_{nullptr, std::free};
+  std::uint8_t* bytes_ = nullptr;
+  std::size_t part_ = 0, total_ = 0;
+  std::uint64_t checksum_ = 0;
+};
 
 }  // namespace kvstash::kernels

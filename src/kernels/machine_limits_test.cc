@@ -22,5 +22,22 @@ TEST(MachineLimits, StreamReadIsPositive) {
   EXPECT_TRUE(std::isfinite(gbs));
 }
 
+TEST(MachineLimits, StreamReaderPassesCoverTheBufferAndArePositive) {
+  ThreadPool pool(3);
+  for (StreamMemory memory : {StreamMemory::kHugePages, StreamMemory::kSmallPages}) {
+    StreamReader reader(pool, (24 << 20) + 5, memory);
+    ASSERT_TRUE(reader.ok());
+    // Three page-aligned parts of equal size, together at least what was asked for less a page each.
+    EXPECT_EQ(reader.size() % (3 * 4096), 0u);
+    EXPECT_GE(reader.size(), (24u << 20) - 3 * 4096);
+    EXPECT_LE(reader.size(), (24u << 20) + 5);
+    for (int pass = 0; pass < 3; ++pass) {
+      const double gbs = reader.pass_gbs();
+      EXPECT_GT(gbs, 0.0);
+      EXPECT_TRUE(std::isfinite(gbs));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvstash::kernels

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/quant_unpack_avx2.h"
 #include "kernels/simd_dispatch.h"
@@ -226,9 +227,9 @@ void slice_tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t co
 
 template <class Ops, int R, int T>
 void tile(const WeightView& w, const float* x, const QuantizedActivations& xq, int t0, std::int64_t r, float* y,
-          std::int64_t y_stride) {
+          std::int64_t y_stride, bool may_prefetch = true) {
   // Later token groups re-read the tile from L1; only the first pass prefetches the next one.
-  const bool prefetch = t0 == 0;
+  const bool prefetch = may_prefetch && t0 == 0;
   const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
   float* yt = y + t0 * y_stride + r;
   switch (w.type) {
@@ -268,20 +269,43 @@ void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations
 // converted once for all 8 tokens, where 4 x 4 tiles do it twice (at 151936x896 f16, 8 tokens,
 // one thread, 12-13 GB/s against 8-9.5 with AVX-512). q8_0 and the slice types keep 4 x 4: their
 // per-token work per step (activation load, scales) is shared by 4 rows instead of 2.
+//
+// From kConvertOnceTokens tokens on, f16 and bf16 rows are first converted to f32 into a
+// per-thread buffer, once for all token groups, instead of once per group of 8 (64 times at a
+// 512-token prefill): the tiles then run on f32 rows from L1/L2. The products are the same bits
+// (the same f32 values meet the same activations in the same order).
+inline constexpr int kConvertOnceTokens = 16;
+
 template <class Ops, int R>
 void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
-                      std::int64_t r, float* y, std::int64_t y_stride) {
+                      std::int64_t r, float* y, std::int64_t y_stride, bool may_prefetch = true) {
+  if (w.type != WeightType::kF32 && n_tokens >= kConvertOnceTokens) {
+    const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
+    prefetch_span(row0 + R * w.row_bytes, R * w.row_bytes);  // the next tile's rows
+    thread_local std::vector<float> rows;
+    rows.resize(static_cast<std::size_t>(R * w.cols));
+    for (int i = 0; i < R; ++i) {
+      if (w.type == WeightType::kF16) {
+        Ops::template dequantize_float_row<WeightType::kF16>(row0 + i * w.row_bytes, w.cols, &rows[static_cast<std::size_t>(i * w.cols)]);
+      } else {
+        Ops::template dequantize_float_row<WeightType::kBF16>(row0 + i * w.row_bytes, w.cols, &rows[static_cast<std::size_t>(i * w.cols)]);
+      }
+    }
+    const WeightView f32{WeightType::kF32, rows.data(), R, w.cols, static_cast<std::size_t>(w.cols) * sizeof(float)};
+    // (No prefetch past the buffer's end.)
+    return tile_tokens_wide<Ops, R>(f32, x, xq, n_tokens, 0, y + r, y_stride, false);
+  }
   int t0 = 0;
-  for (; t0 + 8 <= n_tokens; t0 += 8) tile<Ops, R, 8>(w, x, xq, t0, r, y, y_stride);
+  for (; t0 + 8 <= n_tokens; t0 += 8) tile<Ops, R, 8>(w, x, xq, t0, r, y, y_stride, may_prefetch);
   switch (n_tokens - t0) {
     case 0: break;
-    case 1: tile<Ops, R, 1>(w, x, xq, t0, r, y, y_stride); break;
-    case 2: tile<Ops, R, 2>(w, x, xq, t0, r, y, y_stride); break;
-    case 3: tile<Ops, R, 3>(w, x, xq, t0, r, y, y_stride); break;
-    case 4: tile<Ops, R, 4>(w, x, xq, t0, r, y, y_stride); break;
-    case 5: tile<Ops, R, 5>(w, x, xq, t0, r, y, y_stride); break;
-    case 6: tile<Ops, R, 6>(w, x, xq, t0, r, y, y_stride); break;
-    default: tile<Ops, R, 7>(w, x, xq, t0, r, y, y_stride); break;
+    case 1: tile<Ops, R, 1>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    case 2: tile<Ops, R, 2>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    case 3: tile<Ops, R, 3>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    case 4: tile<Ops, R, 4>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    case 5: tile<Ops, R, 5>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    case 6: tile<Ops, R, 6>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
+    default: tile<Ops, R, 7>(w, x, xq, t0, r, y, y_stride, may_prefetch); break;
   }
 }
 
