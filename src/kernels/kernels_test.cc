@@ -222,11 +222,12 @@ TEST_P(KernelsOnPath, DecodeSplitIsExactWhateverThreadTakesARow) {
 
 // Batch invariance of the float row kernels: a token's outputs are the same bits whether it is
 // multiplied alone (8-row tiles, conversion in registers) or in a batch (3-row x 8-token tiles;
-// from 16 tokens on, f16 and bf16 rows converted to f32 once per tile for all token groups). 37
-// rows leave a remainder after the 3-row tiles, 83 columns a tail after each vector width.
+// from 16 tokens on, f16 and bf16 rows converted to f32 once per chunk of rows, and the tokens in
+// blocks). 37 rows leave a remainder after the 3-row tiles, 83 columns a tail after each vector
+// width; 4096 columns make the token blocks shorter than the batch (16 tokens of 16 KiB).
 TEST_P(KernelsOnPath, FloatWeightsGiveATokenTheSameBitsAloneAndInAnyBatch) {
   ThreadPool pool(2);
-  const std::int64_t rows = 37, cols = 83;
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 83}, {19, 4096}})
   for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16}) {
     const TestWeights tw = make_test_weights(type, rows, cols, 90);
     for (int n_tokens : {5, 8, 15, 16, 21, kTestSgemmThreshold - 1}) {

@@ -46,11 +46,26 @@ double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
   return best;
 }
 
-StreamReader::StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory)
-    : pool_(pool) {
+// The checksums of every pass, kept so that no read can be dropped.
+std::atomic<std::uint64_t> g_read_checksum{0};
+
+double stream_read_pass_gbs(ThreadPool& pool, const std::uint8_t* bytes, std::size_t n) {
   const auto n_threads = static_cast<std::size_t>(pool.size());
-  part_ = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
-  total_ = part_ * n_threads;
+  const std::size_t part = (n / n_threads + kAlignment - 1) / kAlignment * kAlignment;
+  if (bytes == nullptr || n == 0) return 0.0;
+  const KernelTable& k = active_kernels();
+  const auto start = std::chrono::steady_clock::now();
+  pool.run(static_cast<int>(n_threads), [&](int t) {
+    const std::size_t begin = std::min(n, static_cast<std::size_t>(t) * part), end = std::min(n, begin + part);
+    if (end > begin) g_read_checksum.fetch_add(k.read_sum(bytes + begin, end - begin), std::memory_order_relaxed);
+  });
+  return static_cast<double>(n) / seconds_since(start) / 1e9;
+}
+
+StreamReader::StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory) : pool_(pool) {
+  const auto n_threads = static_cast<std::size_t>(pool.size());
+  const std::size_t part = std::max(kAlignment, buffer_bytes / n_threads / kAlignment * kAlignment);
+  total_ = part * n_threads;
   if (memory == StreamMemory::kHugePages) {
     huge_pages_ = HugePageBuffer::allocate(total_);
     bytes_ = huge_pages_.data();
@@ -59,21 +74,11 @@ StreamReader::StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMem
     bytes_ = static_cast<std::uint8_t*>(small_pages_.get());
   }
   if (bytes_ == nullptr) return;
-  // Each thread first touches its own part, so pages land on that thread's memory node.
-  pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes_ + t * part_, t + 1, part_); });
+  // Each thread first touches its own part (the part it reads), so pages land on its memory node.
+  pool.run(static_cast<int>(n_threads), [&](int t) { std::memset(bytes_ + t * part, t + 1, part); });
 }
 
-double StreamReader::pass_gbs() {
-  if (bytes_ == nullptr) return 0.0;
-  const KernelTable& k = active_kernels();
-  std::atomic<std::uint64_t> checksum{0};
-  const auto start = std::chrono::steady_clock::now();
-  pool_.run(pool_.size(), [&](int t) { checksum.fetch_add(k.read_sum(bytes_ + t * part_, part_), std::memory_order_relaxed); });
-  const double s = seconds_since(start);
-  // Kept, so the reads cannot be dropped; never 0 for a filled buffer.
-  checksum_ += checksum.load();
-  return checksum_ == 0 ? 0.0 : static_cast<double>(total_) / s / 1e9;
-}
+double StreamReader::pass_gbs() { return stream_read_pass_gbs(pool_, bytes_, total_); }
 
 double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory) {
   StreamReader reader(pool, buffer_bytes, memory);

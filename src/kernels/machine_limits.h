@@ -34,6 +34,10 @@ enum class StreamMemory { kHugePages, kSmallPages };
 double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes = kStreamBufferBytes,
                                StreamMemory memory = StreamMemory::kHugePages);
 
+// One streaming read of [bytes, bytes + n) by every pool thread (a page-aligned part each): GB/s of
+// that pass; 0 for nothing to read. For reading memory the caller owns, e.g. a model's weights.
+double stream_read_pass_gbs(ThreadPool& pool, const std::uint8_t* bytes, std::size_t n);
+
 // The same streaming read, one pass at a time, for interleaving with other work: bench-engine
 // pairs each decode step with a pass over as many bytes as the step reads, so that both meet the
 // same memory traffic from other processes (on a shared host the read rate moves by half from one
@@ -55,8 +59,7 @@ class StreamReader {
   HugePageBuffer huge_pages_;
   std::unique_ptr<void, void (*)(void*)> small_pages_{nullptr, std::free};
   std::uint8_t* bytes_ = nullptr;
-  std::size_t part_ = 0, total_ = 0;
-  std::uint64_t checksum_ = 0;
+  std::size_t total_ = 0;
 };
 
 }  // namespace kvstash::kernels

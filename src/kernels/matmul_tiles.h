@@ -37,6 +37,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -269,32 +270,9 @@ void tile_tokens(const WeightView& w, const float* x, const QuantizedActivations
 // converted once for all 8 tokens, where 4 x 4 tiles do it twice (at 151936x896 f16, 8 tokens,
 // one thread, 12-13 GB/s against 8-9.5 with AVX-512). q8_0 and the slice types keep 4 x 4: their
 // per-token work per step (activation load, scales) is shared by 4 rows instead of 2.
-//
-// From kConvertOnceTokens tokens on, f16 and bf16 rows are first converted to f32 into a
-// per-thread buffer, once for all token groups, instead of once per group of 8 (64 times at a
-// 512-token prefill): the tiles then run on f32 rows from L1/L2. The products are the same bits
-// (the same f32 values meet the same activations in the same order).
-inline constexpr int kConvertOnceTokens = 16;
-
 template <class Ops, int R>
 void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                       std::int64_t r, float* y, std::int64_t y_stride, bool may_prefetch = true) {
-  if (w.type != WeightType::kF32 && n_tokens >= kConvertOnceTokens) {
-    const std::uint8_t* row0 = static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes;
-    prefetch_span(row0 + R * w.row_bytes, R * w.row_bytes);  // the next tile's rows
-    thread_local std::vector<float> rows;
-    rows.resize(static_cast<std::size_t>(R * w.cols));
-    for (int i = 0; i < R; ++i) {
-      if (w.type == WeightType::kF16) {
-        Ops::template dequantize_float_row<WeightType::kF16>(row0 + i * w.row_bytes, w.cols, &rows[static_cast<std::size_t>(i * w.cols)]);
-      } else {
-        Ops::template dequantize_float_row<WeightType::kBF16>(row0 + i * w.row_bytes, w.cols, &rows[static_cast<std::size_t>(i * w.cols)]);
-      }
-    }
-    const WeightView f32{WeightType::kF32, rows.data(), R, w.cols, static_cast<std::size_t>(w.cols) * sizeof(float)};
-    // (No prefetch past the buffer's end.)
-    return tile_tokens_wide<Ops, R>(f32, x, xq, n_tokens, 0, y + r, y_stride, false);
-  }
   int t0 = 0;
   for (; t0 + 8 <= n_tokens; t0 += 8) tile<Ops, R, 8>(w, x, xq, t0, r, y, y_stride, may_prefetch);
   switch (n_tokens - t0) {
@@ -309,11 +287,56 @@ void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActiva
   }
 }
 
+// Float weights from kBlockedTokens tokens on (prefill), a chunk of rows at a time: its f16 or bf16
+// rows converted to f32 once into a per-thread buffer (not once per 8-token group: 64 times at 512
+// tokens), then the tokens in blocks whose activations stay in L2 (kBlockedActivationBytes), each
+// block against every row tile of the chunk, whose converted rows stay there too. Before, each
+// 3-row tile streamed all of the step's activations from L3 (1.8 MB at 512 tokens x 896 columns).
+// Every (row, token) output is computed by the same tile code from the same f32 values in the same
+// order as without the blocking: the same bits, alone or in any batch (kernels_test).
+inline constexpr int kBlockedTokens = 16;
+inline constexpr std::int64_t kBlockedActivationBytes = 256 << 10;
+
+template <class Ops>
+void blocked_float_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t row_begin, std::int64_t row_end,
+                        float* y, std::int64_t y_stride) {
+  const std::int64_t n_rows = row_end - row_begin;
+  const std::uint8_t* rows = static_cast<const std::uint8_t*>(w.data) + row_begin * w.row_bytes;
+  WeightView f32{WeightType::kF32, rows, n_rows, w.cols, w.row_bytes};
+  if (w.type != WeightType::kF32) {
+    thread_local std::vector<float> converted;
+    converted.resize(static_cast<std::size_t>(n_rows * w.cols));
+    for (std::int64_t i = 0; i < n_rows; ++i) {
+      float* out = &converted[static_cast<std::size_t>(i * w.cols)];
+      if (w.type == WeightType::kF16) {
+        Ops::template dequantize_float_row<WeightType::kF16>(rows + i * w.row_bytes, w.cols, out);
+      } else {
+        Ops::template dequantize_float_row<WeightType::kBF16>(rows + i * w.row_bytes, w.cols, out);
+      }
+    }
+    f32.data = converted.data();
+    f32.row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
+  }
+  const std::int64_t per_block = kBlockedActivationBytes / (w.cols * static_cast<std::int64_t>(sizeof(float))) / 8 * 8;
+  const int block = static_cast<int>(std::clamp<std::int64_t>(per_block, 8, n_tokens));
+  const QuantizedActivations none{};
+  for (int t0 = 0; t0 < n_tokens; t0 += block) {
+    const int nt = std::min(block, n_tokens - t0);
+    const float* xb = x + static_cast<std::int64_t>(t0) * w.cols;
+    float* yb = y + t0 * y_stride + row_begin;
+    std::int64_t r = 0;
+    // The rows are in L2 (converted) or were just read: no prefetch (it would run past the buffer).
+    for (; r + Ops::kWideRows <= n_rows; r += Ops::kWideRows) tile_tokens_wide<Ops, Ops::kWideRows>(f32, xb, none, nt, r, yb, y_stride, false);
+    for (; r < n_rows; ++r) tile_tokens_wide<Ops, 1>(f32, xb, none, nt, r, yb, y_stride, false);
+  }
+}
+
 template <class Ops>
 void tiled_matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   std::int64_t r = row_begin;
   if constexpr (Ops::kWideTokens > 0) {
+    if (n_tokens >= kBlockedTokens && !is_quantized(w.type)) return blocked_float_rows<Ops>(w, x, n_tokens, row_begin, row_end, y, y_stride);
     if (n_tokens >= Ops::kWideTokens && !is_quantized(w.type)) {
       for (; r + Ops::kWideRows <= row_end; r += Ops::kWideRows) tile_tokens_wide<Ops, Ops::kWideRows>(w, x, xq, n_tokens, r, y, y_stride);
       for (; r < row_end; ++r) tile_tokens_wide<Ops, 1>(w, x, xq, n_tokens, r, y, y_stride);

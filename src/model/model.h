@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,9 @@ class Model {
   // (524.0 MiB huge); 169 matrices interleaved by 16 rows for the AVX-512 kernels" or
   // "weights: 525.1 MiB mapped from the file".
   std::string weight_memory_summary() const;
+  // The memory the weights were copied into (empty when they are used from the file mapping), for
+  // benchmarks that stream-read the very pages a decode step reads.
+  std::span<const std::uint8_t> weight_memory() const { return {weights_.data(), weights_.size()}; }
 
   // Runs the batch: computes and stores the new tokens' K/V into `kv`, and writes
   // batch.logit_rows() rows of n_vocab logits to `logits`. Checked first, in every build (a few
