@@ -54,8 +54,12 @@ namespace {
 // (kernels_bench, 151936x896, 2 threads, loaded machine: f16 1.2-1.4 GB/s without, 10-13 GB/s
 // with the prefetch, stream 10 GB/s). So while a tile is consumed, its successor is
 // prefetched linearly, `bytes` per step: each line exactly once, a few tiles ahead.
+// Into L2 (T1), not L1 (T0): a prefetch into L1 holds one of the core's few L1 miss buffers until
+// its line arrives, which capped decode at ~15 GB/s per core whatever the memory could give (Zen 4,
+// bench-engine pairing each step with a read of the weights' own pages: qwen2.5-0.5b f16 at 29 GB/s
+// with T0 against 48 GB/s with T1 where those pages read at 62 GB/s; BENCHMARKS.md, issue 14).
 inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
-  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+  for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
 }
 
 // How far ahead the prefetch runs: whole tiles, at least 16 KiB, so that enough lines are in flight
