@@ -144,9 +144,9 @@ int bench_engine_main(int argc, char** argv) {
   // Batch 1 again, each step paired with a streaming read right after it, over the very pages the
   // step read (the weights' memory; a buffer of as many bytes where the weights stay on the file
   // mapping): per pair, the step's weight read rate over the read's, and the median of those.
-  // Both meet the same memory traffic from other processes and the same physical pages, which a
-  // best-of read of a fresh buffer minutes apart does not: on this project's VMs that read comes out
-  // at 30-36 or at 46-61 GB/s from one process to the next.
+  // Both meet the same physical pages and the same traffic from other processes, which the best-of
+  // read of a fresh buffer below does not: on this project's VMs a buffer reads at 30-36 or at
+  // 46-64 GB/s depending on where its pages land (BENCHMARKS.md, issue 14).
   progress("decode, batch 1, each step paired with a streaming read of the weights");
   const std::span<const std::uint8_t> weight_memory = model.weight_memory();
   std::optional<kernels::StreamReader> reader;

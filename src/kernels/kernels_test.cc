@@ -227,20 +227,23 @@ TEST_P(KernelsOnPath, DecodeSplitIsExactWhateverThreadTakesARow) {
 // width; 4096 columns make the token blocks shorter than the batch (16 tokens of 16 KiB).
 TEST_P(KernelsOnPath, FloatWeightsGiveATokenTheSameBitsAloneAndInAnyBatch) {
   ThreadPool pool(2);
-  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 83}, {19, 4096}})
-  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16}) {
-    const TestWeights tw = make_test_weights(type, rows, cols, 90);
-    for (int n_tokens : {5, 8, 15, 16, 21, kTestSgemmThreshold - 1}) {
-      SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " tokens " << n_tokens << " path " << simd_path());
-      const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 91 + n_tokens);
-      std::vector<float> batch(static_cast<std::size_t>(n_tokens * rows), std::nanf(""));
-      matmul(tw.view, x.data(), n_tokens, batch.data(), pool);
-      for (int t = 0; t < n_tokens; ++t) {
-        std::vector<float> alone(static_cast<std::size_t>(rows), std::nanf(""));
-        matmul(tw.view, x.data() + t * cols, 1, alone.data(), pool);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(batch[t * rows + r]), std::bit_cast<std::uint32_t>(alone[r]))
-              << "token " << t << " row " << r;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{37, 83}, {19, 4096}};
+  for (const auto& [rows, cols] : shapes) {
+    for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16}) {
+      const TestWeights tw = make_test_weights(type, rows, cols, 90);
+      for (int n_tokens : {5, 8, 15, 16, 21, kTestSgemmThreshold - 1}) {
+        SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " " << rows << "x" << cols << " tokens " << n_tokens
+                                          << " path " << simd_path());
+        const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 91 + n_tokens);
+        std::vector<float> batch(static_cast<std::size_t>(n_tokens * rows), std::nanf(""));
+        matmul(tw.view, x.data(), n_tokens, batch.data(), pool);
+        for (int t = 0; t < n_tokens; ++t) {
+          std::vector<float> alone(static_cast<std::size_t>(rows), std::nanf(""));
+          matmul(tw.view, x.data() + t * cols, 1, alone.data(), pool);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(batch[t * rows + r]), std::bit_cast<std::uint32_t>(alone[r]))
+                << "token " << t << " row " << r;
+          }
         }
       }
     }

@@ -50,9 +50,9 @@ double measure_gemm_gflops(int m, int n, int k, ThreadPool& pool) {
 std::atomic<std::uint64_t> g_read_checksum{0};
 
 double stream_read_pass_gbs(ThreadPool& pool, const std::uint8_t* bytes, std::size_t n) {
+  if (bytes == nullptr || n == 0) return 0.0;
   const auto n_threads = static_cast<std::size_t>(pool.size());
   const std::size_t part = (n / n_threads + kAlignment - 1) / kAlignment * kAlignment;
-  if (bytes == nullptr || n == 0) return 0.0;
   const KernelTable& k = active_kernels();
   const auto start = std::chrono::steady_clock::now();
   pool.run(static_cast<int>(n_threads), [&](int t) {

@@ -38,11 +38,10 @@ double measure_stream_read_gbs(ThreadPool& pool, std::size_t buffer_bytes = kStr
 // that pass; 0 for nothing to read. For reading memory the caller owns, e.g. a model's weights.
 double stream_read_pass_gbs(ThreadPool& pool, const std::uint8_t* bytes, std::size_t n);
 
-// The same streaming read, one pass at a time, for interleaving with other work: bench-engine
-// pairs each decode step with a pass over as many bytes as the step reads, so that both meet the
-// same memory traffic from other processes (on a shared host the read rate moves by half from one
-// second to the next; a best-of figure taken before or after would not). The buffer is allocated,
-// mapped and filled once, by the constructor.
+// The same streaming read over a buffer of its own, one pass at a time, for interleaving with other
+// work (bench-engine pairs each decode step with a pass, over the weights' own pages where it can,
+// else over one of these of the step's size). The buffer is allocated, mapped and filled once, by
+// the constructor.
 class StreamReader {
  public:
   StreamReader(ThreadPool& pool, std::size_t buffer_bytes, StreamMemory memory = StreamMemory::kHugePages);
