@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace kvstash::kernels {
 namespace {
@@ -37,6 +38,21 @@ TEST(MachineLimits, StreamReaderPassesCoverTheBufferAndArePositive) {
       EXPECT_TRUE(std::isfinite(gbs));
     }
   }
+}
+
+// A pass over memory the caller owns, of a size that is not a multiple of the threads' page-aligned
+// parts (the last thread's part is shorter, one thread's may be empty); nothing to read reads 0.
+TEST(MachineLimits, StreamReadPassOverCallersMemory) {
+  ThreadPool pool(3);
+  alignas(64) static std::uint8_t bytes[5 * 4096 + 640];
+  for (std::size_t i = 0; i < sizeof bytes; ++i) bytes[i] = static_cast<std::uint8_t>(i);
+  for (std::size_t n : {sizeof bytes, std::size_t{4096}, std::size_t{64}}) {
+    const double gbs = stream_read_pass_gbs(pool, bytes, n);
+    EXPECT_GT(gbs, 0.0) << n;
+    EXPECT_TRUE(std::isfinite(gbs)) << n;
+  }
+  EXPECT_EQ(stream_read_pass_gbs(pool, nullptr, 4096), 0.0);
+  EXPECT_EQ(stream_read_pass_gbs(pool, bytes, 0), 0.0);
 }
 
 }  // namespace
