@@ -207,8 +207,13 @@ std::uint64_t read_sum(const void* data, std::size_t bytes) {
     s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + i + 3));
   }
   for (; i < n; ++i) s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i));
-  return static_cast<std::uint64_t>(
-      _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
+  // Lanes summed as unsigned (wrapping): _mm512_reduce_add_epi64 adds them as signed 64-bit
+  // integers, which overflows (undefined behaviour, UBSan) on data such as weights or byte ramps.
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+  std::uint64_t sum = 0;
+  for (std::uint64_t lane : lanes) sum += lane;
+  return sum;
 }
 
 }  // namespace kvstash::kernels::avx512
