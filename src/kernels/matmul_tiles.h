@@ -329,7 +329,8 @@ void blocked_float_rows(const WeightView& w, const float* x, int n_tokens, std::
     const float* xb = x + static_cast<std::int64_t>(t0) * w.cols;
     float* yb = y + t0 * y_stride + row_begin;
     std::int64_t r = 0;
-    // The rows are in L2 (converted) or were just read: no prefetch (it would run past the buffer).
+    // No software prefetch: converted rows are in L2 (a prefetch would run past the buffer), and f32
+    // rows, used in place, are one contiguous 32 KiB chunk that the hardware prefetcher follows.
     for (; r + Ops::kWideRows <= n_rows; r += Ops::kWideRows) tile_tokens_wide<Ops, Ops::kWideRows>(f32, xb, none, nt, r, yb, y_stride, false);
     for (; r < n_rows; ++r) tile_tokens_wide<Ops, 1>(f32, xb, none, nt, r, yb, y_stride, false);
   }
