@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -126,18 +127,25 @@ int bench_engine_main(int argc, char** argv) {
   // step that another process delays moves a mean, not a median).
   // The fastest step too: the streaming-read and sgemm limits are best-of figures, so on a loaded
   // machine "best step / best read" compares like with like where the median does not.
-  double decode1_best_s = 0;
-  auto decode = [&](int batch) {
+  // `after_step`, when given, runs after each timed step with that step's seconds (not timed).
+  auto decode = [&](int batch, const std::function<void(double)>& after_step = {}) {
     Runner run(model, batch, decode_context + decode_tokens + 1, threads);
     run.step(batch, 0, decode_context);
     std::vector<double> steps;
-    for (int i = 0; i < decode_tokens; ++i) steps.push_back(run.step(batch, decode_context + i, 1));
-    std::sort(steps.begin(), steps.end());
-    if (batch == 1) decode1_best_s = steps.front();
-    return steps[steps.size() / 2];
+    for (int i = 0; i < decode_tokens; ++i) {
+      steps.push_back(run.step(batch, decode_context + i, 1));
+      if (after_step) after_step(steps.back());
+    }
+    return steps;
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
   };
   progress("decode, batch 1");
-  const double decode1_s = decode(1);
+  const std::vector<double> decode1_steps = decode(1);
+  const double decode1_s = median(decode1_steps);
+  const double decode1_best_s = *std::min_element(decode1_steps.begin(), decode1_steps.end());
   const kernels::StreamMemory stream_memory =
       model_load.weights == WeightMemory::kHugePages ? kernels::StreamMemory::kHugePages : kernels::StreamMemory::kSmallPages;
   const double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
@@ -154,27 +162,16 @@ int bench_engine_main(int argc, char** argv) {
   auto read_pass = [&] {
     return reader ? reader->pass_gbs() : kernels::stream_read_pass_gbs(threads, weight_memory.data(), weight_memory.size());
   };
-  double paired_ratio = 0, paired_stream_gbs = 0, weights_read_best_gbs = 0;
-  {
-    Runner run(model, 1, decode_context + decode_tokens + 1, threads);
-    run.step(1, 0, decode_context);
-    std::vector<double> ratios, passes;
-    for (int i = 0; i < decode_tokens; ++i) {
-      const double step_gbs = bytes_per_token / run.step(1, decode_context + i, 1) / 1e9;
-      const double pass = read_pass();
-      passes.push_back(pass);
-      weights_read_best_gbs = std::max(weights_read_best_gbs, pass);
-      if (pass > 0) ratios.push_back(step_gbs / pass);
-    }
-    if (!ratios.empty()) {
-      std::sort(ratios.begin(), ratios.end());
-      std::sort(passes.begin(), passes.end());
-      paired_ratio = ratios[ratios.size() / 2];
-      paired_stream_gbs = passes[passes.size() / 2];
-    }
-  }
+  std::vector<double> ratios, passes;
+  decode(1, [&](double step_s) {
+    const double pass = read_pass();
+    passes.push_back(pass);
+    if (pass > 0) ratios.push_back(bytes_per_token / step_s / 1e9 / pass);
+  });
+  const double paired_ratio = median(ratios), paired_stream_gbs = median(passes);
+  const double weights_read_best_gbs = passes.empty() ? 0.0 : *std::max_element(passes.begin(), passes.end());
   progress("decode, batch N");
-  const double decode_batch_s = decode(batch);
+  const double decode_batch_s = median(decode(batch));
 
   // A short prefill against a long cached context (a prefix-cache hit): one cold prefill of
   // context + step tokens, then the last `step` tokens again at their own positions, which sees

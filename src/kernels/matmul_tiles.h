@@ -341,8 +341,8 @@ void tiled_matmul_rows(const WeightView& w, const float* x, const QuantizedActiv
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   std::int64_t r = row_begin;
   if constexpr (Ops::kWideTokens > 0) {
-    if (n_tokens >= kBlockedTokens && !is_quantized(w.type)) return blocked_float_rows<Ops>(w, x, n_tokens, row_begin, row_end, y, y_stride);
     if (n_tokens >= Ops::kWideTokens && !is_quantized(w.type)) {
+      if (n_tokens >= kBlockedTokens) return blocked_float_rows<Ops>(w, x, n_tokens, row_begin, row_end, y, y_stride);
       for (; r + Ops::kWideRows <= row_end; r += Ops::kWideRows) tile_tokens_wide<Ops, Ops::kWideRows>(w, x, xq, n_tokens, r, y, y_stride);
       for (; r < row_end; ++r) tile_tokens_wide<Ops, 1>(w, x, xq, n_tokens, r, y, y_stride);
       return;
