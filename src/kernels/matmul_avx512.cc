@@ -572,12 +572,22 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// How far ahead of the bytes being read the interleaved tiles prefetch. One group ahead (19-108 KiB
-// for the llama-3.2-1b shapes, the other tiles' rule) left Q4_K and Q6_K decode at 0.5-0.75 of
-// the streaming read on this project's Zen 4 machines; 2-4 KiB ahead measured 0.76-1.0 (noisy: the
-// machine's memory is shared), 8-12 KiB 0.54-0.92: the lines arrive in time without a burst of
-// prefetches per super-block filling the core's miss buffers, and stay in L1 until read.
-constexpr std::size_t kInterleavedPrefetchAheadBytes = 4 << 10;
+// How far ahead of the bytes being read the interleaved tiles prefetch (into L2), by type and by
+// the tokens of the call. Measured with kernels_bench and a temporary sweep of these leads in one
+// process (BENCHMARKS.md, issue 14); ratios are decode's read rate over a read of the same pages:
+// - One token, Q8_0, Q4_K, Q4_0, Q5_0 (each 16-row group read front to back, which the hardware
+//   prefetcher follows): 1 KiB beats 4 KiB where both cores stream at once (2 threads, 61-75 GB/s
+//   from their pages, 8192x2048: Q4_0, Q4_K, Q5_0 0.89-1.03 against 0.62-0.74; Q8_0 0.91-1.16
+//   against 0.88-0.96), about equal on one thread or at 33-40 GB/s; 3 and 6 KiB are worse than either.
+// - Several tokens (each byte feeds 2-8 times the arithmetic): 1 KiB halves batch 8 (Q8_0 34 ->
+//   17 GB/s, Q4_K 24 -> 12), 8-16 KiB is best (Q8_0 at 8 tokens 43 GB/s against 38 at 4 KiB).
+// - Q6_K reads its super-block out of order (two 512-byte chunks of low bits per slice pair, the
+//   top bits from the far end) and does the most arithmetic per byte: at 4 KiB ahead one token read
+//   15-17 GB/s on one thread where its pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
+template <WeightType kType>
+constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
+  return kType != WeightType::kQ6_Kx16 && n_tokens == 1 ? std::size_t{1} << 10 : std::size_t{16} << 10;
+}
 
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
 // pass over a group prefetches a little ahead (above).
@@ -596,7 +606,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
     const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
     for (int t0 = 0; t0 < n_tokens; t0 += 8) {
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
-      const std::uint8_t* ahead = t0 == 0 ? group + kInterleavedPrefetchAheadBytes : nullptr;
+      const std::uint8_t* ahead = t0 == 0 ? group + interleaved_prefetch_ahead<kType>(n_tokens) : nullptr;
       auto run = [&]<int T>() {
         if constexpr (kType == WeightType::kQ4_Kx16) {
           q4kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
