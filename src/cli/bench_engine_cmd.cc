@@ -152,9 +152,11 @@ int bench_engine_main(int argc, char** argv) {
   // Batch 1 again, each step paired with a streaming read right after it, over the very pages the
   // step read (the weights' memory; a buffer of as many bytes where the weights stay on the file
   // mapping): per pair, the step's weight read rate over the read's, and the median of those.
-  // Both meet the same physical pages and the same traffic from other processes, which the best-of
-  // read of a fresh buffer below does not: on this project's VMs a buffer reads at 30-36 or at
-  // 46-64 GB/s depending on where its pages land (BENCHMARKS.md, issue 14).
+  // Both meet the same physical pages and, a few milliseconds apart, the same state of the machine,
+  // which the best-of read of a fresh buffer below does not: on this project's 2-vCPU VMs two
+  // threads read memory at ~31 or at ~62 GB/s from one second to the next while one thread reads
+  // ~30 throughout (the two vCPUs at times share one core's memory bandwidth; `kernels_bench
+  // --read-trace`, BENCHMARKS.md, issue 14).
   progress("decode, batch 1, each step paired with a streaming read of the weights");
   const std::span<const std::uint8_t> weight_memory = model.weight_memory();
   std::optional<kernels::StreamReader> reader;

@@ -7,11 +7,17 @@
 //
 // Usage: kernels_bench [--types f32,f16,bf16,q8_0,q4_K,...] [--models qwen,llama] [--shapes 896x896,...]
 //                      [--no-prefill] [--crossover]
-//                      [--threads N] [--prefill-tokens 512] [--hot] [--attention]
+//                      [--threads N] [--prefill-tokens 512] [--hot] [--attention] [--read-trace S]
 //
 // --attention times one layer's decode attention of one token (14 query heads over 2 KV heads of
 // 64, qwen2.5-0.5b) at 4096 tokens of context on one thread: the per-row kernel calls the forward
 // pass used to make against the per-KV-block calls it makes now.
+//
+// --read-trace S reads a 256 MiB buffer (huge pages) every 100 ms for S seconds, with all threads
+// and with one, and prints both rates: on this project's 2-vCPU VMs the two-thread read moves
+// between ~31 and ~62 GB/s from one second to the next while one thread reads ~30 throughout (the
+// two vCPUs at times share one core's memory bandwidth), which is why decode is compared with a
+// read taken right after each step.
 //
 // --hot reads the same weights every call (cache-resident for all but the largest shapes): the
 // kernels' compute ceiling, which must sit well above the streaming read for decode to reach it.
@@ -22,6 +28,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/huge_pages.h"
@@ -115,6 +122,29 @@ void bench_attention() {
               kHeads, kContext, us[0], us[1], us[0] / us[1]);
 }
 
+int read_trace(ThreadPool& pool, double seconds) {
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  HugePageBuffer buffer = HugePageBuffer::allocate(kBytes);
+  if (buffer.data() == nullptr) {
+    std::fprintf(stderr, "cannot allocate %zu bytes for the read trace\n", kBytes);
+    return 1;
+  }
+  std::memset(buffer.data(), 1, kBytes);
+  ThreadPool one(1);
+  std::printf("seconds  %d threads GB/s  1 thread GB/s\n", pool.size());
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (t >= seconds) break;
+    const double all = stream_read_pass_gbs(pool, buffer.data(), kBytes);
+    const double single = stream_read_pass_gbs(one, buffer.data(), kBytes);
+    std::printf("%7.2f  %17.1f  %13.1f\n", t, all, single);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
 bool listed(const std::string& list, const char* name) {
   return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
 }
@@ -124,6 +154,7 @@ bool listed(const std::string& list, const char* name) {
 int main(int argc, char** argv) {
   std::string types = "f32,f16,bf16,q8_0", models, shapes;
   bool prefill = true, crossover = false, hot = false;
+  double trace_seconds = 0.0;
   int threads = 0, prefill_tokens = 512;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -136,9 +167,11 @@ int main(int argc, char** argv) {
     else if (a == "--attention") { bench_attention(); return 0; }
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--prefill-tokens" && i + 1 < argc) prefill_tokens = std::atoi(argv[++i]);
+    else if (a == "--read-trace" && i + 1 < argc) trace_seconds = std::atof(argv[++i]);
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   ThreadPool pool(threads);
+  if (trace_seconds > 0) return read_trace(pool, trace_seconds);
   const double stream = measure_stream_read_gbs(pool);
   std::printf("simd %s, %d threads, stream read %.1f GB/s\n", simd_path(), pool.size(), stream);
   std::printf("%-6s %-14s %-5s | %9s %6s | %9s %6s | %9s %9s %6s | %8s %6s\n", "model", "shape", "type", "dec1 GB/s", "/strm",
@@ -199,9 +232,10 @@ int main(int argc, char** argv) {
       auto decode = [&](int n) { matmul(views[next_copy++ % n_copies], x.data(), n, y.data(), pool); };
       const double d1 = gb / best_seconds([&] { decode(1); });
       const double d8 = gb / best_seconds([&] { decode(8); });
-      // The same copies streamed end to end, cycling as decode does (best pass): the limit of these
-      // very pages, which the fresh buffer's read above need not be (on this project's VMs a
-      // buffer reads at 30-36 or 46-64 GB/s depending on where its pages land; BENCHMARKS.md).
+      // The same copies streamed end to end, cycling as decode does (best pass), right after decode:
+      // the limit of these very pages in the machine's present state, which the read at start need
+      // not be (on this project's VMs two threads read at ~31 or ~62 GB/s from one second to the
+      // next; --read-trace, BENCHMARKS.md).
       double own = 0.0;
       for (int rep = 0; rep < 3; ++rep) {
         for (const WeightView& v : views) {
