@@ -45,11 +45,14 @@
 //     bytes   32- 287  the int8 scale of 16-weight group q (0-15) of row l at 32 + 16 q + l;
 //     bytes  288- 319  zero (so that the codes start on a cache line: 212 bytes per row and
 //                      super-block instead of 210, +1%);
-//     bytes  320-2367  ql: half h, byte offset jj (0, 1), chunk k at 320 + 512 (2h + jj) + 64 k holds
-//                      row l's ql bytes 64 h + 32 jj + 4 k .. + 3 at 4 l (low nibbles: slice 4h + jj,
-//                      high: slice 4h + jj + 2);
-//     bytes 2368-3391  qh: half h, chunk k at 2368 + 512 h + 64 k holds row l's qh bytes
-//                      32 h + 4 k .. + 3 at 4 l (bits 2j, 2j+1: slice 4h + j's top two bits).
+//     bytes  320-3391  the codes, 64-byte chunks: ql chunk (h, jj, k) holds row l's ql bytes
+//                      64 h + 32 jj + 4 k .. + 3 at 4 l (low nibbles: slice 4h + jj, high: slice
+//                      4h + jj + 2); qh chunk (h, k) holds row l's qh bytes 32 h + 4 k .. + 3 at 4 l
+//                      (bits 2j, 2j+1: slice 4h + j's top two bits). In the order the kernel first
+//                      reads them, so that the hardware prefetcher can follow: for each half h
+//                      (1536 bytes from 320 + 1536 h), ql (h, 0, k) and qh (h, k) alternating for
+//                      k = 0..7 (at + 128 k and + 128 k + 64), then ql (h, 1, k) (at 1024 + 64 k);
+//                      low_at and high_at below.
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
 // Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,
@@ -200,7 +203,16 @@ inline int code(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std
 // Q6_K as kQ6_Kx16.
 namespace q6k {
 inline constexpr std::size_t kSuperBlockBytes = 3392;
-inline constexpr std::size_t kScales = 32, kLow = 320, kHigh = 2368;
+inline constexpr std::size_t kScales = 32, kCodes = 320, kHalfBytes = 1536;
+// Where ql chunk k of half h, byte offset jj, and qh chunk k of half h start within a super-block.
+inline constexpr std::size_t low_at(int h, int jj, int k) {
+  return kCodes + kHalfBytes * static_cast<std::size_t>(h) +
+         (jj == 0 ? 128 * static_cast<std::size_t>(k) : 1024 + 64 * static_cast<std::size_t>(k));
+}
+inline constexpr std::size_t high_at(int h, int k) {
+  return kCodes + kHalfBytes * static_cast<std::size_t>(h) + 128 * static_cast<std::size_t>(k) + 64;
+}
+static_assert(low_at(1, 1, 7) + 64 == 3392 && high_at(1, 7) + 64 == low_at(1, 1, 0));
 
 inline bool fits(std::int64_t rows, std::int64_t cols) {
   return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
@@ -224,8 +236,8 @@ inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std
   const std::uint8_t* sb = super_block(data, cols, r, c / 256);
   const int slice = static_cast<int>((c % 256) / 32), h = slice / 4, j = slice % 4, k = static_cast<int>((c % 32) / 4);
   const std::size_t lane = static_cast<std::size_t>(r % kGroupRows) * 4 + static_cast<std::size_t>(c % 4);
-  const std::uint8_t low = sb[kLow + static_cast<std::size_t>(2 * h + j % 2) * 512 + static_cast<std::size_t>(k) * 64 + lane];
-  const std::uint8_t high = sb[kHigh + static_cast<std::size_t>(h) * 512 + static_cast<std::size_t>(k) * 64 + lane];
+  const std::uint8_t low = sb[low_at(h, j % 2, k) + lane];
+  const std::uint8_t high = sb[high_at(h, k) + lane];
   return (j < 2 ? low & 15 : low >> 4) | ((high >> (2 * j)) & 3) << 4;
 }
 }  // namespace q6k

@@ -134,9 +134,9 @@ void repack_q6_k(const WeightView& w, std::uint8_t* out) {
       for (int h = 0; h < 2; ++h) {
         for (int k = 0; k < 8; ++k) {
           for (int jj = 0; jj < 2; ++jj) {
-            std::memcpy(unit + q6k::kLow + (2 * h + jj) * 512 + k * 64 + l * 4, block + 64 * h + 32 * jj + 4 * k, 4);
+            std::memcpy(unit + q6k::low_at(h, jj, k) + l * 4, block + 64 * h + 32 * jj + 4 * k, 4);
           }
-          std::memcpy(unit + q6k::kHigh + h * 512 + k * 64 + l * 4, block + 128 + 32 * h + 4 * k, 4);
+          std::memcpy(unit + q6k::high_at(h, k) + l * 4, block + 128 + 32 * h + 4 * k, 4);
         }
       }
     }
