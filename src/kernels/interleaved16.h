@@ -52,7 +52,12 @@
 //                      reads them, so that the hardware prefetcher can follow: for each half h
 //                      (1536 bytes from 320 + 1536 h), ql (h, 0, k) and qh (h, k) alternating for
 //                      k = 0..7 (at + 128 k and + 128 k + 64), then ql (h, 1, k) (at 1024 + 64 k);
-//                      low_at and high_at below.
+//                      low_at and high_at below. (Before, all ql chunks then all qh chunks: one
+//                      thread's decode read 0.83-0.90 of a read of the same copies, now 0.86-0.97;
+//                      llama-3.2-1b q6_k decode 0.83-0.85 of the paired read, now 0.86-0.88.
+//                      Without the tile's software prefetch the old layout read at 9-10 GB/s on
+//                      one thread, this one at 30-33 for one token, 7 for eight, so the prefetch
+//                      stays; BENCHMARKS.md, issue 14.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
 // Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,
