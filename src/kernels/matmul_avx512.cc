@@ -487,7 +487,7 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       const int h = slice / 4, j = slice % 4;
       // The slice's eighth of the super-block ahead, one line per step of k rather than all seven at
       // the slice's start: kernels_bench, one thread, 8192x2048 and 2048x8192, 0.85-0.91 of the
-      // copies' read against 0.76-0.87; llama-3.2-1b q6_k decode on one thread 0.84-0.85 of the
+      // copies' read against 0.76-0.87; llama-3.2-1b q6_k decode on one thread 0.83-0.85 of the
       // paired read against 0.82-0.84 (BENCHMARKS.md, issue 14).
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * q6k::kSuperBlockBytes + slice * (q6k::kSuperBlockBytes / 8);
       const std::uint8_t* low = sb + q6k::low_at(h, j % 2, 0);
