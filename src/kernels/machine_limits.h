@@ -50,6 +50,7 @@ class StreamReader {
 
   bool ok() const { return bytes_ != nullptr; }  // false: the buffer could not be allocated
   std::size_t size() const { return total_; }
+  const std::uint8_t* data() const { return bytes_; }  // for a pass with another pool (stream_read_pass_gbs)
   // Reads the whole buffer once with every pool thread; GB/s of that pass (0 if !ok()).
   double pass_gbs();
 

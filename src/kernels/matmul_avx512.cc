@@ -490,18 +490,13 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       // copies' read against 0.76-0.87; llama-3.2-1b q6_k decode on one thread 0.83-0.85 of the
       // paired read against 0.82-0.84 (BENCHMARKS.md, issue 14).
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * q6k::kSuperBlockBytes + slice * (q6k::kSuperBlockBytes / 8);
-      const std::uint8_t* low = sb + q6k::low_at(h, j % 2, 0);
-      const std::uint8_t* high = sb + q6k::high_at(h, 0);
-      const std::size_t low_step = j % 2 == 0 ? 128 : 64;  // the layout's chunk stride (interleaved16.h)
       // The top bits of slice j sit at bits 2j, 2j+1 of each qh byte: moved to bits 4-5.
       const int shift = 2 * j - 4;
       __m512i u[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        if (ahead != nullptr && k * 64 < static_cast<int>(q6k::kSuperBlockBytes / 8)) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 64), _MM_HINT_T1);
-        }
-        const __m512i l = _mm512_loadu_si512(low + k * low_step), q = _mm512_loadu_si512(high + k * 128);
+        if (ahead != nullptr && k * 64 < static_cast<int>(q6k::kSuperBlockBytes / 8)) prefetch_span(ahead + k * 64, 64);
+        const __m512i l = _mm512_loadu_si512(sb + q6k::low_at(h, j % 2, k)), q = _mm512_loadu_si512(sb + q6k::high_at(h, k));
         const __m512i nib = _mm512_and_si512(j < 2 ? l : _mm512_srli_epi16(l, 4), low4);
         const __m512i top = shift < 0 ? _mm512_sll_epi16(q, _mm_cvtsi32_si128(-shift)) : _mm512_srl_epi16(q, _mm_cvtsi32_si128(shift));
         u[k] = _mm512_ternarylogic_epi32(top, top2, nib, 0xea);  // (top & 0x30) | nib

@@ -123,21 +123,19 @@ void bench_attention() {
 }
 
 int read_trace(ThreadPool& pool, double seconds) {
-  constexpr std::size_t kBytes = std::size_t{256} << 20;
-  HugePageBuffer buffer = HugePageBuffer::allocate(kBytes);
-  if (buffer.data() == nullptr) {
-    std::fprintf(stderr, "cannot allocate %zu bytes for the read trace\n", kBytes);
+  StreamReader reader(pool, std::size_t{256} << 20);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "cannot allocate %zu bytes for the read trace\n", reader.size());
     return 1;
   }
-  std::memset(buffer.data(), 1, kBytes);
   ThreadPool one(1);
   std::printf("seconds  %d threads GB/s  1 thread GB/s\n", pool.size());
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (t >= seconds) break;
-    const double all = stream_read_pass_gbs(pool, buffer.data(), kBytes);
-    const double single = stream_read_pass_gbs(one, buffer.data(), kBytes);
+    const double all = reader.pass_gbs();
+    const double single = stream_read_pass_gbs(one, reader.data(), reader.size());
     std::printf("%7.2f  %17.1f  %13.1f\n", t, all, single);
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
