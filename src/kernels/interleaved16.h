@@ -1,5 +1,5 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K and Q6_K matrices when the weights are copied at load
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 matrices when the weights are copied at load
 // (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
@@ -71,6 +71,14 @@
 //   w = d (u - 8) (Q4_0), d (u - 16) (Q5_0). The same bytes as the GGUF blocks (16 x 18 x 2 = 576,
 //   16 x 22 x 2 = 704), reordered.
 //
+// F16 as kF16x16: rows % 16 == 0, any C; group g at g * 32 C, column c at 32 c within it: the f16
+//   value of row 16g + l at 2 l. The same bytes as the GGUF matrix, reordered. Why, though F16 had
+//   no scales to fetch: in rows, a tile of 8 rows is 8 streams 2 C bytes apart, and one core read
+//   them at 0.78-0.84 of what it reads of one stream (issue 14's one-thread decode); a group is one
+//   stream, which a prototype read at 0.93-1.0 on one thread with no software prefetch (and 0.82-0.90
+//   with it), so this layout has none. One column's 16 weights are one register, times the token's
+//   activation broadcast: no horizontal sums.
+//
 // Every path computes a row's dot product the same way, in order:
 //   Q8_0, per 32 weights: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of
 //         (w + 128 - 128) * x_q, with x_q, d_x the activations quantized per 32 (one scale each);
@@ -82,6 +90,9 @@
 //         acc = fma(float(isc), d * d_x, acc), acc = fma(-float(imn), dmin * d_x, acc);
 //   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
 //         acc = fma(float(isc), d * d_x, acc).
+//   F16: four partial sums p_j (j = 0..3), p_j = fma(w_c, x_c, p_j) over c = j, j + 4, ... < C in
+//         order from p_j = 0; y = (p0 + p1) + (p2 + p3). Four chains, not one, so that one token is
+//         not bound by the FMA latency; the same four whatever the batch.
 // each product rounded once, left to right. (The AVX-512 Q4_K kernel keeps the high nibbles in
 // place, codes times 16, and so computes 16 isc with (d * d_x) / 16: the same float result, since
 // scaling by a power of two commutes with rounding.) So the scalar statement (kernels_scalar.cc)
@@ -246,5 +257,19 @@ inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std
   return (j < 2 ? low & 15 : low >> 4) | ((high >> (2 * j)) & 3) << 4;
 }
 }  // namespace q6k
+
+// F16 as kF16x16.
+namespace f16 {
+inline constexpr int kChains = 4;  // the partial sums of the statement above
+inline bool fits(std::int64_t rows, std::int64_t cols) { return rows > 0 && cols > 0 && rows % kGroupRows == 0; }
+inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols) * 2 * kGroupRows; }
+// The f16 bits of weight c of row r.
+inline std::uint16_t value_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  std::uint16_t h;
+  std::memcpy(&h, data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(c) * 32 +
+                      static_cast<std::size_t>(r % kGroupRows) * 2, 2);
+  return h;
+}
+}  // namespace f16
 
 }  // namespace kvstash::kernels::q8x16

@@ -1,9 +1,10 @@
-// Q8_0, Q4_0, Q5_0, Q4_K and Q6_K interleaved by 16 rows (interleaved16.h): what
+// Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
 // repack_for_decode makes, on which path and shapes, and that every path reads it exactly:
 // dequantize gives the values of the original on the AVX-512 path bit for bit, and matmul gives the
 // scalar statement's results bit for bit at every token count (so a token's result never depends
 // on its batch), close to the GGUF-layout kernel's (the K types, whose activations are quantized
-// per 256: within that quantization's bound of the exact product).
+// per 256: within that quantization's bound of the exact product; F16: the same products in
+// another order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,6 +70,7 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
 }
 
 bool k_type(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
+bool f16(WeightType type) { return type == WeightType::kF16; }
 
 TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   const WeightType type = GetParam();
@@ -82,14 +84,18 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
                           : type == WeightType::kQ6_K ? WeightType::kQ6_Kx16
                           : type == WeightType::kQ4_0 ? WeightType::kQ4_0x16
                           : type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
+                          : type == WeightType::kF16  ? WeightType::kF16x16
                                                       : WeightType::kQ8_0x16;
   EXPECT_EQ(repack(w.view).view.type, made);
   EXPECT_EQ(repack(w.view).view.row_bytes, w.view.row_bytes);
   EXPECT_EQ(repack_bytes(make_test_weights(type, 24, cols, 2).view), 0u) << "rows not a multiple of 16";
-  if (!k_type(type)) {
+  if (f16(type)) {
+    EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 37, 3).view), w.bytes.size() / 128 * 37) << "any cols";
+  } else if (!k_type(type)) {
     EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 0u) << "an odd number of blocks";
   }
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF16, 32, 512, 4).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kBF16, 32, 512, 4).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF32, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_1, 32, 512, 5).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ5_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
@@ -98,9 +104,14 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
 
 // The extremes of each layout's stored bytes, in the first block of the first row: Q8_0's -128
 // (a byte the quantizer never writes, but a file may hold) and 127; Q4_K's scale and min 63, codes
-// 0 and 15; Q6_K's scales -128 and 127, codes 0 and 63.
+// 0 and 15; Q6_K's scales -128 and 127, codes 0 and 63; F16's largest finite value, a subnormal
+// and -0.
 void put_extremes(TestWeights& w) {
-  if (w.view.type == WeightType::kQ8_0) {
+  if (w.view.type == WeightType::kF16) {
+    for (auto [at, bits] : {std::pair<int, std::uint16_t>{0, 0x7bff}, {1, 0x0001}, {2, 0x8000}, {3, 0xfbff}}) {
+      std::memcpy(w.bytes.data() + 2 * at, &bits, 2);
+    }
+  } else if (w.view.type == WeightType::kQ8_0) {
     w.bytes[2] = 0x80;
     w.bytes[3] = 0x7f;
   } else if (w.view.type == WeightType::kQ4_0) {
@@ -149,7 +160,10 @@ TEST_P(Interleaved16, DequantizeGivesTheOriginalValuesBitForBitOnEveryPath) {
 TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   ThreadPool pool(2);
   const bool k = k_type(GetParam());
-  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, k ? 256 : 64}, {48, k ? 2048 : 896}, {160, 256}}) {
+  // F16 rows of any length: 37 and 90 columns end part-way through the kernel's four chains.
+  const std::int64_t odd_cols = f16(GetParam()) ? 37 : 256, other_odd = f16(GetParam()) ? 90 : 256;
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, k ? 256 : 64}, {48, k ? 2048 : 896}, {160, 256},
+                            {32, odd_cols}, {16, other_odd}}) {
     TestWeights q8 = make_test_weights(GetParam(), rows, cols, static_cast<std::uint32_t>(rows + cols));
     put_extremes(q8);
     const Repacked r = repack(q8.view);
@@ -157,6 +171,7 @@ TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
       SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " tokens " << n_tokens);
       std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 100 + n_tokens);
       x[0] = 40.0f;  // one large activation: its block quantizes to +-127 around it
+      if (f16(GetParam())) x[0] = 1e-3f;  // times 65504 stays well inside f32's range either way
       ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx512));
       const std::vector<float> got = run(r.view, x, n_tokens, pool);
       const std::vector<float> gguf_layout = run(q8.view, x, n_tokens, pool);
@@ -230,7 +245,8 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved16,
-                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ6_K),
+                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_K,
+                                           WeightType::kQ6_K, WeightType::kF16),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace

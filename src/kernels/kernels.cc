@@ -27,7 +27,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ6_K, "q6_K", 256, 210}, {WeightType::kQ8_0x16, "q8_0x16", 32, 34},
     {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
     {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210}, {WeightType::kQ4_0x16, "q4_0x16", 32, 18},
-    {WeightType::kQ5_0x16, "q5_0x16", 32, 22},
+    {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -58,6 +58,9 @@ std::size_t repack_bytes(const WeightView& w) {
   }
   if (w.type == WeightType::kQ6_K && q8x16::q6k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q6k::group_bytes(w.cols);
+  }
+  if (w.type == WeightType::kF16 && q8x16::f16::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::f16::group_bytes(w.cols);
   }
   return 0;
 }
@@ -168,6 +171,19 @@ void repack_block32(const WeightView& w, bool fifth_bit, std::uint8_t* out) {
   });
 }
 
+// F16: column c of a group is its 16 rows' values side by side (interleaved16.h). Rows are read 16
+// at a time, each front to back, so the source is 16 sequential streams.
+void repack_f16(const WeightView& w, std::uint8_t* out) {
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  auto* dst = reinterpret_cast<std::uint16_t*>(out);
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g) {
+    const std::uint8_t* first = src + static_cast<std::size_t>(g * q8x16::kGroupRows) * w.row_bytes;
+    for (std::int64_t c = 0; c < w.cols; ++c) {
+      for (int l = 0; l < q8x16::kGroupRows; ++l) std::memcpy(dst++, first + l * w.row_bytes + 2 * c, 2);
+    }
+  }
+}
+
 }  // namespace
 
 WeightView repack_for_decode(const WeightView& w, void* dst) {
@@ -183,9 +199,12 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   } else if (w.type == WeightType::kQ4_K) {
     repack_q4_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ4_Kx16;
-  } else {
+  } else if (w.type == WeightType::kQ6_K) {
     repack_q6_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ6_Kx16;
+  } else {
+    repack_f16(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kF16x16;
   }
   return v;
 }

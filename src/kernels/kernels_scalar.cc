@@ -152,6 +152,17 @@ float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_sca
   return acc;
 }
 
+// Row r of a kF16x16 matrix against one token, exactly as interleaved16.h states every path computes
+// it: four fma chains over the columns c = j (mod 4), then (p0 + p1) + (p2 + p3).
+float f16x16_row_dot(const WeightView& w, std::int64_t r, const float* x) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float p[q8x16::f16::kChains] = {};
+  for (std::int64_t c = 0; c < w.cols; ++c) {
+    p[c % q8x16::f16::kChains] = std::fma(f16_to_f32(q8x16::f16::value_bits(data, w.cols, r, c)), x[c], p[c % q8x16::f16::kChains]);
+  }
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
 void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                         std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
@@ -159,7 +170,9 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
   if (is_interleaved(w.type)) {
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       for (int t = 0; t < n_tokens; ++t) {
-        if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16) {
+        if (w.type == WeightType::kF16x16) {
+          y[t * y_stride + r] = f16x16_row_dot(w, r, x + static_cast<std::int64_t>(t) * w.cols);
+        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
           y[t * y_stride + r] = w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks)
@@ -192,6 +205,13 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
 
 void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
   const auto* base = static_cast<const std::uint8_t*>(w.data);
+  if (w.type == WeightType::kF16x16) {
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) o[c] = f16_to_f32(q8x16::f16::value_bits(base, w.cols, r, c));
+    }
+    return;
+  }
   if (w.type == WeightType::kQ8_0x16) {  // the values of the Q8_0 original, bit for bit
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       float* o = out + (r - row_begin) * w.cols;

@@ -156,7 +156,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   for (const WeightView& w : ws) {
     const bool k_interleaved = w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16;
     any_quantized = any_quantized || (is_quantized(w.type) && !k_interleaved);
-    any_interleaved = any_interleaved || (is_interleaved(w.type) && !k_interleaved);
+    any_interleaved = any_interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_interleaved);
     any_k_interleaved = any_k_interleaved || k_interleaved;
     any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
   }

@@ -639,6 +639,93 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   }
 }
 
+// kF16x16 (interleaved16.h): one group of 16 rows, one row per f32 lane, against T <= 4 tokens (x_stride
+// floats apart). Column c's 16 weights are one register, times each token's x[c] broadcast, into that
+// token's chain c % 4: the statement's arithmetic, so the same bits whatever T is. kConverted: the
+// group already as f32 ([c][16], the blocked prefill's copy), else its f16 values.
+template <int T, bool kConverted>
+void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int64_t x_stride, float* y,
+                 std::int64_t y_stride) {
+  constexpr int kChains = q8x16::f16::kChains;
+  auto weights = [group](std::int64_t c) {
+    if constexpr (kConverted) {
+      return _mm512_loadu_ps(static_cast<const float*>(group) + c * q8x16::kGroupRows);
+    } else {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint8_t*>(group) + c * 32)));
+    }
+  };
+  __m512 acc[T][kChains];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int j = 0; j < kChains; ++j) acc[t][j] = _mm512_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + kChains <= cols; c += kChains) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kChains; ++j) {
+      const __m512 wv = weights(c + j);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c + j]), acc[t][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kChains; ++j) {
+    if (c + j < cols) {
+      const __m512 wv = weights(c + j);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c + j]), acc[t][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    _mm512_storeu_ps(y + t * y_stride, _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
+  }
+}
+
+// Every group of rows [row_begin, row_end) against tokens [0, n_tokens) of x, 4 tokens at a time.
+template <bool kConverted>
+void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols, const float* x, int n_tokens, float* y,
+                   std::int64_t y_stride) {
+  const std::size_t group_bytes = q8x16::f16::group_bytes(cols) * (kConverted ? 2 : 1);
+  for (std::int64_t g = 0; g < n_groups; ++g) {
+    const void* group = static_cast<const std::uint8_t*>(groups) + static_cast<std::size_t>(g) * group_bytes;
+    for (int t0 = 0; t0 < n_tokens; t0 += 4) {
+      const float* xt = x + static_cast<std::int64_t>(t0) * cols;
+      float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
+      switch (std::min(4, n_tokens - t0)) {
+        case 1: f16x16_tile<1, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 2: f16x16_tile<2, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 3: f16x16_tile<3, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        default: f16x16_tile<4, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+      }
+    }
+  }
+}
+
+// Rows [row_begin, row_end) (whole groups) of a kF16x16 matrix. No software prefetch: a group is one
+// stream, which the hardware prefetcher follows (interleaved16.h). From kBlockedTokens tokens on
+// (prefill), as blocked_float_rows: the rows converted to f32 once into a per-thread buffer, then
+// the tokens in blocks whose activations stay in L2, each block against every group.
+void f16x16_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t row_begin, std::int64_t row_end,
+                 float* y, std::int64_t y_stride) {
+  assert(row_begin % q8x16::kGroupRows == 0 && row_end % q8x16::kGroupRows == 0);
+  const std::int64_t n_groups = (row_end - row_begin) / q8x16::kGroupRows;
+  const std::uint8_t* first = static_cast<const std::uint8_t*>(w.data) +
+                              static_cast<std::size_t>(row_begin / q8x16::kGroupRows) * q8x16::f16::group_bytes(w.cols);
+  y += row_begin;
+  if (n_tokens < kBlockedTokens) return f16x16_groups<false>(first, n_groups, w.cols, x, n_tokens, y, y_stride);
+  thread_local std::vector<float> converted;
+  const std::int64_t n = (row_end - row_begin) * w.cols;
+  converted.resize(static_cast<std::size_t>(n));
+  f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(first), converted.data(), static_cast<int>(n));
+  const std::int64_t per_block = kBlockedActivationBytes / (w.cols * static_cast<std::int64_t>(sizeof(float))) / 4 * 4;
+  const int block = static_cast<int>(std::clamp<std::int64_t>(per_block, 4, n_tokens));
+  for (int t0 = 0; t0 < n_tokens; t0 += block) {
+    f16x16_groups<true>(converted.data(), n_groups, w.cols, x + static_cast<std::int64_t>(t0) * w.cols,
+                        std::min(block, n_tokens - t0), y + t0 * y_stride, y_stride);
+  }
+}
+
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
   switch (w.type) {
@@ -647,6 +734,7 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kF16x16: return f16x16_rows(w, x, n_tokens, row_begin, row_end, y, y_stride);
     default: break;
   }
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);

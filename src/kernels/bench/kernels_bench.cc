@@ -183,11 +183,12 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
     std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
-    all.push_back(WeightType::kQ8_0x16);  // q8_0 and q4_K repacked as a model load does on the AVX-512 path
+    all.push_back(WeightType::kQ8_0x16);  // the types repacked as a model load does on the AVX-512 path
     all.push_back(WeightType::kQ4_Kx16);
     all.push_back(WeightType::kQ6_Kx16);
     all.push_back(WeightType::kQ4_0x16);
     all.push_back(WeightType::kQ5_0x16);
+    all.push_back(WeightType::kF16x16);
     for (WeightType type : all) {
       if (!listed(types, weight_type_name(type))) continue;
       if (shape.cols % weight_block_elems(type) != 0) continue;
@@ -197,6 +198,7 @@ int main(int argc, char** argv) {
                                : type == WeightType::kQ4_Kx16 ? WeightType::kQ4_K
                                : type == WeightType::kQ4_0x16 ? WeightType::kQ4_0
                                : type == WeightType::kQ5_0x16 ? WeightType::kQ5_0
+                               : type == WeightType::kF16x16  ? WeightType::kF16
                                                               : WeightType::kQ6_K;
       const std::vector<std::uint8_t> bytes = fill_weights(stored, shape.rows, shape.cols);
       WeightView w{stored, bytes.data(), shape.rows, shape.cols, row_bytes_for(stored, shape.cols)};
