@@ -342,9 +342,10 @@ int serve_main(int argc, char** argv) {
       }, "a request whose KV is loading from the store waits this long at most, then recomputes (default 2000)");
   int sgemm_prefill_min_tokens = 0;
   app.add_option("--sgemm-prefill-min-tokens", sgemm_prefill_min_tokens,
-                 "Compute steps of at least N tokens with OpenBLAS sgemm: faster prefill of f16/bf16/f32 weights on "
-                 "some CPUs, but a token's result then depends on its batch, so a cache hit or a busy server can "
-                 "change greedy output in the last bits (0 = never: every token computes the same whatever the batch)")
+                 "Compute steps of at least N tokens with OpenBLAS sgemm: faster prefill of bf16/f32 weights (and of "
+                 "f16 without AVX-512) on some CPUs, but a token's result then depends on its batch, so a cache hit "
+                 "or a busy server can change greedy output in the last bits (0 = never: every token computes the "
+                 "same whatever the batch)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,

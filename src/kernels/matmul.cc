@@ -24,7 +24,8 @@ namespace {
 // at a near tie (seen: 1 of 6 prompts of a qwen2.5-0.5b q8_0 model after a disk-tier hit, issue 10's
 // restart bench). The row kernels give each token the same result whatever the batch, so they are
 // the default at every size: a cache hit is token-for-token the uncached output. sgemm stays as an
-// opt-in (`--sgemm-prefill-min-tokens`) for f16/bf16/f32 models where it is faster at large batches.
+// opt-in (`--sgemm-prefill-min-tokens`) for bf16/f32 models (and f16 ones off the AVX-512 path, which
+// does not interleave them) where it is faster at large batches.
 // Measured with `kvstash bench-engine --prefill-context N --prefill-step S --prefill-min-tokens
 // {0,100000}` (2 shared Zen 5 cores, qwen2.5-0.5b): at S = 64 the row kernels took 0.45-0.57x the
 // time of the sgemm path for both f16 and q8_0; for f16 they won by 13-20% at 96-192 tokens and
@@ -313,7 +314,9 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
     (void)w;
   }
   // Interleaved weights never take the sgemm path: their integer kernels out-run dequantize + sgemm
-  // at every batch size, and their rows dequantize one value at a time (interleaved16.h).
+  // at every batch size (F16's blocked kernel, conversion included, 1.13-1.18x sgemm's own rate at
+  // 512 tokens on Zen 4; BENCHMARKS.md, issue 14), and their rows dequantize one value at a time
+  // (interleaved16.h).
   const bool sgemm = n_tokens >= g_prefill_min_tokens.load(std::memory_order_relaxed) &&
                      std::none_of(ws.begin(), ws.end(), [](const WeightView& w) { return is_interleaved(w.type); });
   if (sgemm) {
