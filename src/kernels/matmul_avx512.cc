@@ -352,6 +352,15 @@ inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
   return _mm512_add_epi32(even, odd);
 }
 
+// Bytes [at, at + bytes) of each of T tokens' rows of quantized activations (cols apart), into L1.
+template <int T>
+inline void prefetch_activations(const std::int8_t* x, std::int64_t cols, std::int64_t at, int bytes) {
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(x + t * cols + at + off), _MM_HINT_T0);
+  }
+}
+
 // kQ8_0x16 (interleaved16.h): one group of 16 rows, one row per 32-bit lane, against T tokens. Per block
 // and token: two chains of four VNNI steps (4 weights of every row times the token's 4 activations,
 // broadcast), the first started at -128 x the block's activation sum (the weights are stored
@@ -398,7 +407,8 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 // token, two conversions and two multiply-adds.
 template <int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                 const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+                 const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
+                 bool prefetch_x) {
   namespace q4k = q8x16::q4k;
   const std::int64_t supers = cols / 256;
   const __m512 sixteenth = _mm512_set1_ps(1.0f / 16.0f);
@@ -408,6 +418,7 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q4k::kSuperBlockBytes;
+    if (prefetch_x && s + 1 < supers) prefetch_activations<T>(x_values, cols, (s + 1) * 256, 256);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
@@ -470,7 +481,8 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 // and one multiply-add.
 template <int T>
 void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
+                 bool prefetch_x) {
   namespace q6k = q8x16::q6k;
   const std::int64_t supers = cols / 256;
   const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
@@ -479,6 +491,7 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
+    if (prefetch_x && s + 1 < supers) prefetch_activations<T>(x_values, cols, (s + 1) * 256, 256);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
@@ -587,6 +600,8 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 // - Q6_K reads its super-block out of order (two 512-byte chunks of low bits per slice pair, the
 //   top bits from the far end) and does the most arithmetic per byte: at 4 KiB ahead one token read
 //   15-17 GB/s on one thread where its pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
+constexpr std::size_t kL1Bytes = 32 << 10;
+
 template <WeightType kType>
 constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
   return kType != WeightType::kQ6_Kx16 && n_tokens == 1 ? std::size_t{1} << 10 : std::size_t{16} << 10;
@@ -605,6 +620,13 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                   : kType == WeightType::kQ5_0x16 ? q8x16::b32::group_bytes(true, w.cols)
                                                                   : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
+  // A group longer than L1 (32 KiB on Zen 4) evicts the activations between one group and the next,
+  // and the K tiles, with the least headroom over memory per byte, then waited on L2 for them: Q4_K
+  // at 2048x8192 (ffn_down, 75 KiB groups) read 26-28 GB/s on one thread against 32-35 at 8192x2048
+  // (18.5 KiB groups). Prefetching the next super-block's activations into L1: 28-31 GB/s. Below
+  // that length the prefetches only cost (8192x2048 0.96 -> 0.93 of the copies' read).
+  // (kernels_bench --types q4_Kx16 --shapes 8192x2048,2048x8192 --threads 1; BENCHMARKS.md, issue 14.)
+  const bool prefetch_x = group_bytes > kL1Bytes;
   for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
     const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
     for (int t0 = 0; t0 < n_tokens; t0 += 8) {
@@ -613,13 +635,13 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
       auto run = [&]<int T>() {
         if constexpr (kType == WeightType::kQ4_Kx16) {
           q4kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
-                         xq.k_sums32 + t0 * blocks, yt, y_stride, ahead);
+                         xq.k_sums32 + t0 * blocks, yt, y_stride, ahead, prefetch_x);
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
           block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
-                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
+                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead, prefetch_x);
         } else {
           q8x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
                         y_stride, ahead);
