@@ -200,11 +200,10 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     for (std::int64_t b = 0; b < n / 32; ++b) {
       k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
     }
-    for (std::int32_t& sum : k_sums16) sum *= -32;  // now k_bias16
     xq.k_scales = k_scales.data();
     xq.k_values = k_values.data();
     xq.k_sums32 = k_sums32.data();
-    xq.k_bias16 = k_sums16.data();
+    xq.k_sums16 = k_sums16.data();
   }
   assert(ws.size() <= ChunkLayout::kMaxMatrices);
   ChunkLayout layout;

@@ -481,7 +481,7 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 // and one multiply-add.
 template <int T>
 void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                 const std::int32_t* x_bias16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
+                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
                  bool prefetch_x) {
   namespace q6k = q8x16::q6k;
   const std::int64_t supers = cols / 256;
@@ -521,9 +521,9 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + s * 256 + slice * 32;
-        const std::int32_t* bias = x_bias16 + t * (cols / 16) + s * 16 + 2 * slice;
-        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(bias[0]), u, xb);
-        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(bias[1]), u + 4, xb + 16);
+        const std::int32_t* sums = x_sums16 + t * (cols / 16) + s * 16 + 2 * slice;
+        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[0]), u, xb);
+        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[1]), u + 4, xb + 16);
         isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale_a), _mm512_mullo_epi32(second, scale_b)));
       }
     }
@@ -641,7 +641,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
-                         xq.k_bias16 + t0 * (w.cols / 16), yt, y_stride, ahead, prefetch_x);
+                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead, prefetch_x);
         } else {
           q8x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
                         y_stride, ahead);

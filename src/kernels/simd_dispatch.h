@@ -37,12 +37,11 @@ struct QuantizedActivations {
   // Only for the interleaved K types (cols % 256 == 0): the activations quantized again with one
   // scale per 256 values (a super-block, as llama.cpp's Q8_K), so that a super-block's sub-block
   // sums are scaled in integers and converted once (interleaved16.h), and their sums per 32 values
-  // (int16: at most 32 x 127 in magnitude) and, times -32, per 16 (the Q6_K kernel's starting value
-  // for the sum of (u - 32) x over 16 weights).
+  // (int16: at most 32 x 127 in magnitude) and per 16.
   const float* k_scales = nullptr;        // [n_tokens * cols / 256]
   const std::int8_t* k_values = nullptr;  // [n_tokens * cols]
   const std::int16_t* k_sums32 = nullptr;  // [n_tokens * cols / 32]
-  const std::int32_t* k_bias16 = nullptr;  // [n_tokens * cols / 16]
+  const std::int32_t* k_sums16 = nullptr;  // [n_tokens * cols / 16]
 };
 
 struct KernelTable {
