@@ -161,7 +161,7 @@ TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
   ThreadPool pool(2);
   const bool k = k_type(GetParam());
   // F16 rows of any length: 37 and 90 columns end part-way through the kernel's four chains. K
-  // types: 4096 columns make a group longer than L1, where the kernels prefetch activations.
+  // types: 4096 columns make a group longer than L1, where the Q4_K kernel prefetches activations.
   const std::int64_t odd_cols = f16(GetParam()) ? 37 : 256, other_odd = f16(GetParam()) ? 90 : k ? 4096 : 256;
   for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{16, k ? 256 : 64}, {48, k ? 2048 : 896}, {160, 256},
                             {32, odd_cols}, {16, other_odd}}) {

@@ -481,8 +481,7 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 // and one multiply-add.
 template <int T>
 void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
-                 bool prefetch_x) {
+                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
   namespace q6k = q8x16::q6k;
   const std::int64_t supers = cols / 256;
   const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
@@ -491,7 +490,6 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
-    if (prefetch_x && s + 1 < supers) prefetch_activations<T>(x_values, cols, (s + 1) * 256, 256);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
@@ -621,11 +619,12 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                                                   : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
   // A group longer than L1 (32 KiB on Zen 4) evicts the activations between one group and the next,
-  // and the K tiles, with the least headroom over memory per byte, then waited on L2 for them: Q4_K
-  // at 2048x8192 (ffn_down, 75 KiB groups) read 26-28 GB/s on one thread against 32-35 at 8192x2048
+  // and the Q4_K tile, with little headroom over memory per byte, then waited on L2 for them: at
+  // 2048x8192 (ffn_down, 75 KiB groups) it read 26-28 GB/s on one thread against 32-35 at 8192x2048
   // (18.5 KiB groups). Prefetching the next super-block's activations into L1: 28-31 GB/s. Below
-  // that length the prefetches only cost (8192x2048 0.96 -> 0.93 of the copies' read).
-  // (kernels_bench --types q4_Kx16 --shapes 8192x2048,2048x8192 --threads 1; BENCHMARKS.md, issue 14.)
+  // that length the prefetches only cost (8192x2048 0.96 -> 0.93 of the copies' read), and Q6_K
+  // read the same with them or without (kernels_bench --types q4_Kx16,q6_Kx16 --shapes
+  // 8192x2048,2048x8192 --threads 1; BENCHMARKS.md, issue 14).
   const bool prefetch_x = group_bytes > kL1Bytes;
   for (std::int64_t g = row_begin / q8x16::kGroupRows; g < row_end / q8x16::kGroupRows; ++g) {
     const std::uint8_t* group = base + static_cast<std::size_t>(g) * group_bytes;
@@ -641,7 +640,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
-                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead, prefetch_x);
+                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else {
           q8x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
                         y_stride, ahead);
