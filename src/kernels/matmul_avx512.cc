@@ -680,22 +680,19 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 4
     for (int j = 0; j < kChains; ++j) acc[t][j] = _mm512_setzero_ps();
+  auto column = [&](std::int64_t c, int chain) __attribute__((always_inline)) {
+    const __m512 wv = weights(c);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t][chain] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c]), acc[t][chain]);
+  };
   std::int64_t c = 0;
   for (; c + kChains <= cols; c += kChains) {
 #pragma GCC unroll 4
-    for (int j = 0; j < kChains; ++j) {
-      const __m512 wv = weights(c + j);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c + j]), acc[t][j]);
-    }
+    for (int j = 0; j < kChains; ++j) column(c + j, j);
   }
 #pragma GCC unroll 4
   for (int j = 0; j < kChains; ++j) {
-    if (c + j < cols) {
-      const __m512 wv = weights(c + j);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c + j]), acc[t][j]);
-    }
+    if (c + j < cols) column(c + j, j);
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
