@@ -313,7 +313,7 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
     assert(w.cols % weight_block_elems(w.type) == 0);
     (void)w;
   }
-  // Interleaved weights never take the sgemm path: their integer kernels out-run dequantize + sgemm
+  // Interleaved weights never take the sgemm path: their own kernels out-run dequantize + sgemm
   // at every batch size (F16's blocked kernel, conversion included, 1.13-1.18x sgemm's own rate at
   // 512 tokens on Zen 4; BENCHMARKS.md, issue 14), and their rows dequantize one value at a time
   // (interleaved16.h).

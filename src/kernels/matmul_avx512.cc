@@ -352,6 +352,8 @@ inline __m512i vnni_dot(__m512i start, const __m512i* u, const std::int8_t* x) {
   return _mm512_add_epi32(even, odd);
 }
 
+constexpr std::size_t kL1Bytes = 32 << 10;  // L1 data cache per core (Zen 4; Intel's are 32-48 KiB)
+
 // Bytes [at, at + bytes) of each of T tokens' rows of quantized activations (cols apart), into L1.
 template <int T>
 inline void prefetch_activations(const std::int8_t* x, std::int64_t cols, std::int64_t at, int bytes) {
@@ -598,8 +600,6 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 // - Q6_K reads its super-block out of order (two 512-byte chunks of low bits per slice pair, the
 //   top bits from the far end) and does the most arithmetic per byte: at 4 KiB ahead one token read
 //   15-17 GB/s on one thread where its pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
-constexpr std::size_t kL1Bytes = 32 << 10;
-
 template <WeightType kType>
 constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
   return kType != WeightType::kQ6_Kx16 && n_tokens == 1 ? std::size_t{1} << 10 : std::size_t{16} << 10;
@@ -700,7 +700,7 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
   }
 }
 
-// Every group of rows [row_begin, row_end) against tokens [0, n_tokens) of x, 4 tokens at a time.
+// n_groups consecutive groups from `groups` against tokens [0, n_tokens) of x, 4 tokens at a time.
 template <bool kConverted>
 void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols, const float* x, int n_tokens, float* y,
                    std::int64_t y_stride) {
