@@ -736,8 +736,7 @@ void f16x16_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t
   const std::int64_t n = (row_end - row_begin) * w.cols;
   converted.resize(static_cast<std::size_t>(n));
   f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(first), converted.data(), static_cast<int>(n));
-  const std::int64_t per_block = kBlockedActivationBytes / (w.cols * static_cast<std::int64_t>(sizeof(float))) / 4 * 4;
-  const int block = static_cast<int>(std::clamp<std::int64_t>(per_block, 4, n_tokens));
+  const int block = blocked_token_count(w.cols, 4, n_tokens);
   for (int t0 = 0; t0 < n_tokens; t0 += block) {
     f16x16_groups<true>(converted.data(), n_groups, w.cols, x + static_cast<std::int64_t>(t0) * w.cols,
                         std::min(block, n_tokens - t0), y + t0 * y_stride, y_stride);

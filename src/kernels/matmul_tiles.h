@@ -301,6 +301,14 @@ void tile_tokens_wide(const WeightView& w, const float* x, const QuantizedActiva
 inline constexpr int kBlockedTokens = 16;
 inline constexpr std::int64_t kBlockedActivationBytes = 256 << 10;
 
+// Tokens per block of a blocked prefill: as many as keep their f32 activations of `cols` values
+// within kBlockedActivationBytes, a multiple of the tile's `tile_tokens`, at least one tile (n_tokens
+// >= kBlockedTokens >= tile_tokens), at most n_tokens.
+inline int blocked_token_count(std::int64_t cols, int tile_tokens, int n_tokens) {
+  const std::int64_t fit = kBlockedActivationBytes / (cols * static_cast<std::int64_t>(sizeof(float))) / tile_tokens * tile_tokens;
+  return static_cast<int>(std::clamp<std::int64_t>(fit, tile_tokens, n_tokens));
+}
+
 template <class Ops>
 void blocked_float_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t row_begin, std::int64_t row_end,
                         float* y, std::int64_t y_stride) {
@@ -321,8 +329,7 @@ void blocked_float_rows(const WeightView& w, const float* x, int n_tokens, std::
     f32.data = converted.data();
     f32.row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
   }
-  const std::int64_t per_block = kBlockedActivationBytes / (w.cols * static_cast<std::int64_t>(sizeof(float))) / 8 * 8;
-  const int block = static_cast<int>(std::clamp<std::int64_t>(per_block, 8, n_tokens));
+  const int block = blocked_token_count(w.cols, 8, n_tokens);
   const QuantizedActivations none{};
   for (int t0 = 0; t0 < n_tokens; t0 += block) {
     const int nt = std::min(block, n_tokens - t0);
