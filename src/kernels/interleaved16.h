@@ -48,16 +48,16 @@
 //     bytes  320-3391  the codes, 64-byte chunks: ql chunk (h, jj, k) holds row l's ql bytes
 //                      64 h + 32 jj + 4 k .. + 3 at 4 l (low nibbles: slice 4h + jj, high: slice
 //                      4h + jj + 2); qh chunk (h, k) holds row l's qh bytes 32 h + 4 k .. + 3 at 4 l
-//                      (bits 2j, 2j+1: slice 4h + j's top two bits). In the order the kernel first
-//                      reads them, so that the hardware prefetcher can follow: for each half h
-//                      (1536 bytes from 320 + 1536 h), ql (h, 0, k) and qh (h, k) alternating for
-//                      k = 0..7 (at + 128 k and + 128 k + 64), then ql (h, 1, k) (at 1024 + 64 k);
-//                      low_at and high_at below. (Before, all ql chunks then all qh chunks: one
-//                      thread's decode read 0.83-0.90 of a read of the same copies, now 0.86-0.97;
-//                      llama-3.2-1b q6_k decode 0.83-0.85 of the paired read, now 0.86-0.88.
-//                      Without the tile's software prefetch the old layout read at 9-10 GB/s on
-//                      one thread, this one at 30-33 for one token, 7 for eight, so the prefetch
-//                      stays; BENCHMARKS.md, issue 14.)
+//                      (bits 2j, 2j+1: slice 4h + j's top two bits). In the order the one-token
+//                      kernel reads them, each once: for each half h (1536 bytes from 320 + 1536 h)
+//                      and k = 0..7, ql (h, 0, k), ql (h, 1, k), qh (h, k) (at + 192 k, + 64, + 128);
+//                      low_at and high_at below. The kernel for several tokens reads a slice at a
+//                      time, qh chunks four times and ql chunks twice, from L1.
+//                      (History, one thread's decode, BENCHMARKS.md, issue 14: all ql chunks then
+//                      all qh chunks read 0.83-0.90 of a read of the same copies; ql (h, 0, k) and
+//                      qh (h, k) alternating, then ql (h, 1, k), the slice kernel's first-read
+//                      order, 0.86-0.97; this order with the one-token kernel and its prefetch
+//                      into L1, 0.89-0.97.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
 // Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,
@@ -222,13 +222,12 @@ inline constexpr std::size_t kSuperBlockBytes = 3392;
 inline constexpr std::size_t kScales = 32, kCodes = 320, kHalfBytes = 1536;
 // Where ql chunk k of half h, byte offset jj, and qh chunk k of half h start within a super-block.
 inline constexpr std::size_t low_at(int h, int jj, int k) {
-  return kCodes + kHalfBytes * static_cast<std::size_t>(h) +
-         (jj == 0 ? 128 * static_cast<std::size_t>(k) : 1024 + 64 * static_cast<std::size_t>(k));
+  return kCodes + kHalfBytes * static_cast<std::size_t>(h) + 192 * static_cast<std::size_t>(k) + 64 * static_cast<std::size_t>(jj);
 }
 inline constexpr std::size_t high_at(int h, int k) {
-  return kCodes + kHalfBytes * static_cast<std::size_t>(h) + 128 * static_cast<std::size_t>(k) + 64;
+  return kCodes + kHalfBytes * static_cast<std::size_t>(h) + 192 * static_cast<std::size_t>(k) + 128;
 }
-static_assert(low_at(1, 1, 7) + 64 == 3392 && high_at(1, 7) + 64 == low_at(1, 1, 0));
+static_assert(high_at(1, 7) + 64 == kSuperBlockBytes);
 
 inline bool fits(std::int64_t rows, std::int64_t cols) {
   return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;

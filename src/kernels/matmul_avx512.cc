@@ -537,6 +537,74 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// kQ6_Kx16 against one token (decode): the same sums as q6kx16_tile<1>, read in the layout's order,
+// each 64-byte chunk once. Per half and step k, ql (h, 0, k), ql (h, 1, k) and qh (h, k) give the
+// codes of all four slices' weights 4k..4k+3, one VNNI step each into that slice's sum, which
+// starts at -32 x its 16 activations' sum; after steps 0-3 and 4-7 (the two 16-weight groups) the
+// slices' sums are scaled by their int8 scales. Integer sums are exact, so the result is
+// q6kx16_tile's to the bit.
+//
+// The prefetch is into L1 (T0), one 212-byte step ahead per step, where every other tile prefetches
+// into L2 (T1): this kernel reads 3 lines per step and does little with each, and at its pace a
+// prefetch into L2 keeps too few lines coming, while one into L1 reads at the memory's rate
+// (`kernels_bench --prefetch-sweep`: the same holds for a synthetic stream of this density;
+// BENCHMARKS.md, issue 14).
+void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                  const std::int32_t* x_sums16, float* y, const std::uint8_t* prefetch_at) {
+  namespace q6k = q8x16::q6k;
+  constexpr std::size_t kStepBytes = q6k::kSuperBlockBytes / 16;  // 212: 16 steps a super-block
+  const std::int64_t supers = cols / 256;
+  const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < supers; ++s) {
+    const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
+    const std::int8_t* xs = x_values + s * 256;
+    __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int group16 = 0; group16 < 2; ++group16) {
+        __m512i part[4];  // slice 4h + j's weights 16 group16 .. + 15
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) part[j] = _mm512_set1_epi32(-32 * x_sums16[s * 16 + 2 * (4 * h + j) + group16]);
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int k = 4 * group16 + kk;
+          if (prefetch_at != nullptr) {
+            const std::uint8_t* ahead = prefetch_at + s * q6k::kSuperBlockBytes + (8 * h + k) * kStepBytes;
+#pragma GCC unroll 4
+            for (int line = 0; line < 4; ++line) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * line), _MM_HINT_T0);
+          }
+          const __m512i l0 = _mm512_loadu_si512(sb + q6k::low_at(h, 0, k)), l1 = _mm512_loadu_si512(sb + q6k::low_at(h, 1, k));
+          const __m512i q = _mm512_loadu_si512(sb + q6k::high_at(h, k));
+          // Slice 4h + j: low nibbles of l0 (j = 0), l1 (1), high nibbles of l0 (2), l1 (3); its top
+          // bits at bits 2j, 2j+1 of q, moved to bits 4-5.
+          const __m512i u[4] = {
+              _mm512_ternarylogic_epi32(_mm512_slli_epi16(q, 4), top2, _mm512_and_si512(l0, low4), 0xea),
+              _mm512_ternarylogic_epi32(_mm512_slli_epi16(q, 2), top2, _mm512_and_si512(l1, low4), 0xea),
+              _mm512_ternarylogic_epi32(q, top2, _mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), 0xea),
+              _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 2), top2, _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), 0xea)};
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) {
+            std::int32_t x4;
+            std::memcpy(&x4, xs + (4 * h + j) * 32 + 4 * k, 4);
+            part[j] = _mm512_dpbusd_epi32(part[j], u[j], _mm512_set1_epi32(x4));
+          }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m512i scale = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q6k::kScales + 16 * (2 * (4 * h + j) + group16))));
+          isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(part[j], scale));
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x_scales[s])), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
 // kQ4_0x16 / kQ5_0x16 (interleaved16.h): one group of 16 rows against T tokens, two blocks per
 // unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15, high: 16-31);
 // Q5_0 adds 16 where its stored 64-bit masks say. Per token, 8 VNNI steps from -offset x the
@@ -597,12 +665,15 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   against 0.88-0.96), about equal on one thread or at 33-40 GB/s; 3 and 6 KiB are worse than either.
 // - Several tokens (each byte feeds 2-8 times the arithmetic): 1 KiB halves batch 8 (Q8_0 34 ->
 //   17 GB/s, Q4_K 24 -> 12), 8-16 KiB is best (Q8_0 at 8 tokens 43 GB/s against 38 at 4 KiB).
-// - Q6_K reads its super-block out of order (two 512-byte chunks of low bits per slice pair, the
-//   top bits from the far end) and does the most arithmetic per byte: at 4 KiB ahead one token read
-//   15-17 GB/s on one thread where its pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
+// - Q6_K, several tokens (q6kx16_tile reads a slice at a time, ql chunks twice and qh chunks four
+//   times, the most arithmetic per byte): 16 KiB; at 4 KiB one thread read 15-17 GB/s where its
+//   pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
+// - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, 3-6 KiB read alike (0.84-0.94 of
+//   the copies' read), 2 KiB 0.82-0.87, 16 KiB 0.79-0.83.
 template <WeightType kType>
 constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
-  return kType != WeightType::kQ6_Kx16 && n_tokens == 1 ? std::size_t{1} << 10 : std::size_t{16} << 10;
+  if (n_tokens > 1) return std::size_t{16} << 10;
+  return kType == WeightType::kQ6_Kx16 ? std::size_t{4} << 10 : std::size_t{1} << 10;
 }
 
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
@@ -638,6 +709,9 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
           block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
+        } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
+          q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                       xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16) {
           q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);

@@ -8,6 +8,7 @@
 // Usage: kernels_bench [--types f32,f16,bf16,q8_0,q4_K,...] [--models qwen,llama] [--shapes 896x896,...]
 //                      [--no-prefill] [--crossover]
 //                      [--threads N] [--prefill-tokens 512] [--hot] [--attention] [--read-trace S]
+//                      [--prefetch-sweep]
 //
 // --attention times one layer's decode attention of one token (14 query heads over 2 KV heads of
 // 64, qwen2.5-0.5b) at 4096 tokens of context on one thread: the per-row kernel calls the forward
@@ -19,8 +20,19 @@
 // two vCPUs at times share one core's memory bandwidth), which is why decode is compared with a
 // read taken right after each step.
 //
+// --prefetch-sweep characterises one core's streaming read as a function of the arithmetic done per
+// 64-byte line and of the software prefetch: a synthetic kernel reads a 256 MiB huge-page buffer
+// once, with W dependent integer multiplies per line (W = 0 is a plain read), with no software
+// prefetch or one line prefetched (T0 or T1) a fixed lead ahead per line read. Each cell is the
+// median over three passes of the pass's rate over a plain read of the same buffer right after it;
+// the "in L1" column is the same kernel over 16 KiB, its compute rate. It shows where a decode
+// kernel of a given arithmetic density can and cannot reach the read rate on this machine, apart
+// from any quantized format (BENCHMARKS.md, issue 14).
+//
 // --hot reads the same weights every call (cache-resident for all but the largest shapes): the
 // kernels' compute ceiling, which must sit well above the streaming read for decode to reach it.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -143,6 +155,83 @@ int read_trace(ThreadPool& pool, double seconds) {
   return 0;
 }
 
+// One pass of --prefetch-sweep's kernel over [p, p + bytes) (positions taken & mask, so a small
+// mask keeps it in L1): per 64-byte line, two 32-byte loads, each put through `work` dependent
+// multiplies, added into the sums; kHint < 0: no software prefetch, else the line `ahead` bytes on
+// is prefetched with that hint. GB/s of the pass.
+template <int kHint>
+__attribute__((target("avx2"))) double density_pass(const std::uint8_t* p, std::size_t bytes, std::size_t mask, int work,
+                                                    std::size_t ahead, std::uint64_t& sink) {
+  const __m256i m = _mm256_set1_epi32(3);
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t off = 0; off < bytes; off += 64) {
+    if constexpr (kHint >= 0) _mm_prefetch(reinterpret_cast<const char*>(p + ((off + ahead) & mask)), static_cast<_mm_hint>(kHint));
+    const std::uint8_t* line = p + (off & mask);
+    __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(line));
+    __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(line + 32));
+    for (int w = 0; w < work; ++w) {
+      a = _mm256_mullo_epi32(a, m);
+      b = _mm256_mullo_epi32(b, m);
+    }
+    s0 = _mm256_add_epi32(s0, a);
+    s1 = _mm256_add_epi32(s1, b);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  alignas(32) std::uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi32(s0, s1));
+  for (std::uint32_t lane : lanes) sink += lane;
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
+int prefetch_sweep() {
+  constexpr std::size_t kBytes = std::size_t{256} << 20, kL1Span = 16 << 10;
+  HugePageBuffer buffer = HugePageBuffer::allocate(kBytes);
+  if (buffer.data() == nullptr) {
+    std::fprintf(stderr, "cannot allocate %zu bytes for the prefetch sweep\n", kBytes);
+    return 1;
+  }
+  std::memset(buffer.data(), 1, kBytes);
+  ThreadPool one(1);
+  std::uint64_t sink = 0;
+  struct Variant {
+    const char* name;
+    int hint;
+    std::size_t ahead;
+  };
+  const Variant variants[] = {{"none", -1, 0},         {"T0 1K", _MM_HINT_T0, 1 << 10}, {"T0 4K", _MM_HINT_T0, 4 << 10},
+                              {"T0 16K", _MM_HINT_T0, 16 << 10}, {"T1 1K", _MM_HINT_T1, 1 << 10}, {"T1 4K", _MM_HINT_T1, 4 << 10},
+                              {"T1 16K", _MM_HINT_T1, 16 << 10}};
+  auto pass = [&](const Variant& v, std::size_t bytes, std::size_t mask, int work) {
+    switch (v.hint) {
+      case _MM_HINT_T0: return density_pass<_MM_HINT_T0>(buffer.data(), bytes, mask, work, v.ahead, sink);
+      case _MM_HINT_T1: return density_pass<_MM_HINT_T1>(buffer.data(), bytes, mask, work, v.ahead, sink);
+      default: return density_pass<-1>(buffer.data(), bytes, mask, work, 0, sink);
+    }
+  };
+  std::printf("one thread, 256 MiB huge pages; each cell: pass GB/s / plain read GB/s right after it, median of 3\n");
+  std::printf("%-5s %10s", "work", "in L1 GB/s");
+  for (const Variant& v : variants) std::printf(" | %-16s", v.name);
+  std::printf("\n");
+  for (int work : {0, 1, 2, 3, 4, 6, 8}) {
+    const double l1 = pass(variants[0], std::size_t{64} << 20, kL1Span - 1, work);
+    std::printf("%-5d %10.1f", work, l1);
+    for (const Variant& v : variants) {
+      double ratios[3], rates[3];
+      for (int r = 0; r < 3; ++r) {
+        rates[r] = pass(v, kBytes, ~std::size_t{0}, work);
+        ratios[r] = rates[r] / stream_read_pass_gbs(one, buffer.data(), kBytes);
+      }
+      std::sort(ratios, ratios + 3);
+      std::sort(rates, rates + 3);
+      std::printf(" | %5.1f GB/s %5.2f", rates[1], ratios[1]);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return sink == 42 ? 3 : 0;  // the sums kept alive
+}
+
 bool listed(const std::string& list, const char* name) {
   return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
 }
@@ -166,6 +255,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--prefill-tokens" && i + 1 < argc) prefill_tokens = std::atoi(argv[++i]);
     else if (a == "--read-trace" && i + 1 < argc) trace_seconds = std::atof(argv[++i]);
+    else if (a == "--prefetch-sweep") return prefetch_sweep();
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   ThreadPool pool(threads);
