@@ -56,8 +56,9 @@
 //                      (History, one thread's decode, BENCHMARKS.md, issue 14: all ql chunks then
 //                      all qh chunks read 0.83-0.90 of a read of the same copies; ql (h, 0, k) and
 //                      qh (h, k) alternating, then ql (h, 1, k), the slice kernel's first-read
-//                      order, 0.86-0.97; this order with the one-token kernel and its prefetch
-//                      into L1, 0.89-0.97.)
+//                      order, 0.86-0.97. In the engine, one thread, llama-3.2-1b q6_k decode
+//                      over the paired read: that order 0.79-0.84, this one with the one-token
+//                      kernel and its prefetch into L1 0.85-0.89.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
 // Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,

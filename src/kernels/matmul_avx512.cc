@@ -668,8 +668,8 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 // - Q6_K, several tokens (q6kx16_tile reads a slice at a time, ql chunks twice and qh chunks four
 //   times, the most arithmetic per byte): 16 KiB; at 4 KiB one thread read 15-17 GB/s where its
 //   pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
-// - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, 3-6 KiB read alike (0.84-0.94 of
-//   the copies' read), 2 KiB 0.82-0.87, 16 KiB 0.79-0.83.
+// - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, of the copies' read: 4 KiB
+//   0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB 0.82-0.89, 16 KiB 0.79-0.88.
 template <WeightType kType>
 constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
   if (n_tokens > 1) return std::size_t{16} << 10;
