@@ -233,6 +233,14 @@ int prefetch_sweep() {
   return 0;
 }
 
+constexpr const char* kUsage =
+    "usage: kernels_bench [--types f32,f16,bf16,q8_0,q4_K,...] [--models qwen,llama] [--shapes 896x896,...]\n"
+    "                     [--no-prefill] [--crossover] [--threads N] [--prefill-tokens 512] [--hot]\n"
+    "       kernels_bench --attention | --read-trace SECONDS | --prefetch-sweep\n"
+    "Matmul speed on the model shapes as fractions of this machine's streaming read and sgemm rate;\n"
+    "the other modes characterise attention, the memory's read over time, and one\n"
+    "core's read against arithmetic per line and software prefetch (src/kernels/bench/kernels_bench.cc).\n";
+
 bool listed(const std::string& list, const char* name) {
   return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
 }
@@ -257,7 +265,8 @@ int main(int argc, char** argv) {
     else if (a == "--prefill-tokens" && i + 1 < argc) prefill_tokens = std::atoi(argv[++i]);
     else if (a == "--read-trace" && i + 1 < argc) trace_seconds = std::atof(argv[++i]);
     else if (a == "--prefetch-sweep") return prefetch_sweep();
-    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
+    else if (a == "--help" || a == "-h") { std::fputs(kUsage, stdout); return 0; }
+    else { std::fprintf(stderr, "unknown argument %s\n%s", a.c_str(), kUsage); return 2; }
   }
   ThreadPool pool(threads);
   if (trace_seconds > 0) return read_trace(pool, trace_seconds);
