@@ -547,8 +547,8 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 // The prefetch is into L1 (T0), a 212-byte step's four lines per step, where every other tile
 // prefetches into L2 (T1). One thread, of a read of the same copies: into L1 4 KiB ahead 0.85-0.97;
 // into L2 16 KiB ahead (the slice tile's) 0.56-0.81; none 0.76-0.88. A synthetic stream of this
-// density (`kernels_bench --prefetch-sweep`, 46-68 GB/s in L1) also loses a quarter of its read with
-// a long lead into L2 and none with one into L1 (BENCHMARKS.md, issue 14).
+// density (`kernels_bench --prefetch-sweep`, 46-68 GB/s in L1) reads 0.70-0.84 with a 4-16 KiB lead
+// into L2 and 0.97-1.06 with one into L1 (BENCHMARKS.md, issue 14).
 void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                   const std::int32_t* x_sums16, float* y, const std::uint8_t* prefetch_at) {
   namespace q6k = q8x16::q6k;
