@@ -475,6 +475,21 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// kQ6_Kx16's 6-bit codes u of slice 4h + j (j = 0..3) for 16 rows x 4 weights: the low nibbles of
+// its ql chunk l (j < 2) or the high ones (j >= 2), and bits 2j, 2j+1 of the half's qh chunk q
+// moved to bits 4-5.
+__attribute__((always_inline)) inline __m512i q6k_codes(__m512i l, __m512i q, int j) {
+  const __m512i nib = _mm512_and_si512(j < 2 ? l : _mm512_srli_epi16(l, 4), _mm512_set1_epi8(0x0f));
+  const int shift = 2 * j - 4;
+  const __m512i top = shift < 0 ? _mm512_slli_epi16(q, static_cast<unsigned>(-shift)) : _mm512_srli_epi16(q, static_cast<unsigned>(shift));
+  return _mm512_ternarylogic_epi32(top, _mm512_set1_epi8(0x30), nib, 0xea);  // (top & 0x30) | nib
+}
+
+// The int8 scales of 16-weight group q (0-15) of a kQ6_Kx16 super-block's 16 rows, as int32 lanes.
+__attribute__((always_inline)) inline __m512i q6k_scales(const std::uint8_t* sb, int q) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q8x16::q6k::kScales + 16 * q)));
+}
+
 // kQ6_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
 // 256, a super-block at a time. Per half and pair of slices sharing their low bytes, 8 chunks of
 // low nibbles and the half's 8 chunks of top bits give 8 registers of 6-bit codes per slice; per 16
@@ -486,7 +501,6 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
                  const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
   namespace q6k = q8x16::q6k;
   const std::int64_t supers = cols / 256;
-  const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -503,21 +517,13 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       // copies' read against 0.76-0.87; llama-3.2-1b q6_k decode on one thread 0.83-0.85 of the
       // paired read against 0.82-0.84 (BENCHMARKS.md, issue 14).
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * q6k::kSuperBlockBytes + slice * (q6k::kSuperBlockBytes / 8);
-      // The top bits of slice j sit at bits 2j, 2j+1 of each qh byte: moved to bits 4-5.
-      const int shift = 2 * j - 4;
       __m512i u[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         if (ahead != nullptr && k * 64 < static_cast<int>(q6k::kSuperBlockBytes / 8)) prefetch_span(ahead + k * 64, 64);
-        const __m512i l = _mm512_loadu_si512(sb + q6k::low_at(h, j % 2, k)), q = _mm512_loadu_si512(sb + q6k::high_at(h, k));
-        const __m512i nib = _mm512_and_si512(j < 2 ? l : _mm512_srli_epi16(l, 4), low4);
-        const __m512i top = shift < 0 ? _mm512_sll_epi16(q, _mm_cvtsi32_si128(-shift)) : _mm512_srl_epi16(q, _mm_cvtsi32_si128(shift));
-        u[k] = _mm512_ternarylogic_epi32(top, top2, nib, 0xea);  // (top & 0x30) | nib
+        u[k] = q6k_codes(_mm512_loadu_si512(sb + q6k::low_at(h, j % 2, k)), _mm512_loadu_si512(sb + q6k::high_at(h, k)), j);
       }
-      const auto scale16 = [&](int q) {
-        return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q6k::kScales + 16 * q)));
-      };
-      const __m512i scale_a = scale16(2 * slice), scale_b = scale16(2 * slice + 1);
+      const __m512i scale_a = q6k_scales(sb, 2 * slice), scale_b = q6k_scales(sb, 2 * slice + 1);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + s * 256 + slice * 32;
@@ -554,7 +560,6 @@ void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
   namespace q6k = q8x16::q6k;
   constexpr std::size_t kStepBytes = q6k::kSuperBlockBytes / 16;  // 212: 16 steps a super-block
   const std::int64_t supers = cols / 256;
-  const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
     const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
@@ -577,25 +582,16 @@ void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
           }
           const __m512i l0 = _mm512_loadu_si512(sb + q6k::low_at(h, 0, k)), l1 = _mm512_loadu_si512(sb + q6k::low_at(h, 1, k));
           const __m512i q = _mm512_loadu_si512(sb + q6k::high_at(h, k));
-          // Slice 4h + j: low nibbles of l0 (j = 0), l1 (1), high nibbles of l0 (2), l1 (3); its top
-          // bits at bits 2j, 2j+1 of q, moved to bits 4-5.
-          const __m512i u[4] = {
-              _mm512_ternarylogic_epi32(_mm512_slli_epi16(q, 4), top2, _mm512_and_si512(l0, low4), 0xea),
-              _mm512_ternarylogic_epi32(_mm512_slli_epi16(q, 2), top2, _mm512_and_si512(l1, low4), 0xea),
-              _mm512_ternarylogic_epi32(q, top2, _mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), 0xea),
-              _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 2), top2, _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), 0xea)};
 #pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < 4; ++j) {  // slice 4h + j: ql chunk l0 for j = 0, 2, l1 for j = 1, 3
             std::int32_t x4;
             std::memcpy(&x4, xs + (4 * h + j) * 32 + 4 * k, 4);
-            part[j] = _mm512_dpbusd_epi32(part[j], u[j], _mm512_set1_epi32(x4));
+            part[j] = _mm512_dpbusd_epi32(part[j], q6k_codes(j % 2 == 0 ? l0 : l1, q, j), _mm512_set1_epi32(x4));
           }
         }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-          const __m512i scale = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q6k::kScales + 16 * (2 * (4 * h + j) + group16))));
-          isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(part[j], scale));
+          isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(part[j], q6k_scales(sb, 2 * (4 * h + j) + group16)));
         }
       }
     }
