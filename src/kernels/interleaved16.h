@@ -1,5 +1,5 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 matrices when the weights are copied at load
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
 // (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
@@ -38,6 +38,15 @@
 //   w = d sc u - dmin m. The scales and mins as bytes make it 148 bytes per row and super-block
 //   instead of 144 (+2.8%): unpacking the 6-bit fields per row in vector code cost more than the
 //   bytes.
+//
+// Q5_K as kQ5_Kx16: Q4_K's layout with 640-byte pairs, super-block s of group g at 2880 s within the
+// group (g * (C / 256) * 2880): bytes 0-319 as Q4_K's; pair p's codes at 320 + 640 p, chunk k at
+// + 64 k (Q4_K's: the low and high nibbles of sub-blocks 2p and 2p + 1), then its fifth bits as 16
+// masks of 64 bits: mask k (0-7) of sub-block 2p + i at 320 + 640 p + 512 + 64 i + 8 k has bit
+// 4 l + n set when weight 4 k + n of that sub-block of row l has its fifth bit (the bytes of code
+// chunk k that get + 16). 180 bytes per row and super-block instead of 176 (+2.3%); each pair's
+// bytes follow one another in the order the kernel reads them.
+//   w = d sc u - dmin m, u = nibble | fifth bit << 4.
 //
 // Q6_K as kQ6_Kx16: rows % 16 == 0, C % 256 == 0; super-block s of group g at 3392 s within the
 // group (g * (C / 256) * 3392):
@@ -86,7 +95,7 @@
 //   Q4_0, Q5_0: the same with isum the exact sum of (u - 8) x_q, (u - 16) x_q;
 //   the K types against the activations quantized per 256 (QuantizedActivations::k_*: x_q, one d_x
 //   per super-block), per super-block:
-//   Q4_K: isc = sum over sub-blocks j of sc_j * (sum of u * x_q), imn = sum over j of m_j * xsum_j
+//   Q4_K, Q5_K: isc = sum over sub-blocks j of sc_j * (sum of u * x_q), imn = sum over j of m_j * xsum_j
 //         (xsum_j the sum of the sub-block's 32 x_q), both exact in int32; then
 //         acc = fma(float(isc), d * d_x, acc), acc = fma(-float(imn), dmin * d_x, acc);
 //   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
@@ -146,24 +155,38 @@ inline int weight(const std::uint8_t* data, std::int64_t cols, std::int64_t r, s
   return static_cast<int>(data[weight_offset(cols, r, c)]) - 128;
 }
 
-// Q4_K as kQ4_Kx16.
+// Q4_K and Q5_K as kQ4_Kx16 and kQ5_Kx16 (`fifth`: Q5_K).
 namespace q4k {
-inline constexpr std::size_t kSuperBlockBytes = 2368;  // 16 rows x 256 weights
 inline constexpr std::size_t kScales = 64, kMins = 192, kCodes = 320;
+inline constexpr std::size_t pair_bytes(bool fifth) { return fifth ? 640 : 512; }
+inline constexpr std::size_t super_block_bytes(bool fifth) { return kCodes + 4 * pair_bytes(fifth); }  // 16 rows x 256 weights
+// Where chunk k (0-7) of pair p's codes starts within a super-block, and (Q5_K) the 64-bit
+// fifth-bit mask of chunk k of sub-block j.
+inline constexpr std::size_t codes_at(bool fifth, int p, int k) {
+  return kCodes + pair_bytes(fifth) * static_cast<std::size_t>(p) + 64 * static_cast<std::size_t>(k);
+}
+inline constexpr std::size_t mask_at(int j, int k) {
+  return codes_at(true, j / 2, 0) + 512 + 64 * static_cast<std::size_t>(j % 2) + 8 * static_cast<std::size_t>(k);
+}
+static_assert(super_block_bytes(false) == 2368 && super_block_bytes(true) == 2880 && mask_at(7, 7) + 8 == 2880);
 
 inline bool fits(std::int64_t rows, std::int64_t cols) {
   return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
 }
-inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+inline std::size_t group_bytes(bool fifth, std::int64_t cols) {
+  return static_cast<std::size_t>(cols / 256) * super_block_bytes(fifth);
+}
+inline const std::uint8_t* super_block(const std::uint8_t* data, bool fifth, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(fifth, cols) + static_cast<std::size_t>(s) * super_block_bytes(fifth);
+}
 
 // Row r's fields in super-block s: d, dmin (f16 bits), and sub-block j's scale and min.
 struct RowFields {
   std::uint16_t d, dmin;
   int sc[8], m[8];
 };
-inline RowFields fields(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  const std::uint8_t* sb = data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) +
-                           static_cast<std::size_t>(s) * kSuperBlockBytes;
+inline RowFields fields(const std::uint8_t* data, bool fifth, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  const std::uint8_t* sb = super_block(data, fifth, cols, r, s);
   const int l = static_cast<int>(r % kGroupRows);
   RowFields f;
   std::memcpy(&f.d, sb + 2 * l, 2);
@@ -175,14 +198,19 @@ inline RowFields fields(const std::uint8_t* data, std::int64_t cols, std::int64_
   return f;
 }
 
-// The 4-bit code of weight c of row r.
-inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
-  const std::int64_t s = c / 256, j = (c % 256) / 32, k = (c % 32) / 4;
-  const std::uint8_t byte = data[static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) +
-                                 static_cast<std::size_t>(s) * kSuperBlockBytes + kCodes +
-                                 static_cast<std::size_t>(j / 2) * 512 + static_cast<std::size_t>(k) * 64 +
-                                 static_cast<std::size_t>(r % kGroupRows) * 4 + static_cast<std::size_t>(c % 4)];
-  return j % 2 == 0 ? byte & 15 : byte >> 4;
+// The 4-bit (Q4_K) or 5-bit (Q5_K) code of weight c of row r.
+inline int code(const std::uint8_t* data, bool fifth, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::uint8_t* sb = super_block(data, fifth, cols, r, c / 256);
+  const int j = static_cast<int>((c % 256) / 32), k = static_cast<int>((c % 32) / 4);
+  const int lane = static_cast<int>(r % kGroupRows) * 4 + static_cast<int>(c % 4);
+  const std::uint8_t byte = sb[codes_at(fifth, j / 2, k) + static_cast<std::size_t>(lane)];
+  int v = j % 2 == 0 ? byte & 15 : byte >> 4;
+  if (fifth) {
+    std::uint64_t mask;
+    std::memcpy(&mask, sb + mask_at(j, k), 8);
+    v |= static_cast<int>((mask >> lane) & 1) << 4;
+  }
+  return v;
 }
 }  // namespace q4k
 

@@ -1,4 +1,4 @@
-// Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
+// Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
 // repack_for_decode makes, on which path and shapes, and that every path reads it exactly:
 // dequantize gives the values of the original on the AVX-512 path bit for bit, and matmul gives the
 // scalar statement's results bit for bit at every token count (so a token's result never depends
@@ -69,7 +69,7 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
   }
 }
 
-bool k_type(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
+bool k_type(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K; }
 bool f16(WeightType type) { return type == WeightType::kF16; }
 
 TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
@@ -77,10 +77,12 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   const std::int64_t cols = k_type(type) ? 512 : 128;
   const TestWeights w = make_test_weights(type, 32, cols, 1);
   const std::size_t want_bytes = type == WeightType::kQ4_K   ? w.bytes.size() / 144 * 148
+                                 : type == WeightType::kQ5_K ? w.bytes.size() / 176 * 180
                                  : type == WeightType::kQ6_K ? w.bytes.size() / 210 * 212
                                                              : w.bytes.size();
   EXPECT_EQ(repack_bytes(w.view), want_bytes);
   const WeightType made = type == WeightType::kQ4_K   ? WeightType::kQ4_Kx16
+                          : type == WeightType::kQ5_K ? WeightType::kQ5_Kx16
                           : type == WeightType::kQ6_K ? WeightType::kQ6_Kx16
                           : type == WeightType::kQ4_0 ? WeightType::kQ4_0x16
                           : type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
@@ -97,14 +99,14 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kBF16, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF32, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_1, 32, 512, 5).view), 0u);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ5_K, 32, 512, 5).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ3_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
   EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
 }
 
 // The extremes of each layout's stored bytes, in the first block of the first row: Q8_0's -128
 // (a byte the quantizer never writes, but a file may hold) and 127; Q4_K's scale and min 63, codes
-// 0 and 15; Q6_K's scales -128 and 127, codes 0 and 63; F16's largest finite value, a subnormal
+// 0 and 15; Q5_K's the same with codes 31 and 0 beside them; Q6_K's scales -128 and 127, codes 0 and 63; F16's largest finite value, a subnormal
 // and -0.
 void put_extremes(TestWeights& w) {
   if (w.view.type == WeightType::kF16) {
@@ -129,7 +131,15 @@ void put_extremes(TestWeights& w) {
   } else {
     w.bytes[4] = 0xff;  // sub-block 0: scale 63 and the top bits of sub-block 4's scale
     w.bytes[8] = 0xff;  // sub-block 0: min 63 ...
-    w.bytes[16] = 0xf0;  // codes 0 (sub-block 0) and 15 (sub-block 1)
+    if (w.view.type == WeightType::kQ5_K) {
+      w.bytes[16] = 0x03;  // qh byte 0: weight 0 of sub-blocks 0 and 1 has its fifth bit ...
+      w.bytes[48] = 0xff;  // ... over codes 15 and 15: 31 and 31
+      w.bytes[17] = 0x00;  // weight 1 of both: no fifth bit ...
+      w.bytes[49] = 0x00;  // ... over codes 0: 0
+      w.bytes[47] = 0x80;  // qh byte 31: weight 31 of sub-block 7 only
+    } else {
+      w.bytes[16] = 0xf0;  // codes 0 (sub-block 0) and 15 (sub-block 1)
+    }
   }
   refresh_dequantized(w);
 }
@@ -247,7 +257,7 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
 
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved16,
                          ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_K,
-                                           WeightType::kQ6_K, WeightType::kF16),
+                                           WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace

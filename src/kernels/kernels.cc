@@ -28,6 +28,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
     {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210}, {WeightType::kQ4_0x16, "q4_0x16", 32, 18},
     {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
+    {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -53,8 +54,8 @@ std::size_t repack_bytes(const WeightView& w) {
   if ((w.type == WeightType::kQ8_0 || w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) && q8x16::fits(w.rows, w.cols)) {
     return w.row_bytes * static_cast<std::size_t>(w.rows);
   }
-  if (w.type == WeightType::kQ4_K && q8x16::q4k::fits(w.rows, w.cols)) {
-    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.cols);
+  if ((w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) && q8x16::q4k::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.type == WeightType::kQ5_K, w.cols);
   }
   if (w.type == WeightType::kQ6_K && q8x16::q6k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q6k::group_bytes(w.cols);
@@ -104,10 +105,11 @@ void repack_q8_0(const WeightView& w, std::uint8_t* out) {
   });
 }
 
-// Q4_K (144 bytes: d, dmin, 12 bytes of packed scales and mins, qs[128]) into 2368-byte units.
-void repack_q4_k(const WeightView& w, std::uint8_t* out) {
+// Q4_K (144 bytes: d, dmin, 12 bytes of packed scales and mins, qs[128]) into 2368-byte units, and
+// Q5_K (176 bytes: the same with qh[32] before qs) into 2880-byte ones.
+void repack_q4_k(const WeightView& w, bool fifth, std::uint8_t* out) {
   namespace q4k = q8x16::q4k;
-  repack_units(w, 256, q4k::kSuperBlockBytes, out, [](std::uint8_t* unit, auto row) {
+  repack_units(w, 256, q4k::super_block_bytes(fifth), out, [fifth](std::uint8_t* unit, auto row) {
     for (int l = 0; l < q8x16::kGroupRows; ++l) {
       const std::uint8_t* block = row(l);
       std::memcpy(unit + 2 * l, block, 2);
@@ -119,8 +121,19 @@ void repack_q4_k(const WeightView& w, std::uint8_t* out) {
         unit[q4k::kScales + 16 * j + l] = static_cast<std::uint8_t>(sc);
         unit[q4k::kMins + 32 * (j / 2) + 2 * l + j % 2] = static_cast<std::uint8_t>(m);
       }
+      const std::uint8_t* qs = block + (fifth ? 48 : 16);
       for (int pair = 0; pair < 4; ++pair) {
-        for (int k = 0; k < 8; ++k) std::memcpy(unit + q4k::kCodes + pair * 512 + k * 64 + l * 4, block + 16 + pair * 32 + k * 4, 4);
+        for (int k = 0; k < 8; ++k) std::memcpy(unit + q4k::codes_at(fifth, pair, k) + l * 4, qs + pair * 32 + k * 4, 4);
+      }
+      if (!fifth) continue;
+      const std::uint8_t* qh = block + 16;  // bit j of qh[i]: weight i of sub-block j
+      for (int j = 0; j < 8; ++j) {
+        for (int k = 0; k < 8; ++k) {
+          std::uint64_t mask;
+          std::memcpy(&mask, unit + q4k::mask_at(j, k), 8);
+          for (int n = 0; n < 4; ++n) mask |= static_cast<std::uint64_t>((qh[4 * k + n] >> j) & 1) << (4 * l + n);
+          std::memcpy(unit + q4k::mask_at(j, k), &mask, 8);
+        }
       }
     }
   });
@@ -196,9 +209,9 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   } else if (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) {
     repack_block32(w, w.type == WeightType::kQ5_0, static_cast<std::uint8_t*>(dst));
     v.type = w.type == WeightType::kQ5_0 ? WeightType::kQ5_0x16 : WeightType::kQ4_0x16;
-  } else if (w.type == WeightType::kQ4_K) {
-    repack_q4_k(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kQ4_Kx16;
+  } else if (w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) {
+    repack_q4_k(w, w.type == WeightType::kQ5_K, static_cast<std::uint8_t*>(dst));
+    v.type = w.type == WeightType::kQ5_K ? WeightType::kQ5_Kx16 : WeightType::kQ4_Kx16;
   } else if (w.type == WeightType::kQ6_K) {
     repack_q6_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ6_Kx16;

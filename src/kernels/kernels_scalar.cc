@@ -98,19 +98,21 @@ float q8_0x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
-// Row r of a kQ4_Kx16 matrix, exactly as interleaved16.h states every path computes it, against
-// one token's activations quantized per 256 (x_scales per super-block, x_sums32 per 32 values).
+// Row r of a kQ4_Kx16 or kQ5_Kx16 matrix, exactly as interleaved16.h states every path computes
+// it, against one token's activations quantized per 256 (x_scales per super-block, x_sums32 per 32
+// values).
 float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values,
                       const std::int16_t* x_sums32) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
+  const bool fifth = w.type == WeightType::kQ5_Kx16;
   float acc = 0.0f;
   for (std::int64_t s = 0; s < w.cols / 256; ++s) {
-    const q8x16::q4k::RowFields f = q8x16::q4k::fields(data, w.cols, r, s);
+    const q8x16::q4k::RowFields f = q8x16::q4k::fields(data, fifth, w.cols, r, s);
     std::int32_t isc = 0, imn = 0;
     for (int j = 0; j < 8; ++j) {
       const std::int64_t c0 = s * 256 + j * 32;
       std::int32_t isum = 0;
-      for (std::int64_t c = c0; c < c0 + 32; ++c) isum += q8x16::q4k::code(data, w.cols, r, c) * x_values[c];
+      for (std::int64_t c = c0; c < c0 + 32; ++c) isum += q8x16::q4k::code(data, fifth, w.cols, r, c) * x_values[c];
       isc += f.sc[j] * isum;
       imn += f.m[j] * x_sums32[c0 / 32];
     }
@@ -172,11 +174,11 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       for (int t = 0; t < n_tokens; ++t) {
         if (w.type == WeightType::kF16x16) {
           y[t * y_stride + r] = f16x16_row_dot(w, r, x + static_cast<std::int64_t>(t) * w.cols);
-        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ6_Kx16) {
+        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
-          y[t * y_stride + r] = w.type == WeightType::kQ4_Kx16 ? q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks)
-                                                               : q6_kx16_row_dot(w, r, ks, kv);
+          y[t * y_stride + r] = w.type == WeightType::kQ6_Kx16 ? q6_kx16_row_dot(w, r, ks, kv)
+                                                               : q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks);
         } else {
           const float* xs = xq.scales + t * blocks;
           const std::int8_t* xv = xq.values + t * w.cols;
@@ -244,15 +246,16 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
     }
     return;
   }
-  if (w.type == WeightType::kQ4_Kx16) {  // d sc u - dmin m with one rounding, as the SIMD dequantizers
+  if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16) {  // d sc u - dmin m with one rounding, as the SIMD dequantizers
+    const bool fifth = w.type == WeightType::kQ5_Kx16;
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       float* o = out + (r - row_begin) * w.cols;
       for (std::int64_t s = 0; s < w.cols / 256; ++s) {
-        const q8x16::q4k::RowFields f = q8x16::q4k::fields(base, w.cols, r, s);
+        const q8x16::q4k::RowFields f = q8x16::q4k::fields(base, fifth, w.cols, r, s);
         for (int c = 0; c < 256; ++c) {
           const float scale = f16_to_f32(f.d) * static_cast<float>(f.sc[c / 32]);
           const float min = f16_to_f32(f.dmin) * static_cast<float>(f.m[c / 32]);
-          o[s * 256 + c] = std::fma(scale, static_cast<float>(q8x16::q4k::code(base, w.cols, r, s * 256 + c)), -min);
+          o[s * 256 + c] = std::fma(scale, static_cast<float>(q8x16::q4k::code(base, fifth, w.cols, r, s * 256 + c)), -min);
         }
       }
     }

@@ -400,47 +400,71 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// kQ4_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
-// 256, a super-block at a time. Each half of a pair of sub-blocks is one masking of the pair's 8
-// chunks of codes: the low nibbles (sub-block 2p) as they are, the high ones (2p + 1) in place, so
-// times 16, which the low half's scales (times 16) match. Per sub-block and token, 8 VNNI steps
-// give the exact integer sum, scaled by the rows' 6-bit scales in int32; the mins' share is one
-// 16-bit multiply-add per pair (the two mins against the two activation sums). Per super-block and
-// token, two conversions and two multiply-adds.
-template <int T>
+// kQ4_Kx16 and kQ5_Kx16 (interleaved16.h; kFifth: Q5_K): one group of 16 rows against T tokens'
+// activations quantized per 256, a super-block at a time. Each half of a pair of sub-blocks is one
+// masking of the pair's 8 chunks of codes. Q4_K: the low nibbles (sub-block 2p) as they are, the
+// high ones (2p + 1) in place, so times 16, which the low half's scales (times 16) match. Q5_K: the
+// high nibbles shifted down, and 16 ORed into the bytes its fifth-bit masks name (a zero-masked
+// move and one ternary-logic step per chunk and half). Per sub-block and token, 8 VNNI steps give the exact integer sum, scaled by the
+// rows' 6-bit scales in int32; the mins' share is one 16-bit multiply-add per pair (the two mins
+// against the two activation sums). Per super-block and token, two conversions and two
+// multiply-adds.
+template <bool kFifth, int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
                  bool prefetch_x) {
   namespace q4k = q8x16::q4k;
+  constexpr std::size_t kSuperBlockBytes = q4k::super_block_bytes(kFifth);
+  constexpr bool kIntoL1 = kFifth && T == 1;
   const std::int64_t supers = cols / 256;
-  const __m512 sixteenth = _mm512_set1_ps(1.0f / 16.0f);
-  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+  // Q4_K's sums are 16 times the statement's (its high nibbles in place): d d_x / 16, exact.
+  const __m512 unscale = _mm512_set1_ps(kFifth ? 1.0f : 1.0f / 16.0f);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0)), sixteen = _mm512_set1_epi8(16);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
-    const std::uint8_t* sb = group + s * q4k::kSuperBlockBytes;
+    const std::uint8_t* sb = group + s * kSuperBlockBytes;
     if (prefetch_x && s + 1 < supers) prefetch_activations<T>(x_values, cols, (s + 1) * 256, 256);
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int p = 0; p < 4; ++p) {
-      // A quarter of the super-block ahead per pair: a few lines at a time, not a burst.
-      if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q4k::kSuperBlockBytes + p * (q4k::kSuperBlockBytes / 4), q4k::kSuperBlockBytes / 4);
+      // A quarter of the super-block ahead per pair: a few lines at a time, not a burst. Q5_K at one
+      // token prefetches into L1 instead, spread over the pair's chunks (two lines' worth each; the
+      // addresses 45 bytes apart miss no line); see interleaved_prefetch_ahead.
+      const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * kSuperBlockBytes + p * (kSuperBlockBytes / 4);
+      if (ahead != nullptr && !kIntoL1) prefetch_span(ahead, kSuperBlockBytes / 4);
       // Each chunk of codes is loaded once for both sub-blocks of the pair.
-      const std::uint8_t* codes = sb + q4k::kCodes + p * 512;
       __m512i lo[8], hi[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        const __m512i v = _mm512_loadu_si512(codes + k * 64);
-        lo[k] = _mm512_and_si512(v, low4);
-        hi[k] = _mm512_and_si512(v, high4);
+        if (ahead != nullptr && kIntoL1) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32)), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32) + kSuperBlockBytes / 64), _MM_HINT_T0);
+        }
+        const __m512i v = _mm512_loadu_si512(sb + q4k::codes_at(kFifth, p, k));
+        if constexpr (kFifth) {
+          std::uint64_t bits_lo, bits_hi;
+          std::memcpy(&bits_lo, sb + q4k::mask_at(2 * p, k), 8);
+          std::memcpy(&bits_hi, sb + q4k::mask_at(2 * p + 1, k), 8);
+          // Through a general register: loaded straight into a mask register (kmovq k, m64),
+          // the masks of weights not yet in cache cost Zen 4 half its read (one thread,
+          // 8192x2048: 14 against 26 GB/s).
+          asm("" : "+r"(bits_lo), "+r"(bits_hi));
+          // (v & 0x0f) | 16 where the mask says, and the same of v >> 4.
+          lo[k] = _mm512_ternarylogic_epi32(v, low4, _mm512_maskz_mov_epi8(_cvtu64_mask64(bits_lo), sixteen), 0xea);
+          hi[k] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), low4, _mm512_maskz_mov_epi8(_cvtu64_mask64(bits_hi), sixteen), 0xea);
+        } else {
+          lo[k] = _mm512_and_si512(v, low4);
+          hi[k] = _mm512_and_si512(v, high4);
+        }
       }
       const auto scales = [&](int j) {
         return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q4k::kScales + 16 * j)));
       };
-      const __m512i sc_lo = _mm512_slli_epi32(scales(2 * p), 4), sc_hi = scales(2 * p + 1);
+      const __m512i sc_lo = kFifth ? scales(2 * p) : _mm512_slli_epi32(scales(2 * p), 4), sc_hi = scales(2 * p + 1);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + s * 256 + p * 64;
@@ -467,7 +491,7 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
         imn = _mm512_dpwssd_epi32(imn, mins[p], _mm512_set1_epi32(two));
       }
       const __m512 dx = _mm512_set1_ps(x_scales[t * supers + s]);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(_mm512_mul_ps(d, dx), sixteenth), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(_mm512_mul_ps(d, dx), unscale), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imn), _mm512_mul_ps(dmin, dx), acc[t]);
     }
   }
@@ -666,10 +690,14 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
 // - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, of the copies' read: 4 KiB
 //   0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB 0.82-0.89, 16 KiB 0.79-0.88.
+// - Q5_K, one token (into L1, spread over each chunk of codes): 1.5 KiB. One thread, 8192x2048,
+//   2048x8192, 128256x2048, of the copies' read: 1.5 KiB 0.79-0.91, 1 KiB 0.79-0.86, 2-3 KiB
+//   0.61-0.87; into L1 a quarter super-block at once per pair, 3-4 KiB: 0.66-0.80; into L2 as
+//   Q4_K, 1-2 KiB: 0.41-0.51.
 template <WeightType kType>
 constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
   if (n_tokens > 1) return std::size_t{16} << 10;
-  return kType == WeightType::kQ6_Kx16 ? std::size_t{4} << 10 : std::size_t{1} << 10;
+  return kType == WeightType::kQ6_Kx16 ? std::size_t{4} << 10 : kType == WeightType::kQ5_Kx16 ? std::size_t{1536} : std::size_t{1} << 10;
 }
 
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
@@ -679,7 +707,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                       std::int64_t row_end, float* y, std::int64_t y_stride) {
   assert(row_begin % q8x16::kGroupRows == 0 && row_end % q8x16::kGroupRows == 0);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  const std::size_t group_bytes = kType == WeightType::kQ4_Kx16   ? q8x16::q4k::group_bytes(w.cols)
+  const std::size_t group_bytes = kType == WeightType::kQ4_Kx16   ? q8x16::q4k::group_bytes(false, w.cols)
+                                  : kType == WeightType::kQ5_Kx16 ? q8x16::q4k::group_bytes(true, w.cols)
                                   : kType == WeightType::kQ6_Kx16 ? q8x16::q6k::group_bytes(w.cols)
                                   : kType == WeightType::kQ4_0x16 ? q8x16::b32::group_bytes(false, w.cols)
                                   : kType == WeightType::kQ5_0x16 ? q8x16::b32::group_bytes(true, w.cols)
@@ -699,8 +728,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
       const std::uint8_t* ahead = t0 == 0 ? group + interleaved_prefetch_ahead<kType>(n_tokens) : nullptr;
       auto run = [&]<int T>() {
-        if constexpr (kType == WeightType::kQ4_Kx16) {
-          q4kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+        if constexpr (kType == WeightType::kQ4_Kx16 || kType == WeightType::kQ5_Kx16) {
+          q4kx16_tile<kType == WeightType::kQ5_Kx16, T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums32 + t0 * blocks, yt, y_stride, ahead, prefetch_x);
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
           block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
@@ -818,6 +847,7 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
   switch (w.type) {
     case WeightType::kQ8_0x16: return interleaved_rows<WeightType::kQ8_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_Kx16: return interleaved_rows<WeightType::kQ4_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ5_Kx16: return interleaved_rows<WeightType::kQ5_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);

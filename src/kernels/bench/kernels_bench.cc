@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
     std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
     all.push_back(WeightType::kQ8_0x16);  // the types repacked as a model load does on the AVX-512 path
     all.push_back(WeightType::kQ4_Kx16);
+    all.push_back(WeightType::kQ5_Kx16);
     all.push_back(WeightType::kQ6_Kx16);
     all.push_back(WeightType::kQ4_0x16);
     all.push_back(WeightType::kQ5_0x16);
@@ -296,6 +297,7 @@ int main(int argc, char** argv) {
       const WeightType stored = !repacked                      ? type
                                : type == WeightType::kQ8_0x16 ? WeightType::kQ8_0
                                : type == WeightType::kQ4_Kx16 ? WeightType::kQ4_K
+                               : type == WeightType::kQ5_Kx16 ? WeightType::kQ5_K
                                : type == WeightType::kQ4_0x16 ? WeightType::kQ4_0
                                : type == WeightType::kQ5_0x16 ? WeightType::kQ5_0
                                : type == WeightType::kF16x16  ? WeightType::kF16
