@@ -1,6 +1,6 @@
 #!/bin/sh
-# Issue 14's figures: bench-engine on the qwen2.5-0.5b and llama-3.2-1b presets in F16, Q8_0, Q6_K
-# and Q4_K_M, one JSON per model under OUT, then a Markdown table of the ratios (each ratio from
+# Issue 14's figures: bench-engine on the qwen2.5-0.5b and llama-3.2-1b presets in F16, Q8_0, Q6_K,
+# Q5_K_M and Q4_K_M, one JSON per model under OUT, then a Markdown table of the ratios (each ratio from
 # one run: weights bytes/s over the streaming read, prefill over sgemm on the same shapes; and the
 # decode steps each over a streaming read of the same bytes right after it, the median pair).
 # Each model is also decoded on one thread (`-t 1`, a 16-token prompt), paired the same way: on
@@ -16,12 +16,12 @@ build=$1 models=$2 out=$3
 mkdir -p "$out"
 for preset in qwen2.5-0.5b llama-3.2-1b; do
   [ -f "$models/$preset-f16.gguf" ] || "$build/kvstash" gen-model --preset "$preset" --type f16 --out "$models/$preset-f16.gguf"
-  for type in q8_0 q6_k q4_k_m; do
+  for type in q8_0 q6_k q5_k_m q4_k_m; do
     [ -f "$models/$preset-$type.gguf" ] || "$build/kvstash" quantize "$models/$preset-f16.gguf" "$models/$preset-$type.gguf" "$type"
   done
 done
 for preset in qwen2.5-0.5b llama-3.2-1b; do
-  for type in f16 q8_0 q6_k q4_k_m; do
+  for type in f16 q8_0 q6_k q5_k_m q4_k_m; do
     echo "$(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg) $preset $type" >&2
     "$build/kvstash" bench-engine -m "$models/$preset-$type.gguf" --json > "$out/$preset-$type.json"
     "$build/kvstash" bench-engine -m "$models/$preset-$type.gguf" -t 1 --prompt-tokens 16 --repeats 1 --batch 2 --json \
@@ -34,7 +34,7 @@ out = sys.argv[1]
 print("| model | type | weights MB/token | decode b1 tok/s (median) | GB/s | stream GB/s | **decode / stream** (median step) | fastest step / stream | paired read GB/s | **decode / paired stream** (median pair) | 1 thread: decode GB/s | paired read GB/s | **decode / paired stream** | prefill tok/s | GFLOP/s | sgemm GFLOP/s | **prefill / sgemm** | batch 8 tok/s |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for preset in ["qwen2.5-0.5b", "llama-3.2-1b"]:
-    for t in ["f16", "q8_0", "q6_k", "q4_k_m"]:
+    for t in ["f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"]:
         p = os.path.join(out, f"{preset}-{t}.json")
         if not os.path.exists(p): continue
         j = json.load(open(p))
