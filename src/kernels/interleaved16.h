@@ -1,5 +1,5 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
 // (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
@@ -70,16 +70,19 @@
 //                      kernel and its prefetch into L1 0.85-0.89.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
-// Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16: rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U,
-// unit u (blocks 2u, 2u+1) at U u within it, U = 576 (Q4_0) or 704 (Q5_0):
+// Q4_0, Q5_0, Q4_1, Q5_1 as kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (b32 below; `fifth`: Q5_0 and
+// Q5_1, `min`: Q4_1 and Q5_1): rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U, unit u
+// (blocks 2u, 2u+1) at U u within it, U = 576 (Q4_0), 704 (Q5_0), 640 (Q4_1) or 768 (Q5_1):
 //     bytes   0- 63  the f16 d of block 2u + j of row l at 32 j + 2 l;
-//     Q5_0 only, bytes 64-191: the fifth bits of block 2u + j as 8 masks of 64 bits at 64 + 64 j + 8 m:
-//                    mask m = 4 h + k has bit 4 l + i set when weight 16 h + 4 k + i of row l has its
-//                    fifth bit (the bytes of code register m below that get + 16);
+//     with a min, bytes 64-127: the f16 m of block 2u + j of row l at 64 + 32 j + 2 l;
+//     with a fifth bit, the next 128 bytes (from M = 64, or 128 with a min): the fifth bits of block
+//                    2u + j as 8 masks of 64 bits at M + 64 j + 8 m: mask m = 4 h + k has bit 4 l + i
+//                    set when weight 16 h + 4 k + i of row l has its fifth bit (the bytes of code
+//                    register m below that get + 16);
 //     then the codes of block 2u + j (256 bytes each): chunk k (0-3) at 64 k holds row l's qs bytes
 //                    4k..4k+3 at 4 l (low nibbles: weights 4k..4k+3, high: 16+4k..16+4k+3).
-//   w = d (u - 8) (Q4_0), d (u - 16) (Q5_0). The same bytes as the GGUF blocks (16 x 18 x 2 = 576,
-//   16 x 22 x 2 = 704), reordered.
+//   w = d (u - 8) (Q4_0), d (u - 16) (Q5_0), d u + m (Q4_1, Q5_1). The same bytes as the GGUF blocks
+//   (16 x 2 x 18, 22, 20, 24), reordered.
 //
 // F16 as kF16x16: rows % 16 == 0, any C; group g at g * 32 C, column c at 32 c within it: the f16
 //   value of row 16g + l at 2 l. The same bytes as the GGUF matrix, reordered. Why, though F16 had
@@ -93,6 +96,8 @@
 //   Q8_0, per 32 weights: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of
 //         (w + 128 - 128) * x_q, with x_q, d_x the activations quantized per 32 (one scale each);
 //   Q4_0, Q5_0: the same with isum the exact sum of (u - 8) x_q, (u - 16) x_q;
+//   Q4_1, Q5_1: the same with isum the exact sum of u x_q, then acc = fma(m_w, d_x * float(xsum), acc)
+//         (xsum the block's sum of x_q, exact);
 //   the K types against the activations quantized per 256 (QuantizedActivations::k_*: x_q, one d_x
 //   per super-block), per super-block:
 //   Q4_K, Q5_K: isc = sum over sub-blocks j of sc_j * (sum of u * x_q), imn = sum over j of m_j * xsum_j
@@ -214,31 +219,47 @@ inline int code(const std::uint8_t* data, bool fifth, std::int64_t cols, std::in
 }
 }  // namespace q4k
 
-// Q4_0 / Q5_0 as kQ4_0x16 / kQ5_0x16.
+// Q4_0, Q5_0, Q4_1, Q5_1 as kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16.
 namespace b32 {
-inline constexpr std::size_t kScalesBytes = 64;
-inline std::size_t unit_bytes(bool fifth_bit) { return fifth_bit ? 704 : 576; }
-inline std::size_t codes_at(bool fifth_bit) { return fifth_bit ? 192 : 64; }
-inline std::size_t group_bytes(bool fifth_bit, std::int64_t cols) { return static_cast<std::size_t>(cols / 64) * unit_bytes(fifth_bit); }
-
-inline const std::uint8_t* unit(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t b) {
-  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(fifth_bit, cols) +
-         static_cast<std::size_t>(b / 2) * unit_bytes(fifth_bit);
+struct Form {
+  bool fifth = false;  // Q5_0, Q5_1: a fifth bit per weight
+  bool min = false;    // Q4_1, Q5_1: w = d u + m
+};
+// The form of a GGUF type that becomes one of these layouts, or of the layout itself.
+inline constexpr Form form_of(WeightType type) {
+  return {type == WeightType::kQ5_0 || type == WeightType::kQ5_1 || type == WeightType::kQ5_0x16 || type == WeightType::kQ5_1x16,
+          type == WeightType::kQ4_1 || type == WeightType::kQ5_1 || type == WeightType::kQ4_1x16 || type == WeightType::kQ5_1x16};
 }
-inline std::uint16_t d_bits(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t b) {
+inline constexpr std::size_t kScalesBytes = 64, kMins = 64;
+inline constexpr std::size_t masks_at(Form f) { return f.min ? 128 : 64; }
+inline constexpr std::size_t codes_at(Form f) { return masks_at(f) + (f.fifth ? 128 : 0); }
+inline constexpr std::size_t unit_bytes(Form f) { return codes_at(f) + 512; }
+static_assert(unit_bytes({}) == 576 && unit_bytes({true, false}) == 704 && unit_bytes({false, true}) == 640 &&
+              unit_bytes({true, true}) == 768);
+inline std::size_t group_bytes(Form f, std::int64_t cols) { return static_cast<std::size_t>(cols / 64) * unit_bytes(f); }
+
+inline const std::uint8_t* unit(const std::uint8_t* data, Form f, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(f, cols) + static_cast<std::size_t>(b / 2) * unit_bytes(f);
+}
+inline std::uint16_t d_bits(const std::uint8_t* data, Form f, std::int64_t cols, std::int64_t r, std::int64_t b) {
   std::uint16_t h;
-  std::memcpy(&h, unit(data, fifth_bit, cols, r, b) + 32 * (b % 2) + 2 * (r % kGroupRows), 2);
+  std::memcpy(&h, unit(data, f, cols, r, b) + 32 * (b % 2) + 2 * (r % kGroupRows), 2);
+  return h;
+}
+inline std::uint16_t m_bits(const std::uint8_t* data, Form f, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  std::uint16_t h;
+  std::memcpy(&h, unit(data, f, cols, r, b) + kMins + 32 * (b % 2) + 2 * (r % kGroupRows), 2);
   return h;
 }
 // The code u (4 or 5 bits) of weight c of row r.
-inline int code(const std::uint8_t* data, bool fifth_bit, std::int64_t cols, std::int64_t r, std::int64_t c) {
+inline int code(const std::uint8_t* data, Form f, std::int64_t cols, std::int64_t r, std::int64_t c) {
   const std::int64_t b = c / 32, w = c % 32, half = w / 16, k = (w % 16) / 4, i = w % 4, l = r % kGroupRows;
-  const std::uint8_t* u = unit(data, fifth_bit, cols, r, b);
-  const std::uint8_t byte = u[codes_at(fifth_bit) + static_cast<std::size_t>(b % 2) * 256 + static_cast<std::size_t>(k * 64 + l * 4 + i)];
+  const std::uint8_t* u = unit(data, f, cols, r, b);
+  const std::uint8_t byte = u[codes_at(f) + static_cast<std::size_t>(b % 2) * 256 + static_cast<std::size_t>(k * 64 + l * 4 + i)];
   int v = half == 0 ? byte & 15 : byte >> 4;
-  if (fifth_bit) {
+  if (f.fifth) {
     std::uint64_t mask;
-    std::memcpy(&mask, u + 64 + 64 * (b % 2) + 8 * (4 * half + k), 8);
+    std::memcpy(&mask, u + masks_at(f) + 64 * (b % 2) + 8 * (4 * half + k), 8);
     v |= static_cast<int>((mask >> (4 * l + i)) & 1) << 4;
   }
   return v;

@@ -1,4 +1,4 @@
-// Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
+// Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
 // repack_for_decode makes, on which path and shapes, and that every path reads it exactly:
 // dequantize gives the values of the original on the AVX-512 path bit for bit, and matmul gives the
 // scalar statement's results bit for bit at every token count (so a token's result never depends
@@ -86,6 +86,8 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
                           : type == WeightType::kQ6_K ? WeightType::kQ6_Kx16
                           : type == WeightType::kQ4_0 ? WeightType::kQ4_0x16
                           : type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
+                          : type == WeightType::kQ4_1 ? WeightType::kQ4_1x16
+                          : type == WeightType::kQ5_1 ? WeightType::kQ5_1x16
                           : type == WeightType::kF16  ? WeightType::kF16x16
                                                       : WeightType::kQ8_0x16;
   EXPECT_EQ(repack(w.view).view.type, made);
@@ -98,7 +100,7 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   }
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kBF16, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF32, 32, 512, 4).view), 0u);
-  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ4_1, 32, 512, 5).view), 0u);
+  EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ2_K, 32, 512, 5).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kQ3_K, 32, 512, 5).view), 0u);
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
   EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
@@ -118,6 +120,12 @@ void put_extremes(TestWeights& w) {
     w.bytes[3] = 0x7f;
   } else if (w.view.type == WeightType::kQ4_0) {
     w.bytes[2] = 0xf0;  // weight 0: code 0; weight 16: code 15
+  } else if (w.view.type == WeightType::kQ4_1) {
+    w.bytes[4] = 0xf0;  // weight 0: code 0; weight 16: code 15
+  } else if (w.view.type == WeightType::kQ5_1) {
+    w.bytes[4] = 0x01;  // qh: weight 0 has its fifth bit, weight 31 has not
+    w.bytes[7] = 0x00;
+    w.bytes[8] = 0x0f;  // weight 0: code 15 | 16 = 31; weight 16: code 0
   } else if (w.view.type == WeightType::kQ5_0) {
     w.bytes[2] = 0x01;  // qh: weight 0 has its fifth bit, weight 31 (bit 31) has not
     w.bytes[5] = 0x00;
@@ -256,7 +264,7 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved16,
-                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_K,
+                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, WeightType::kQ5_1, WeightType::kQ4_K,
                                            WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 

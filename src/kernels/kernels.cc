@@ -28,7 +28,8 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ4_Kx16, "q4_Kx16", 256, 144},  // row_bytes as the GGUF original's (interleaved16.h)
     {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210}, {WeightType::kQ4_0x16, "q4_0x16", 32, 18},
     {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
-    {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176},
+    {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176}, {WeightType::kQ4_1x16, "q4_1x16", 32, 20},
+    {WeightType::kQ5_1x16, "q5_1x16", 32, 24},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -51,7 +52,9 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
 
 std::size_t repack_bytes(const WeightView& w) {
   if (active_kernels().path != SimdPath::kAvx512) return 0;
-  if ((w.type == WeightType::kQ8_0 || w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) && q8x16::fits(w.rows, w.cols)) {
+  if ((w.type == WeightType::kQ8_0 || w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0 || w.type == WeightType::kQ4_1 ||
+       w.type == WeightType::kQ5_1) &&
+      q8x16::fits(w.rows, w.cols)) {
     return w.row_bytes * static_cast<std::size_t>(w.rows);
   }
   if ((w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) && q8x16::q4k::fits(w.rows, w.cols)) {
@@ -159,25 +162,28 @@ void repack_q6_k(const WeightView& w, std::uint8_t* out) {
   });
 }
 
-// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh u32, qs[16]), two blocks per unit of 576 or
-// 704 bytes.
-void repack_block32(const WeightView& w, bool fifth_bit, std::uint8_t* out) {
-  const std::size_t block_bytes = fifth_bit ? 22 : 18, qs = fifth_bit ? 6 : 2;
-  repack_units(w, 64, q8x16::b32::unit_bytes(fifth_bit), out, [&](std::uint8_t* unit, auto row) {
+// Q4_0 (18 bytes: d, qs[16]), Q5_0 (22: d, qh u32, qs[16]), Q4_1 (20: d, m, qs[16]) and Q5_1 (24:
+// d, m, qh u32, qs[16]), two blocks per unit of 576, 704, 640 or 768 bytes.
+void repack_block32(const WeightView& w, std::uint8_t* out) {
+  const q8x16::b32::Form f = q8x16::b32::form_of(w.type);
+  const std::size_t block_bytes = weight_block_bytes(w.type), qh = f.min ? 4 : 2, qs = qh + (f.fifth ? 4 : 0);
+  repack_units(w, 64, q8x16::b32::unit_bytes(f), out, [&](std::uint8_t* unit, auto row) {
     for (int j = 0; j < 2; ++j) {
-      std::uint8_t* codes = unit + q8x16::b32::codes_at(fifth_bit) + 256 * j;
+      std::uint8_t* codes = unit + q8x16::b32::codes_at(f) + 256 * j;
       for (int l = 0; l < q8x16::kGroupRows; ++l) {
         const std::uint8_t* block = row(l) + j * block_bytes;
         std::memcpy(unit + 32 * j + 2 * l, block, 2);
+        if (f.min) std::memcpy(unit + q8x16::b32::kMins + 32 * j + 2 * l, block + 2, 2);
         for (int k = 0; k < 4; ++k) std::memcpy(codes + 64 * k + 4 * l, block + qs + 4 * k, 4);
-        if (!fifth_bit) continue;
-        std::uint32_t qh;
-        std::memcpy(&qh, block + 2, 4);
+        if (!f.fifth) continue;
+        std::uint32_t bits;
+        std::memcpy(&bits, block + qh, 4);
+        std::uint8_t* masks = unit + q8x16::b32::masks_at(f) + 64 * j;
         for (int m = 0; m < 8; ++m) {  // mask m = 4 half + k: weights 16 half + 4k + i
           std::uint64_t mask;
-          std::memcpy(&mask, unit + 64 + 64 * j + 8 * m, 8);
-          for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((qh >> (16 * (m / 4) + 4 * (m % 4) + i)) & 1) << (4 * l + i);
-          std::memcpy(unit + 64 + 64 * j + 8 * m, &mask, 8);
+          std::memcpy(&mask, masks + 8 * m, 8);
+          for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((bits >> (16 * (m / 4) + 4 * (m % 4) + i)) & 1) << (4 * l + i);
+          std::memcpy(masks + 8 * m, &mask, 8);
         }
       }
     }
@@ -206,9 +212,12 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   if (w.type == WeightType::kQ8_0) {
     repack_q8_0(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ8_0x16;
-  } else if (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0) {
-    repack_block32(w, w.type == WeightType::kQ5_0, static_cast<std::uint8_t*>(dst));
-    v.type = w.type == WeightType::kQ5_0 ? WeightType::kQ5_0x16 : WeightType::kQ4_0x16;
+  } else if (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0 || w.type == WeightType::kQ4_1 || w.type == WeightType::kQ5_1) {
+    repack_block32(w, static_cast<std::uint8_t*>(dst));
+    v.type = w.type == WeightType::kQ4_0   ? WeightType::kQ4_0x16
+             : w.type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
+             : w.type == WeightType::kQ4_1 ? WeightType::kQ4_1x16
+                                           : WeightType::kQ5_1x16;
   } else if (w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) {
     repack_q4_k(w, w.type == WeightType::kQ5_K, static_cast<std::uint8_t*>(dst));
     v.type = w.type == WeightType::kQ5_K ? WeightType::kQ5_Kx16 : WeightType::kQ4_Kx16;

@@ -139,17 +139,20 @@ float q6_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
-// Row r of a kQ4_0x16 / kQ5_0x16 matrix, exactly as interleaved16.h states every path computes it.
-float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+// Row r of a kQ4_0x16, kQ5_0x16, kQ4_1x16 or kQ5_1x16 matrix, exactly as interleaved16.h states
+// every path computes it (x_sums: each block's sum of x_values).
+float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values,
+                         const std::int32_t* x_sums) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
-  const bool fifth = w.type == WeightType::kQ5_0x16;
-  const int offset = fifth ? 16 : 8;
+  const q8x16::b32::Form f = q8x16::b32::form_of(w.type);
+  const int offset = f.min ? 0 : f.fifth ? 16 : 8;
   float acc = 0.0f;
   for (std::int64_t b = 0; b < w.cols / 32; ++b) {
     std::int32_t isum = 0;
-    for (int c = 0; c < 32; ++c) isum += (q8x16::b32::code(data, fifth, w.cols, r, b * 32 + c) - offset) * x_values[b * 32 + c];
-    const float scale = f16_to_f32(q8x16::b32::d_bits(data, fifth, w.cols, r, b)) * x_scales[b];
+    for (int c = 0; c < 32; ++c) isum += (q8x16::b32::code(data, f, w.cols, r, b * 32 + c) - offset) * x_values[b * 32 + c];
+    const float scale = f16_to_f32(q8x16::b32::d_bits(data, f, w.cols, r, b)) * x_scales[b];
     acc = std::fma(static_cast<float>(isum), scale, acc);
+    if (f.min) acc = std::fma(f16_to_f32(q8x16::b32::m_bits(data, f, w.cols, r, b)), x_scales[b] * static_cast<float>(x_sums[b]), acc);
   }
   return acc;
 }
@@ -182,7 +185,8 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
         } else {
           const float* xs = xq.scales + t * blocks;
           const std::int8_t* xv = xq.values + t * w.cols;
-          y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv) : block32x16_row_dot(w, r, xs, xv);
+          y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv)
+                                                               : block32x16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks);
         }
       }
     }
@@ -224,13 +228,15 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
     }
     return;
   }
-  if (w.type == WeightType::kQ4_0x16 || w.type == WeightType::kQ5_0x16) {  // d u - d offset, one rounding
-    const bool fifth = w.type == WeightType::kQ5_0x16;
+  if (w.type == WeightType::kQ4_0x16 || w.type == WeightType::kQ5_0x16 || w.type == WeightType::kQ4_1x16 ||
+      w.type == WeightType::kQ5_1x16) {  // d u - d offset or d u + m, one rounding
+    const q8x16::b32::Form f = q8x16::b32::form_of(w.type);
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       float* o = out + (r - row_begin) * w.cols;
       for (std::int64_t c = 0; c < w.cols; ++c) {
-        const float d = f16_to_f32(q8x16::b32::d_bits(base, fifth, w.cols, r, c / 32));
-        o[c] = std::fma(d, static_cast<float>(q8x16::b32::code(base, fifth, w.cols, r, c)), -(d * (fifth ? 16.0f : 8.0f)));
+        const float d = f16_to_f32(q8x16::b32::d_bits(base, f, w.cols, r, c / 32));
+        const float add = f.min ? f16_to_f32(q8x16::b32::m_bits(base, f, w.cols, r, c / 32)) : -(d * (f.fifth ? 16.0f : 8.0f));
+        o[c] = std::fma(d, static_cast<float>(q8x16::b32::code(base, f, w.cols, r, c)), add);
       }
     }
     return;

@@ -625,15 +625,18 @@ void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
   _mm512_storeu_ps(y, acc);
 }
 
-// kQ4_0x16 / kQ5_0x16 (interleaved16.h): one group of 16 rows against T tokens, two blocks per
-// unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15, high: 16-31);
-// Q5_0 adds 16 where its stored 64-bit masks say. Per token, 8 VNNI steps from -offset x the
-// block's activation sum give the exact sum of (u - offset) x, scaled by d d_x.
-template <bool kFifth, int T>
+// kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (interleaved16.h): one group of 16 rows against T tokens,
+// two blocks per unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15,
+// high: 16-31); Q5_0 and Q5_1 add 16 where their stored 64-bit masks say. Per token, 8 VNNI steps
+// from -offset x the block's activation sum give the exact sum of (u - offset) x (Q4_1 and Q5_1:
+// offset 0), scaled by d d_x; Q4_1 and Q5_1 then add m times the block's activation sum.
+template <WeightType kType, int T>
 void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                      const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
-  constexpr std::size_t kUnit = kFifth ? 704 : 576, kCodes = kFifth ? 192 : 64;
-  constexpr int kOffset = kFifth ? 16 : 8;
+  namespace b32 = q8x16::b32;
+  constexpr b32::Form kForm = b32::form_of(kType);
+  constexpr std::size_t kUnit = b32::unit_bytes(kForm), kCodes = b32::codes_at(kForm), kMasks = b32::masks_at(kForm);
+  constexpr int kOffset = kForm.min ? 0 : kForm.fifth ? 16 : 8;
   const std::int64_t blocks = cols / kQ8_0BlockElems;
   const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
   __m512 acc[T];
@@ -654,21 +657,26 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
         u[k] = _mm512_and_si512(c, low4);
         u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
       }
-      if constexpr (kFifth) {
+      if constexpr (kForm.fifth) {
 #pragma GCC unroll 8
         for (int m = 0; m < 8; ++m) {
           std::uint64_t bits;
-          std::memcpy(&bits, unit + 64 + 64 * j + 8 * m, 8);
+          std::memcpy(&bits, unit + kMasks + 64 * j + 8 * m, 8);
           u[m] = _mm512_mask_add_epi8(u[m], _cvtu64_mask64(bits), u[m], sixteen);
         }
       }
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + b * kQ8_0BlockElems;
+        const std::int32_t sum = x_sums[t * blocks + b];
         // u[0..3] are weights 0-15 and u[4..7] weights 16-31: chunk k pairs with activations 4k..4k+3.
-        const __m512i dot = vnni_dot<8>(_mm512_set1_epi32(-kOffset * x_sums[t * blocks + b]), u, xb);
-        const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[t * blocks + b]));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
+        const __m512i dot = vnni_dot<8>(_mm512_set1_epi32(-kOffset * sum), u, xb);
+        const float dx = x_scales[t * blocks + b];
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+        if constexpr (kForm.min) {
+          const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + b32::kMins + 32 * j)));
+          acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(dx * static_cast<float>(sum)), acc[t]);
+        }
       }
     }
   }
@@ -710,8 +718,9 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   const std::size_t group_bytes = kType == WeightType::kQ4_Kx16   ? q8x16::q4k::group_bytes(false, w.cols)
                                   : kType == WeightType::kQ5_Kx16 ? q8x16::q4k::group_bytes(true, w.cols)
                                   : kType == WeightType::kQ6_Kx16 ? q8x16::q6k::group_bytes(w.cols)
-                                  : kType == WeightType::kQ4_0x16 ? q8x16::b32::group_bytes(false, w.cols)
-                                  : kType == WeightType::kQ5_0x16 ? q8x16::b32::group_bytes(true, w.cols)
+                                  : kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 ||
+                                          kType == WeightType::kQ4_1x16 || kType == WeightType::kQ5_1x16
+                                      ? q8x16::b32::group_bytes(q8x16::b32::form_of(kType), w.cols)
                                                                   : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
   // A group longer than L1 (32 KiB on Zen 4) evicts the activations between one group and the next,
@@ -731,8 +740,9 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
         if constexpr (kType == WeightType::kQ4_Kx16 || kType == WeightType::kQ5_Kx16) {
           q4kx16_tile<kType == WeightType::kQ5_Kx16, T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums32 + t0 * blocks, yt, y_stride, ahead, prefetch_x);
-        } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16) {
-          block32x16_tile<kType == WeightType::kQ5_0x16, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
+        } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 || kType == WeightType::kQ4_1x16 ||
+                             kType == WeightType::kQ5_1x16) {
+          block32x16_tile<kType, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
@@ -851,6 +861,8 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ4_1x16: return interleaved_rows<WeightType::kQ4_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ5_1x16: return interleaved_rows<WeightType::kQ5_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kF16x16: return f16x16_rows(w, x, n_tokens, row_begin, row_end, y, y_stride);
     default: break;
   }

@@ -289,6 +289,8 @@ int main(int argc, char** argv) {
     all.push_back(WeightType::kQ6_Kx16);
     all.push_back(WeightType::kQ4_0x16);
     all.push_back(WeightType::kQ5_0x16);
+    all.push_back(WeightType::kQ4_1x16);
+    all.push_back(WeightType::kQ5_1x16);
     all.push_back(WeightType::kF16x16);
     for (WeightType type : all) {
       if (!listed(types, weight_type_name(type))) continue;
@@ -300,6 +302,8 @@ int main(int argc, char** argv) {
                                : type == WeightType::kQ5_Kx16 ? WeightType::kQ5_K
                                : type == WeightType::kQ4_0x16 ? WeightType::kQ4_0
                                : type == WeightType::kQ5_0x16 ? WeightType::kQ5_0
+                               : type == WeightType::kQ4_1x16 ? WeightType::kQ4_1
+                               : type == WeightType::kQ5_1x16 ? WeightType::kQ5_1
                                : type == WeightType::kF16x16  ? WeightType::kF16
                                                               : WeightType::kQ6_K;
       const std::vector<std::uint8_t> bytes = fill_weights(stored, shape.rows, shape.cols);
