@@ -272,7 +272,7 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
   const std::vector<std::string> paths = {
       testing::test_model_path("tiny", TensorType::kF16), testing::test_model_path("tiny-llama", TensorType::kF16),
       testing::test_model_path_scheme("tiny-k", "q4_k_m"), testing::test_model_path_scheme("tiny-llama", "q4_k_m"),
-      testing::test_model_path_scheme("tiny-k", "q5_k_m"),
+      testing::test_model_path_scheme("tiny-k", "q5_k_m"), testing::test_model_path_scheme("tiny", "q5_1"),
       testing::test_model_path("tiny", TensorType::kQ8_0)};
   const bool avx512 = std::string(kernels::simd_path()) == "avx512";
   int tiny_k_q4_k_m_interleaved = -1;
@@ -291,9 +291,9 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
       const auto tokens = some_tokens(40, (*copied)->config().n_vocab, 3);
       const std::vector<float> got = run_chunks(**copied, tokens, {31, 1, 8});
       const std::vector<float> want = run_chunks(**mapped, tokens, {31, 1, 8});
-      // tiny q8_0: every matrix is Q8_0 of whole 16-row groups; tiny-k q4_k_m and q5_k_m: their
+      // tiny q8_0 and q5_1: every matrix is Q8_0 (Q5_1) of whole 16-row groups; tiny-k q4_k_m and q5_k_m: their
       // Q4_K, Q5_K and Q6_K ones.
-      if (path.find("tiny-q8_0") != std::string::npos) {
+      if (path.find("tiny-q8_0") != std::string::npos || path.find("tiny-q5_1") != std::string::npos) {
         EXPECT_EQ(summary.find("14 matrices interleaved by 16 rows") != std::string::npos, avx512) << summary;
       }
       if (path.find("tiny-k-q4_k_m") != std::string::npos || path.find("tiny-k-q5_k_m") != std::string::npos) {
