@@ -1,5 +1,5 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
 // (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
@@ -70,6 +70,21 @@
 //                      kernel and its prefetch into L1 0.85-0.89.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
+// Q3_K as kQ3_Kx16: rows % 16 == 0, C % 256 == 0; super-block s of group g at 1856 s within the
+// group (g * (C / 256) * 1856):
+//     bytes    0-  31  d of row l at 2 l (f16);
+//     bytes   32- 287  the signed scale (the GGUF 6-bit field - 32) of 16-weight group q (0-15) of
+//                      row l at 32 + 16 q + l (a byte);
+//     bytes  288- 319  zero (the codes start on a cache line: 116 bytes per row and super-block
+//                      instead of 110, +5.5%);
+//     bytes  320-1855  per step k (0-7, weights 4k..4k+3 of each 32-weight slice), 192 bytes from
+//                      320 + 192 k: qs chunk (0, k) and qs chunk (1, k), chunk (h, k) holding row
+//                      l's GGUF qs bytes 32 h + 4 k .. + 3 at 4 l (bits 2j, 2j+1: slice 4h + j's
+//                      low two bits), then 8 masks of 64 bits, the one of slice s (0-7) at + 128 +
+//                      8 s with bit 4 l + i set when weight 4 k + i of slice s of row l has its hmask
+//                      bit (the bytes of the code register that get + 4).
+//   w = d sc (u - 4), u = low bits | hmask bit << 2 (GGUF: q - 4 where the hmask bit is clear).
+//
 // Q4_0, Q5_0, Q4_1, Q5_1 as kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (b32 below; `fifth`: Q5_0 and
 // Q5_1, `min`: Q4_1 and Q5_1): rows % 16 == 0, C % 64 == 0; group g at g * (C / 64) * U, unit u
 // (blocks 2u, 2u+1) at U u within it, U = 576 (Q4_0), 704 (Q5_0), 640 (Q4_1) or 768 (Q5_1):
@@ -104,7 +119,7 @@
 //         (xsum_j the sum of the sub-block's 32 x_q), both exact in int32; then
 //         acc = fma(float(isc), d * d_x, acc), acc = fma(-float(imn), dmin * d_x, acc);
 //   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
-//         acc = fma(float(isc), d * d_x, acc).
+//         acc = fma(float(isc), d * d_x, acc); Q3_K the same with u - 4.
 //   F16: four partial sums p_j (j = 0..3), p_j = fma(w_c, x_c, p_j) over c = j, j + 4, ... < C in
 //         order from p_j = 0; y = (p0 + p1) + (p2 + p3). Four chains, not one, so that one token is
 //         not bound by the FMA latency; the same four whatever the batch.
@@ -218,6 +233,47 @@ inline int code(const std::uint8_t* data, bool fifth, std::int64_t cols, std::in
   return v;
 }
 }  // namespace q4k
+
+// Q3_K as kQ3_Kx16.
+namespace q3k {
+inline constexpr std::size_t kSuperBlockBytes = 1856;
+inline constexpr std::size_t kScales = 32, kCodes = 320, kStepBytes = 192;
+// Where qs chunk (h, k) and the hmask mask of slice s at step k start within a super-block.
+inline constexpr std::size_t low_at(int h, int k) {
+  return kCodes + kStepBytes * static_cast<std::size_t>(k) + 64 * static_cast<std::size_t>(h);
+}
+inline constexpr std::size_t mask_at(int s, int k) {
+  return kCodes + kStepBytes * static_cast<std::size_t>(k) + 128 + 8 * static_cast<std::size_t>(s);
+}
+static_assert(mask_at(7, 7) + 8 == kSuperBlockBytes);
+
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
+}
+inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
+}
+inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  std::uint16_t h;
+  std::memcpy(&h, super_block(data, cols, r, s) + 2 * (r % kGroupRows), 2);
+  return h;
+}
+// The signed scale of the 16 weights around weight c of row r.
+inline int scale(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  return static_cast<std::int8_t>(super_block(data, cols, r, c / 256)[kScales + 16 * ((c % 256) / 16) + r % kGroupRows]);
+}
+// The 3-bit code u of weight c of row r.
+inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::uint8_t* sb = super_block(data, cols, r, c / 256);
+  const int slice = static_cast<int>((c % 256) / 32), k = static_cast<int>((c % 32) / 4);
+  const int lane = static_cast<int>(r % kGroupRows) * 4 + static_cast<int>(c % 4);
+  const int low = (sb[low_at(slice / 4, k) + static_cast<std::size_t>(lane)] >> (2 * (slice % 4))) & 3;
+  std::uint64_t mask;
+  std::memcpy(&mask, sb + mask_at(slice, k), 8);
+  return low | static_cast<int>((mask >> lane) & 1) << 2;
+}
+}  // namespace q3k
 
 // Q4_0, Q5_0, Q4_1, Q5_1 as kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16.
 namespace b32 {

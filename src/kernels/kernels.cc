@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/interleaved16.h"
+#include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -29,7 +30,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ6_Kx16, "q6_Kx16", 256, 210}, {WeightType::kQ4_0x16, "q4_0x16", 32, 18},
     {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
     {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176}, {WeightType::kQ4_1x16, "q4_1x16", 32, 20},
-    {WeightType::kQ5_1x16, "q5_1x16", 32, 24},
+    {WeightType::kQ5_1x16, "q5_1x16", 32, 24}, {WeightType::kQ3_Kx16, "q3_Kx16", 256, 110},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -59,6 +60,9 @@ std::size_t repack_bytes(const WeightView& w) {
   }
   if ((w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) && q8x16::q4k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.type == WeightType::kQ5_K, w.cols);
+  }
+  if (w.type == WeightType::kQ3_K && q8x16::q3k::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q3k::group_bytes(w.cols);
   }
   if (w.type == WeightType::kQ6_K && q8x16::q6k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q6k::group_bytes(w.cols);
@@ -136,6 +140,27 @@ void repack_q4_k(const WeightView& w, bool fifth, std::uint8_t* out) {
           std::memcpy(&mask, unit + q4k::mask_at(j, k), 8);
           for (int n = 0; n < 4; ++n) mask |= static_cast<std::uint64_t>((qh[4 * k + n] >> j) & 1) << (4 * l + n);
           std::memcpy(unit + q4k::mask_at(j, k), &mask, 8);
+        }
+      }
+    }
+  });
+}
+
+// Q3_K (110 bytes: hmask[32], qs[64], 12 bytes of packed 6-bit scales, d) into 1856-byte units.
+void repack_q3_k(const WeightView& w, std::uint8_t* out) {
+  namespace q3k = q8x16::q3k;
+  repack_units(w, 256, q3k::kSuperBlockBytes, out, [](std::uint8_t* unit, auto row) {
+    for (int l = 0; l < q8x16::kGroupRows; ++l) {
+      const std::uint8_t* block = row(l);
+      std::memcpy(unit + 2 * l, block + 108, 2);
+      for (int q = 0; q < 16; ++q) unit[q3k::kScales + 16 * q + l] = static_cast<std::uint8_t>(static_cast<std::int8_t>(k3_scale(block + 96, q)));
+      for (int k = 0; k < 8; ++k) {
+        for (int h = 0; h < 2; ++h) std::memcpy(unit + q3k::low_at(h, k) + l * 4, block + 32 + 32 * h + 4 * k, 4);
+        for (int s = 0; s < 8; ++s) {
+          std::uint64_t mask;
+          std::memcpy(&mask, unit + q3k::mask_at(s, k), 8);
+          for (int i = 0; i < 4; ++i) mask |= static_cast<std::uint64_t>((block[4 * k + i] >> s) & 1) << (4 * l + i);
+          std::memcpy(unit + q3k::mask_at(s, k), &mask, 8);
         }
       }
     }
@@ -221,6 +246,9 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   } else if (w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) {
     repack_q4_k(w, w.type == WeightType::kQ5_K, static_cast<std::uint8_t*>(dst));
     v.type = w.type == WeightType::kQ5_K ? WeightType::kQ5_Kx16 : WeightType::kQ4_Kx16;
+  } else if (w.type == WeightType::kQ3_K) {
+    repack_q3_k(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kQ3_Kx16;
   } else if (w.type == WeightType::kQ6_K) {
     repack_q6_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ6_Kx16;

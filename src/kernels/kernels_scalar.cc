@@ -122,19 +122,26 @@ float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
-// Row r of a kQ6_Kx16 matrix, exactly as interleaved16.h states every path computes it, against
-// one token's activations quantized per 256.
-float q6_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+// Row r of a kQ6_Kx16 or kQ3_Kx16 matrix, exactly as interleaved16.h states every path computes it,
+// against one token's activations quantized per 256.
+float sixteen_scales_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+  namespace q3k = q8x16::q3k;
+  namespace q6k = q8x16::q6k;
   const auto* data = static_cast<const std::uint8_t*>(w.data);
+  const bool q3 = w.type == WeightType::kQ3_Kx16;
+  const int offset = q3 ? 4 : 32;
   float acc = 0.0f;
   for (std::int64_t s = 0; s < w.cols / 256; ++s) {
     std::int32_t isc = 0;
     for (std::int64_t c0 = s * 256; c0 < s * 256 + 256; c0 += 16) {
       std::int32_t isum = 0;
-      for (std::int64_t c = c0; c < c0 + 16; ++c) isum += (q8x16::q6k::code(data, w.cols, r, c) - 32) * x_values[c];
-      isc += q8x16::q6k::scale(data, w.cols, r, c0) * isum;
+      for (std::int64_t c = c0; c < c0 + 16; ++c) {
+        isum += ((q3 ? q3k::code(data, w.cols, r, c) : q6k::code(data, w.cols, r, c)) - offset) * x_values[c];
+      }
+      isc += (q3 ? q3k::scale(data, w.cols, r, c0) : q6k::scale(data, w.cols, r, c0)) * isum;
     }
-    acc = std::fma(static_cast<float>(isc), f16_to_f32(q8x16::q6k::d_bits(data, w.cols, r, s)) * x_scales[s], acc);
+    const std::uint16_t d = q3 ? q3k::d_bits(data, w.cols, r, s) : q6k::d_bits(data, w.cols, r, s);
+    acc = std::fma(static_cast<float>(isc), f16_to_f32(d) * x_scales[s], acc);
   }
   return acc;
 }
@@ -177,10 +184,11 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       for (int t = 0; t < n_tokens; ++t) {
         if (w.type == WeightType::kF16x16) {
           y[t * y_stride + r] = f16x16_row_dot(w, r, x + static_cast<std::int64_t>(t) * w.cols);
-        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16) {
+        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16 ||
+                   w.type == WeightType::kQ3_Kx16) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
-          y[t * y_stride + r] = w.type == WeightType::kQ6_Kx16 ? q6_kx16_row_dot(w, r, ks, kv)
+          y[t * y_stride + r] = w.type == WeightType::kQ6_Kx16 || w.type == WeightType::kQ3_Kx16 ? sixteen_scales_row_dot(w, r, ks, kv)
                                                                : q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks);
         } else {
           const float* xs = xq.scales + t * blocks;
@@ -237,6 +245,17 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
         const float d = f16_to_f32(q8x16::b32::d_bits(base, f, w.cols, r, c / 32));
         const float add = f.min ? f16_to_f32(q8x16::b32::m_bits(base, f, w.cols, r, c / 32)) : -(d * (f.fifth ? 16.0f : 8.0f));
         o[c] = std::fma(d, static_cast<float>(q8x16::b32::code(base, f, w.cols, r, c)), add);
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kQ3_Kx16) {  // (d sc) u - (d sc) 4 with one rounding, as the SIMD dequantizers
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        const float scale = f16_to_f32(q8x16::q3k::d_bits(base, w.cols, r, c / 256)) *
+                            static_cast<float>(q8x16::q3k::scale(base, w.cols, r, c));
+        o[c] = std::fma(scale, static_cast<float>(q8x16::q3k::code(base, w.cols, r, c)), -(scale * 4.0f));
       }
     }
     return;

@@ -514,22 +514,36 @@ __attribute__((always_inline)) inline __m512i q6k_scales(const std::uint8_t* sb,
   return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + q8x16::q6k::kScales + 16 * q)));
 }
 
-// kQ6_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
-// 256, a super-block at a time. Per half and pair of slices sharing their low bytes, 8 chunks of
-// low nibbles and the half's 8 chunks of top bits give 8 registers of 6-bit codes per slice; per 16
-// weights and token, 4 VNNI steps from -32 x the 16 activations' sum give the exact sum of
-// (u - 32) x, scaled by the rows' int8 scales in int32; per super-block and token, one conversion
-// and one multiply-add.
-template <int T>
+// kQ3_Kx16's 3-bit codes u of slice 4h + j (j = 0..3) for 16 rows x 4 weights: bits 2j, 2j+1 of
+// its qs chunk l, and 4 where the slice's hmask mask says.
+__attribute__((always_inline)) inline __m512i q3k_codes(__m512i l, std::uint64_t hmask, int j) {
+  // Through a general register: see q4kx16_tile.
+  asm("" : "+r"(hmask));
+  const __m512i high = _mm512_maskz_mov_epi8(_cvtu64_mask64(hmask), _mm512_set1_epi8(4));
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, static_cast<unsigned>(2 * j)), _mm512_set1_epi8(3), high, 0xea);
+}
+
+// kQ6_Kx16 and kQ3_Kx16 (interleaved16.h; kQ3: Q3_K): one group of 16 rows against T tokens'
+// activations quantized per 256, a super-block at a time. Q6_K: per half and pair of slices
+// sharing their low bytes, 8 chunks of low nibbles and the half's 8 chunks of top bits give 8
+// registers of 6-bit codes per slice. Q3_K: per slice, its two bits of the half's 8 qs chunks and
+// its 8 hmask masks give 8 registers of 3-bit codes. Per 16 weights and token, 4 VNNI steps from
+// -offset (32, Q3_K 4) x the 16 activations' sum give the exact sum of (u - offset) x, scaled by
+// the rows' int8 scales in int32; per super-block and token, one conversion and one multiply-add.
+template <bool kQ3, int T>
 void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
   namespace q6k = q8x16::q6k;
+  namespace q3k = q8x16::q3k;
+  constexpr std::size_t kSuperBlockBytes = kQ3 ? q3k::kSuperBlockBytes : q6k::kSuperBlockBytes;
+  constexpr int kOffset = kQ3 ? 4 : 32;
+  static_assert(q3k::kScales == q6k::kScales);
   const std::int64_t supers = cols / 256;
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < supers; ++s) {
-    const std::uint8_t* sb = group + s * q6k::kSuperBlockBytes;
+    const std::uint8_t* sb = group + s * kSuperBlockBytes;
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
@@ -540,20 +554,26 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       // the slice's start: kernels_bench, one thread, 8192x2048 and 2048x8192, 0.85-0.91 of the
       // copies' read against 0.76-0.87; llama-3.2-1b q6_k decode on one thread 0.83-0.85 of the
       // paired read against 0.82-0.84 (BENCHMARKS.md, issue 14).
-      const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * q6k::kSuperBlockBytes + slice * (q6k::kSuperBlockBytes / 8);
+      const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * kSuperBlockBytes + slice * (kSuperBlockBytes / 8);
       __m512i u[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        if (ahead != nullptr && k * 64 < static_cast<int>(q6k::kSuperBlockBytes / 8)) prefetch_span(ahead + k * 64, 64);
-        u[k] = q6k_codes(_mm512_loadu_si512(sb + q6k::low_at(h, j % 2, k)), _mm512_loadu_si512(sb + q6k::high_at(h, k)), j);
+        if (ahead != nullptr && k * 64 < static_cast<int>(kSuperBlockBytes / 8)) prefetch_span(ahead + k * 64, 64);
+        if constexpr (kQ3) {
+          std::uint64_t hmask;
+          std::memcpy(&hmask, sb + q3k::mask_at(slice, k), 8);
+          u[k] = q3k_codes(_mm512_loadu_si512(sb + q3k::low_at(h, k)), hmask, j);
+        } else {
+          u[k] = q6k_codes(_mm512_loadu_si512(sb + q6k::low_at(h, j % 2, k)), _mm512_loadu_si512(sb + q6k::high_at(h, k)), j);
+        }
       }
       const __m512i scale_a = q6k_scales(sb, 2 * slice), scale_b = q6k_scales(sb, 2 * slice + 1);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* xb = x_values + t * cols + s * 256 + slice * 32;
         const std::int32_t* sums = x_sums16 + t * (cols / 16) + s * 16 + 2 * slice;
-        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[0]), u, xb);
-        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-32 * sums[1]), u + 4, xb + 16);
+        const __m512i first = vnni_dot<4>(_mm512_set1_epi32(-kOffset * sums[0]), u, xb);
+        const __m512i second = vnni_dot<4>(_mm512_set1_epi32(-kOffset * sums[1]), u + 4, xb + 16);
         isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale_a), _mm512_mullo_epi32(second, scale_b)));
       }
     }
@@ -718,6 +738,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   const std::size_t group_bytes = kType == WeightType::kQ4_Kx16   ? q8x16::q4k::group_bytes(false, w.cols)
                                   : kType == WeightType::kQ5_Kx16 ? q8x16::q4k::group_bytes(true, w.cols)
                                   : kType == WeightType::kQ6_Kx16 ? q8x16::q6k::group_bytes(w.cols)
+                                  : kType == WeightType::kQ3_Kx16 ? q8x16::q3k::group_bytes(w.cols)
                                   : kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 ||
                                           kType == WeightType::kQ4_1x16 || kType == WeightType::kQ5_1x16
                                       ? q8x16::b32::group_bytes(q8x16::b32::form_of(kType), w.cols)
@@ -747,8 +768,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
-        } else if constexpr (kType == WeightType::kQ6_Kx16) {
-          q6kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+        } else if constexpr (kType == WeightType::kQ6_Kx16 || kType == WeightType::kQ3_Kx16) {
+          q6kx16_tile<kType == WeightType::kQ3_Kx16, T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                          xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else {
           q8x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
@@ -859,6 +880,7 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ4_Kx16: return interleaved_rows<WeightType::kQ4_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_Kx16: return interleaved_rows<WeightType::kQ5_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ3_Kx16: return interleaved_rows<WeightType::kQ3_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_1x16: return interleaved_rows<WeightType::kQ4_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
