@@ -645,6 +645,52 @@ void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
   _mm512_storeu_ps(y, acc);
 }
 
+// kQ3_Kx16 against one token (decode): the same sums as q6kx16_tile<true, 1>, read in the layout's
+// order, each chunk and mask once. Per step k, the two qs chunks and the eight slices' hmask masks
+// give the codes of all eight slices' weights 4k..4k+3, one VNNI step each into that slice's sum,
+// which starts at -4 x its 16 activations' sum; after steps 0-3 and 4-7 (the two 16-weight groups)
+// the slices' sums are scaled by their int8 scales.
+void q3kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                  const std::int32_t* x_sums16, float* y, const std::uint8_t* prefetch_at) {
+  namespace q3k = q8x16::q3k;
+  const std::int64_t supers = cols / 256;
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < supers; ++s) {
+    const std::uint8_t* sb = group + s * q3k::kSuperBlockBytes;
+    const std::int8_t* xs = x_values + s * 256;
+    __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int group16 = 0; group16 < 2; ++group16) {
+      __m512i part[8];  // slice sl's weights 16 group16 .. + 15
+#pragma GCC unroll 8
+      for (int sl = 0; sl < 8; ++sl) part[sl] = _mm512_set1_epi32(-4 * x_sums16[s * 16 + 2 * sl + group16]);
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const int k = 4 * group16 + kk;
+        if (prefetch_at != nullptr) {
+          const std::uint8_t* ahead = prefetch_at + s * q3k::kSuperBlockBytes + k * q3k::kStepBytes;
+#pragma GCC unroll 3
+          for (int line = 0; line < 3; ++line) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * line), _MM_HINT_T0);
+        }
+        const __m512i l0 = _mm512_loadu_si512(sb + q3k::low_at(0, k)), l1 = _mm512_loadu_si512(sb + q3k::low_at(1, k));
+#pragma GCC unroll 8
+        for (int sl = 0; sl < 8; ++sl) {
+          std::uint64_t hmask;
+          std::memcpy(&hmask, sb + q3k::mask_at(sl, k), 8);
+          std::int32_t x4;
+          std::memcpy(&x4, xs + sl * 32 + 4 * k, 4);
+          part[sl] = _mm512_dpbusd_epi32(part[sl], q3k_codes(sl < 4 ? l0 : l1, hmask, sl % 4), _mm512_set1_epi32(x4));
+        }
+      }
+#pragma GCC unroll 8
+      for (int sl = 0; sl < 8; ++sl) isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(part[sl], q6k_scales(sb, 2 * sl + group16)));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x_scales[s])), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
 // kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (interleaved16.h): one group of 16 rows against T tokens,
 // two blocks per unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15,
 // high: 16-31); Q5_0 and Q5_1 add 16 where their stored 64-bit masks say. Per token, 8 VNNI steps
@@ -718,6 +764,8 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
 // - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, of the copies' read: 4 KiB
 //   0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB 0.82-0.89, 16 KiB 0.79-0.88.
+// - Q3_K, one token (q3kx16_token, into L1, a 192-byte step's three lines per step): 1 KiB, not
+//   swept; the kernel computes at 26 GB/s in cache and reads 21-23 from memory on one thread.
 // - Q5_K, one token (into L1, spread over each chunk of codes): 1.5 KiB. One thread, 8192x2048,
 //   2048x8192, 128256x2048, of the copies' read: 1.5 KiB 0.79-0.91, 1 KiB 0.79-0.86, 2-3 KiB
 //   0.61-0.87; into L1 a quarter super-block at once per pair, 3-4 KiB: 0.66-0.80; into L2 as
@@ -767,6 +815,9 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                       xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
+        } else if constexpr (kType == WeightType::kQ3_Kx16 && T == 1) {
+          q3kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16 || kType == WeightType::kQ3_Kx16) {
           q6kx16_tile<kType == WeightType::kQ3_Kx16, T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
