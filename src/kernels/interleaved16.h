@@ -1,6 +1,6 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K and F16 matrices when the weights are copied at load
-// (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and F16 matrices
+// when the weights are copied at load (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
 // Why: in the GGUF layouts each row's blocks carry their own scales, so the kernels spent most of
@@ -70,6 +70,18 @@
 //                      kernel and its prefetch into L1 0.85-0.89.)
 //   w = d sc (u - 32), u = low nibble | top bits << 4.
 //
+// Q2_K as kQ2_Kx16: rows % 16 == 0, C % 256 == 0; super-block s of group g at 1344 s within the
+// group (g * (C / 256) * 1344), the same bytes as the GGUF blocks (16 x 84), reordered:
+//     bytes    0-  31  d of row l at 2 l (f16);      bytes 32-63  dmin, the same;
+//     bytes   64- 319  the GGUF scale byte (scale | min << 4) of 16-weight group 2 j + i (slice j's
+//                      first or second half) of row l at 64 + 32 j + 2 l + i: widened to 16 bits,
+//                      lane l holds the slice's two mins for one 16-bit multiply-add against the two
+//                      halves' activation sums, and its two scales;
+//     bytes  320-1343  per step k (0-7, weights 4k..4k+3 of each 32-weight slice), qs chunk (0, k)
+//                      and qs chunk (1, k) from 320 + 128 k, chunk (h, k) holding row l's GGUF qs
+//                      bytes 32 h + 4 k .. + 3 at 4 l (bits 2j, 2j+1: slice 4h + j's code).
+//   w = d sc u - dmin m.
+//
 // Q3_K as kQ3_Kx16: rows % 16 == 0, C % 256 == 0; super-block s of group g at 1856 s within the
 // group (g * (C / 256) * 1856):
 //     bytes    0-  31  d of row l at 2 l (f16);
@@ -118,6 +130,7 @@
 //   Q4_K, Q5_K: isc = sum over sub-blocks j of sc_j * (sum of u * x_q), imn = sum over j of m_j * xsum_j
 //         (xsum_j the sum of the sub-block's 32 x_q), both exact in int32; then
 //         acc = fma(float(isc), d * d_x, acc), acc = fma(-float(imn), dmin * d_x, acc);
+//   Q2_K: the same over its 16 groups of 16 weights (xsum_q the sum of the group's 16 x_q);
 //   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
 //         acc = fma(float(isc), d * d_x, acc); Q3_K the same with u - 4.
 //   F16: four partial sums p_j (j = 0..3), p_j = fma(w_c, x_c, p_j) over c = j, j + 4, ... < C in
@@ -233,6 +246,45 @@ inline int code(const std::uint8_t* data, bool fifth, std::int64_t cols, std::in
   return v;
 }
 }  // namespace q4k
+
+// Q2_K as kQ2_Kx16.
+namespace q2k {
+inline constexpr std::size_t kSuperBlockBytes = 1344;
+inline constexpr std::size_t kScales = 64, kCodes = 320, kStepBytes = 128;
+// Where qs chunk (h, k) starts within a super-block, and the scale byte of group 2 j + i of row l.
+inline constexpr std::size_t low_at(int h, int k) {
+  return kCodes + kStepBytes * static_cast<std::size_t>(k) + 64 * static_cast<std::size_t>(h);
+}
+inline constexpr std::size_t scale_at(int q, int l) {
+  return kScales + 32 * static_cast<std::size_t>(q / 2) + 2 * static_cast<std::size_t>(l) + static_cast<std::size_t>(q % 2);
+}
+static_assert(low_at(1, 7) + 64 == kSuperBlockBytes && scale_at(15, 15) + 1 == kCodes);
+
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
+}
+inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
+}
+// d (dmin: false) of row r in super-block s, as f16 bits.
+inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s, bool d = true) {
+  std::uint16_t h;
+  std::memcpy(&h, super_block(data, cols, r, s) + (d ? 0 : 32) + 2 * (r % kGroupRows), 2);
+  return h;
+}
+// The scale byte (scale | min << 4) of the 16 weights around weight c of row r.
+inline int scale_byte(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  return super_block(data, cols, r, c / 256)[scale_at(static_cast<int>((c % 256) / 16), static_cast<int>(r % kGroupRows))];
+}
+// The 2-bit code u of weight c of row r.
+inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::uint8_t* sb = super_block(data, cols, r, c / 256);
+  const int slice = static_cast<int>((c % 256) / 32), k = static_cast<int>((c % 32) / 4);
+  const int lane = static_cast<int>(r % kGroupRows) * 4 + static_cast<int>(c % 4);
+  return (sb[low_at(slice / 4, k) + static_cast<std::size_t>(lane)] >> (2 * (slice % 4))) & 3;
+}
+}  // namespace q2k
 
 // Q3_K as kQ3_Kx16.
 namespace q3k {

@@ -31,6 +31,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
     {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176}, {WeightType::kQ4_1x16, "q4_1x16", 32, 20},
     {WeightType::kQ5_1x16, "q5_1x16", 32, 24}, {WeightType::kQ3_Kx16, "q3_Kx16", 256, 110},
+    {WeightType::kQ2_Kx16, "q2_Kx16", 256, 84},
 };
 
 const WeightTypeFacts& facts(WeightType type) {
@@ -60,6 +61,9 @@ std::size_t repack_bytes(const WeightView& w) {
   }
   if ((w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) && q8x16::q4k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q4k::group_bytes(w.type == WeightType::kQ5_K, w.cols);
+  }
+  if (w.type == WeightType::kQ2_K && q8x16::q2k::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q2k::group_bytes(w.cols);
   }
   if (w.type == WeightType::kQ3_K && q8x16::q3k::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::q3k::group_bytes(w.cols);
@@ -141,6 +145,22 @@ void repack_q4_k(const WeightView& w, bool fifth, std::uint8_t* out) {
           for (int n = 0; n < 4; ++n) mask |= static_cast<std::uint64_t>((qh[4 * k + n] >> j) & 1) << (4 * l + n);
           std::memcpy(unit + q4k::mask_at(j, k), &mask, 8);
         }
+      }
+    }
+  });
+}
+
+// Q2_K (84 bytes: scale bytes[16], qs[64], d, dmin) into 1344-byte units.
+void repack_q2_k(const WeightView& w, std::uint8_t* out) {
+  namespace q2k = q8x16::q2k;
+  repack_units(w, 256, q2k::kSuperBlockBytes, out, [](std::uint8_t* unit, auto row) {
+    for (int l = 0; l < q8x16::kGroupRows; ++l) {
+      const std::uint8_t* block = row(l);
+      std::memcpy(unit + 2 * l, block + 80, 2);
+      std::memcpy(unit + 32 + 2 * l, block + 82, 2);
+      for (int q = 0; q < 16; ++q) unit[q2k::scale_at(q, l)] = block[q];
+      for (int k = 0; k < 8; ++k) {
+        for (int h = 0; h < 2; ++h) std::memcpy(unit + q2k::low_at(h, k) + l * 4, block + 16 + 32 * h + 4 * k, 4);
       }
     }
   });
@@ -246,6 +266,9 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   } else if (w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) {
     repack_q4_k(w, w.type == WeightType::kQ5_K, static_cast<std::uint8_t*>(dst));
     v.type = w.type == WeightType::kQ5_K ? WeightType::kQ5_Kx16 : WeightType::kQ4_Kx16;
+  } else if (w.type == WeightType::kQ2_K) {
+    repack_q2_k(w, static_cast<std::uint8_t*>(dst));
+    v.type = WeightType::kQ2_Kx16;
   } else if (w.type == WeightType::kQ3_K) {
     repack_q3_k(w, static_cast<std::uint8_t*>(dst));
     v.type = WeightType::kQ3_Kx16;

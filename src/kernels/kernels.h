@@ -18,18 +18,18 @@
 namespace kvstash::kernels {
 
 // Weight types in their GGUF block layouts (quant_formats.h describes the quantized ones), and
-// kQ8_0x16, kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16, kQ3_Kx16, kQ4_Kx16, kQ5_Kx16, kQ6_Kx16, kF16x16:
-// those GGUF types interleaved by 16 rows for the AVX-512 kernels (interleaved16.h), made only by
-// repack_for_decode, never read from or written to a file.
+// kQ8_0x16, kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16, kQ2_Kx16, kQ3_Kx16, kQ4_Kx16, kQ5_Kx16, kQ6_Kx16,
+// kF16x16: those GGUF types interleaved by 16 rows for the AVX-512 kernels (interleaved16.h), made
+// only by repack_for_decode, never read from or written to a file.
 enum class WeightType {
   kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,
-  kQ8_0x16, kQ4_Kx16, kQ6_Kx16, kQ4_0x16, kQ5_0x16, kF16x16, kQ5_Kx16, kQ4_1x16, kQ5_1x16, kQ3_Kx16
+  kQ8_0x16, kQ4_Kx16, kQ6_Kx16, kQ4_0x16, kQ5_0x16, kF16x16, kQ5_Kx16, kQ4_1x16, kQ5_1x16, kQ3_Kx16, kQ2_Kx16
 };
 inline bool is_interleaved(WeightType type) {
   return type == WeightType::kQ8_0x16 || type == WeightType::kQ4_Kx16 || type == WeightType::kQ6_Kx16 ||
          type == WeightType::kQ4_0x16 || type == WeightType::kQ5_0x16 || type == WeightType::kF16x16 ||
          type == WeightType::kQ5_Kx16 || type == WeightType::kQ4_1x16 || type == WeightType::kQ5_1x16 ||
-         type == WeightType::kQ3_Kx16;
+         type == WeightType::kQ3_Kx16 || type == WeightType::kQ2_Kx16;
 }
 // The GGUF types (the interleaved ones are not).
 inline constexpr WeightType kAllWeightTypes[] = {
@@ -62,9 +62,9 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols);
 // Weights copied at load may be laid out for the SIMD path in use. repack_bytes(w) is the size of
 // w's repacked copy, or 0 when w keeps its layout. Today, on the AVX-512 path only, with rows % 16
 // == 0: Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 matrices of cols % 64 == 0 become kQ8_0x16, kQ4_0x16,
-// kQ5_0x16, kQ4_1x16 and kQ5_1x16, the same size; Q3_K, Q4_K, Q5_K and Q6_K ones become kQ3_Kx16
-// (116/110 of the size), kQ4_Kx16 (148/144), kQ5_Kx16 (180/176) and kQ6_Kx16 (212/210); F16 ones (any cols) become
-// kF16x16, the same size.
+// kQ5_0x16, kQ4_1x16 and kQ5_1x16, the same size; Q2_K, Q3_K, Q4_K, Q5_K and Q6_K ones become
+// kQ2_Kx16 (the same size), kQ3_Kx16 (116/110 of the size), kQ4_Kx16 (148/144), kQ5_Kx16
+// (180/176) and kQ6_Kx16 (212/210); F16 ones (any cols) become kF16x16, the same size.
 // repack_for_decode writes that copy to dst (64-byte aligned, repack_bytes(w) long) and returns its
 // view (row_bytes stays the original's); matmul and dequantize_rows accept it on every path.
 std::size_t repack_bytes(const WeightView& w);

@@ -122,6 +122,28 @@ float q4_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales
   return acc;
 }
 
+// Row r of a kQ2_Kx16 matrix, exactly as interleaved16.h states every path computes it, against one
+// token's activations quantized per 256 (x_sums16: the sum of each 16 of x_values).
+float q2_kx16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values,
+                      const std::int32_t* x_sums16) {
+  namespace q2k = q8x16::q2k;
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float acc = 0.0f;
+  for (std::int64_t s = 0; s < w.cols / 256; ++s) {
+    std::int32_t isc = 0, imn = 0;
+    for (std::int64_t c0 = s * 256; c0 < s * 256 + 256; c0 += 16) {
+      std::int32_t isum = 0;
+      for (std::int64_t c = c0; c < c0 + 16; ++c) isum += q2k::code(data, w.cols, r, c) * x_values[c];
+      const int byte = q2k::scale_byte(data, w.cols, r, c0);
+      isc += (byte & 15) * isum;
+      imn += (byte >> 4) * x_sums16[c0 / 16];
+    }
+    acc = std::fma(static_cast<float>(isc), f16_to_f32(q2k::d_bits(data, w.cols, r, s)) * x_scales[s], acc);
+    acc = std::fma(-static_cast<float>(imn), f16_to_f32(q2k::d_bits(data, w.cols, r, s, false)) * x_scales[s], acc);
+  }
+  return acc;
+}
+
 // Row r of a kQ6_Kx16 or kQ3_Kx16 matrix, exactly as interleaved16.h states every path computes it,
 // against one token's activations quantized per 256.
 float sixteen_scales_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
@@ -185,11 +207,17 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
         if (w.type == WeightType::kF16x16) {
           y[t * y_stride + r] = f16x16_row_dot(w, r, x + static_cast<std::int64_t>(t) * w.cols);
         } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16 ||
-                   w.type == WeightType::kQ3_Kx16) {
+                   w.type == WeightType::kQ3_Kx16 || w.type == WeightType::kQ2_Kx16) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
-          y[t * y_stride + r] = w.type == WeightType::kQ6_Kx16 || w.type == WeightType::kQ3_Kx16 ? sixteen_scales_row_dot(w, r, ks, kv)
-                                                               : q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks);
+          float& out = y[t * y_stride + r];
+          if (w.type == WeightType::kQ6_Kx16 || w.type == WeightType::kQ3_Kx16) {
+            out = sixteen_scales_row_dot(w, r, ks, kv);
+          } else if (w.type == WeightType::kQ2_Kx16) {
+            out = q2_kx16_row_dot(w, r, ks, kv, xq.k_sums16 + t * (w.cols / 16));
+          } else {
+            out = q4_kx16_row_dot(w, r, ks, kv, xq.k_sums32 + t * blocks);
+          }
         } else {
           const float* xs = xq.scales + t * blocks;
           const std::int8_t* xv = xq.values + t * w.cols;
@@ -245,6 +273,18 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
         const float d = f16_to_f32(q8x16::b32::d_bits(base, f, w.cols, r, c / 32));
         const float add = f.min ? f16_to_f32(q8x16::b32::m_bits(base, f, w.cols, r, c / 32)) : -(d * (f.fifth ? 16.0f : 8.0f));
         o[c] = std::fma(d, static_cast<float>(q8x16::b32::code(base, f, w.cols, r, c)), add);
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kQ2_Kx16) {  // (d sc) u - dmin m with one rounding, as the SIMD dequantizers
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        const int byte = q8x16::q2k::scale_byte(base, w.cols, r, c);
+        const float scale = f16_to_f32(q8x16::q2k::d_bits(base, w.cols, r, c / 256)) * static_cast<float>(byte & 15);
+        const float min = f16_to_f32(q8x16::q2k::d_bits(base, w.cols, r, c / 256, false)) * static_cast<float>(byte >> 4);
+        o[c] = std::fma(scale, static_cast<float>(q8x16::q2k::code(base, w.cols, r, c)), -min);
       }
     }
     return;

@@ -691,6 +691,126 @@ void q3kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
   _mm512_storeu_ps(y, acc);
 }
 
+// kQ2_Kx16's scales and mins of slice j (its two groups of 16 weights) for 16 rows: the scale
+// bytes widened to 16 bits, lane l holding (byte of group 2j, byte of group 2j + 1).
+struct Q2kSliceScales {
+  __m512i first, second;  // int32 lanes: the scales of groups 2j and 2j + 1
+  __m512i mins;           // int16 pairs: the two mins
+};
+__attribute__((always_inline)) inline Q2kSliceScales q2k_slice_scales(const std::uint8_t* sb, int j) {
+  const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + q8x16::q2k::scale_at(2 * j, 0))));
+  const __m512i low4 = _mm512_set1_epi32(15);
+  return {_mm512_and_si512(bytes, low4), _mm512_and_si512(_mm512_srli_epi32(bytes, 16), low4), _mm512_srli_epi16(bytes, 4)};
+}
+
+// Two groups' activation sums (each of 16 int8, so within int16) as the int16 pair a 16-bit
+// multiply-add takes.
+inline std::int32_t int16_pair(std::int32_t first, std::int32_t second) {
+  return static_cast<std::int32_t>(static_cast<std::uint16_t>(first) | static_cast<std::uint32_t>(static_cast<std::uint16_t>(second)) << 16);
+}
+
+// kQ2_Kx16 (interleaved16.h): one group of 16 rows against T tokens' activations quantized per
+// 256, a super-block at a time. Per slice, its two bits of the half's 8 qs chunks give 8 registers
+// of codes; per 16 weights and token, 4 VNNI steps give the exact sum of u x, scaled by the rows'
+// scales in int32; the mins' share is one 16-bit multiply-add per slice (its two mins against its
+// two halves' activation sums). Per super-block and token, two conversions and two multiply-adds.
+template <int T>
+void q2kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                 const std::int32_t* x_sums16, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  namespace q2k = q8x16::q2k;
+  const std::int64_t supers = cols / 256;
+  const __m512i low2 = _mm512_set1_epi8(3);
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < supers; ++s) {
+    const std::uint8_t* sb = group + s * q2k::kSuperBlockBytes;
+    __m512i isum[T], imn[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) isum[t] = imn[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int slice = 0; slice < 8; ++slice) {
+      const int h = slice / 4, j = slice % 4;
+      // The slice's eighth of the super-block ahead (168 bytes: three lines).
+      if (prefetch_at != nullptr) prefetch_span(prefetch_at + s * q2k::kSuperBlockBytes + slice * (q2k::kSuperBlockBytes / 8), q2k::kSuperBlockBytes / 8);
+      __m512i u[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) u[k] = _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(sb + q2k::low_at(h, k)), static_cast<unsigned>(2 * j)), low2);
+      const Q2kSliceScales sc = q2k_slice_scales(sb, slice);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* xb = x_values + t * cols + s * 256 + slice * 32;
+        const std::int32_t* sums = x_sums16 + t * (cols / 16) + s * 16 + 2 * slice;
+        const __m512i first = vnni_dot<4>(_mm512_setzero_si512(), u, xb);
+        const __m512i second = vnni_dot<4>(_mm512_setzero_si512(), u + 4, xb + 16);
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, sc.first), _mm512_mullo_epi32(second, sc.second)));
+        imn[t] = _mm512_dpwssd_epi32(imn[t], sc.mins, _mm512_set1_epi32(int16_pair(sums[0], sums[1])));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 dx = _mm512_set1_ps(x_scales[t * supers + s]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imn[t]), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// kQ2_Kx16 against one token (decode): the same sums as q2kx16_tile<1>, read in the layout's order,
+// each chunk once (as q3kx16_token), prefetching into L1.
+void q2kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                  const std::int32_t* x_sums16, float* y, const std::uint8_t* prefetch_at) {
+  namespace q2k = q8x16::q2k;
+  const std::int64_t supers = cols / 256;
+  const __m512i low2 = _mm512_set1_epi8(3);
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < supers; ++s) {
+    const std::uint8_t* sb = group + s * q2k::kSuperBlockBytes;
+    const std::int8_t* xs = x_values + s * 256;
+    const std::int32_t* sums = x_sums16 + s * 16;
+    __m512i isum = _mm512_setzero_si512(), imn = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int group16 = 0; group16 < 2; ++group16) {
+      __m512i part[8];  // slice sl's weights 16 group16 .. + 15
+#pragma GCC unroll 8
+      for (int sl = 0; sl < 8; ++sl) part[sl] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const int k = 4 * group16 + kk;
+        if (prefetch_at != nullptr) {
+          const std::uint8_t* ahead = prefetch_at + s * q2k::kSuperBlockBytes + k * q2k::kStepBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
+        }
+        const __m512i l0 = _mm512_loadu_si512(sb + q2k::low_at(0, k)), l1 = _mm512_loadu_si512(sb + q2k::low_at(1, k));
+#pragma GCC unroll 8
+        for (int sl = 0; sl < 8; ++sl) {
+          std::int32_t x4;
+          std::memcpy(&x4, xs + sl * 32 + 4 * k, 4);
+          const __m512i u = _mm512_and_si512(_mm512_srli_epi16(sl < 4 ? l0 : l1, static_cast<unsigned>(2 * (sl % 4))), low2);
+          part[sl] = _mm512_dpbusd_epi32(part[sl], u, _mm512_set1_epi32(x4));
+        }
+      }
+#pragma GCC unroll 8
+      for (int sl = 0; sl < 8; ++sl) {
+        const Q2kSliceScales sc = q2k_slice_scales(sb, sl);
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(part[sl], group16 == 0 ? sc.first : sc.second));
+        if (group16 == 1) imn = _mm512_dpwssd_epi32(imn, sc.mins, _mm512_set1_epi32(int16_pair(sums[2 * sl], sums[2 * sl + 1])));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+    const __m512 dx = _mm512_set1_ps(x_scales[s]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);
+    acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imn), _mm512_mul_ps(dmin, dx), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
 // kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (interleaved16.h): one group of 16 rows against T tokens,
 // two blocks per unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15,
 // high: 16-31); Q5_0 and Q5_1 add 16 where their stored 64-bit masks say. Per token, 8 VNNI steps
@@ -787,6 +907,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                   : kType == WeightType::kQ5_Kx16 ? q8x16::q4k::group_bytes(true, w.cols)
                                   : kType == WeightType::kQ6_Kx16 ? q8x16::q6k::group_bytes(w.cols)
                                   : kType == WeightType::kQ3_Kx16 ? q8x16::q3k::group_bytes(w.cols)
+                                  : kType == WeightType::kQ2_Kx16 ? q8x16::q2k::group_bytes(w.cols)
                                   : kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 ||
                                           kType == WeightType::kQ4_1x16 || kType == WeightType::kQ5_1x16
                                       ? q8x16::b32::group_bytes(q8x16::b32::form_of(kType), w.cols)
@@ -816,6 +937,12 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
+        } else if constexpr (kType == WeightType::kQ2_Kx16 && T == 1) {
+          q2kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                       xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
+        } else if constexpr (kType == WeightType::kQ2_Kx16) {
+          q2kx16_tile<T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
+                         xq.k_sums16 + t0 * (w.cols / 16), yt, y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ3_Kx16 && T == 1) {
           q3kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
@@ -932,6 +1059,7 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ5_Kx16: return interleaved_rows<WeightType::kQ5_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ6_Kx16: return interleaved_rows<WeightType::kQ6_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ3_Kx16: return interleaved_rows<WeightType::kQ3_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kQ2_Kx16: return interleaved_rows<WeightType::kQ2_Kx16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_0x16: return interleaved_rows<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_0x16: return interleaved_rows<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ4_1x16: return interleaved_rows<WeightType::kQ4_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);

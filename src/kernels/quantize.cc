@@ -228,6 +228,7 @@ void quantize_row(WeightType type, const float* x, std::int64_t n, void* out) {
       case WeightType::kQ8_0x16:
       case WeightType::kQ4_Kx16:
       case WeightType::kQ3_Kx16:
+      case WeightType::kQ2_Kx16:
       case WeightType::kQ5_Kx16:
       case WeightType::kQ6_Kx16:
       case WeightType::kQ4_0x16:

@@ -173,6 +173,7 @@ void reference_dequantize_block(WeightType type, const std::uint8_t* block, doub
     case WeightType::kQ8_0x16:
     case WeightType::kQ4_Kx16:
     case WeightType::kQ3_Kx16:
+    case WeightType::kQ2_Kx16:
     case WeightType::kQ5_Kx16:
     case WeightType::kQ6_Kx16:
     case WeightType::kQ4_0x16:

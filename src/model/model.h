@@ -161,7 +161,7 @@ class Model {
   Status bind(const std::string& path);
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there; a matrix the SIMD path in use reads faster in its own layout is repacked on
-  // the way (kernels::repack_for_decode: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K and F16 on AVX-512). Leaves the views on the file mapping if
+  // the way (kernels::repack_for_decode: every quantized type and F16 on AVX-512). Leaves the views on the file mapping if
   // the memory cannot be mapped.
   void copy_weights_to_huge_pages();
   std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order

@@ -273,6 +273,7 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
       testing::test_model_path("tiny", TensorType::kF16), testing::test_model_path("tiny-llama", TensorType::kF16),
       testing::test_model_path_scheme("tiny-k", "q4_k_m"), testing::test_model_path_scheme("tiny-llama", "q4_k_m"),
       testing::test_model_path_scheme("tiny-k", "q5_k_m"), testing::test_model_path_scheme("tiny-k", "q3_k_m"),
+      testing::test_model_path_scheme("tiny-k", "q2_k"),
       testing::test_model_path_scheme("tiny", "q5_1"),
       testing::test_model_path("tiny", TensorType::kQ8_0)};
   const bool avx512 = std::string(kernels::simd_path()) == "avx512";
@@ -292,15 +293,15 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
       const auto tokens = some_tokens(40, (*copied)->config().n_vocab, 3);
       const std::vector<float> got = run_chunks(**copied, tokens, {31, 1, 8});
       const std::vector<float> want = run_chunks(**mapped, tokens, {31, 1, 8});
-      // tiny q8_0 and q5_1: every matrix is Q8_0 (Q5_1) of whole 16-row groups; tiny-k q3_k_m,
-      // q4_k_m and q5_k_m: their K ones.
+      // tiny q8_0 and q5_1: every matrix is Q8_0 (Q5_1) of whole 16-row groups; tiny-k q2_k,
+      // q3_k_m, q4_k_m and q5_k_m: their K ones.
       if (path.find("tiny-q8_0") != std::string::npos || path.find("tiny-q5_1") != std::string::npos) {
         EXPECT_EQ(summary.find("14 matrices interleaved by 16 rows") != std::string::npos, avx512) << summary;
       }
-      if (path.find("tiny-k-q4_k_m") != std::string::npos || path.find("tiny-k-q5_k_m") != std::string::npos ||
-          path.find("tiny-k-q3_k_m") != std::string::npos) {
+      const bool k_scheme = path.find("_k_m") != std::string::npos || path.find("-q2_k") != std::string::npos;
+      if (path.find("tiny-k-") != std::string::npos && k_scheme) {
         EXPECT_EQ(summary.find("interleaved by 16 rows") != std::string::npos, avx512) << summary;
-        // The same shapes in Q5_K or Q3_K where q4_k_m has Q4_K: as many matrices interleaved.
+        // The same shapes in Q5_K, Q3_K or Q2_K where q4_k_m has Q4_K: as many matrices interleaved.
         const std::size_t at = summary.find("; ");
         const int count = at == std::string::npos ? 0 : std::atoi(summary.c_str() + at + 2);
         if (path.find("q4_k_m") != std::string::npos) {
@@ -313,8 +314,8 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
         EXPECT_EQ(got, want) << path << ": logits differ between the copied and the mapped weights";
         continue;
       }
-      if (path.find("_k_m") != std::string::npos) {
-        // Its K matrices (Q3_K to Q6_K) now multiply activations quantized per 256 (Q8_K-style,
+      if (k_scheme) {
+        // Its K matrices (Q2_K to Q6_K) now multiply activations quantized per 256 (Q8_K-style,
         // interleaved16.h), not per 32 as the GGUF-layout kernels do: another rounding of the
         // activations, not a reordering of sums. The bound is then the one the mixtures meet against
         // the double-precision reference (ForwardVsReference: 4e-2), met by both.

@@ -284,6 +284,7 @@ int main(int argc, char** argv) {
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
     std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
     all.push_back(WeightType::kQ8_0x16);  // the types repacked as a model load does on the AVX-512 path
+    all.push_back(WeightType::kQ2_Kx16);
     all.push_back(WeightType::kQ3_Kx16);
     all.push_back(WeightType::kQ4_Kx16);
     all.push_back(WeightType::kQ5_Kx16);
@@ -299,6 +300,7 @@ int main(int argc, char** argv) {
       const bool repacked = is_interleaved(type);
       const WeightType stored = !repacked                      ? type
                                : type == WeightType::kQ8_0x16 ? WeightType::kQ8_0
+                               : type == WeightType::kQ2_Kx16 ? WeightType::kQ2_K
                                : type == WeightType::kQ3_Kx16 ? WeightType::kQ3_K
                                : type == WeightType::kQ4_Kx16 ? WeightType::kQ4_K
                                : type == WeightType::kQ5_Kx16 ? WeightType::kQ5_K
