@@ -188,6 +188,35 @@ inline int weight(const std::uint8_t* data, std::int64_t cols, std::int64_t r, s
   return static_cast<int>(data[weight_offset(cols, r, c)]) - 128;
 }
 
+// What the K layouts share: columns in super-blocks of 256, super-block s of group g at
+// (g * (C / 256) + s) x its bytes, each row's f16 d at 2 l.
+namespace k {
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
+}
+inline std::size_t group_bytes(std::size_t super_block_bytes, std::int64_t cols) {
+  return static_cast<std::size_t>(cols / 256) * super_block_bytes;
+}
+inline const std::uint8_t* super_block(const std::uint8_t* data, std::size_t super_block_bytes, std::int64_t cols,
+                                       std::int64_t r, std::int64_t s) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(super_block_bytes, cols) +
+         static_cast<std::size_t>(s) * super_block_bytes;
+}
+// Row r's f16 field at `at` in super-block s (16 rows' values side by side: d at 0).
+inline std::uint16_t row_f16(const std::uint8_t* data, std::size_t super_block_bytes, std::int64_t cols, std::int64_t r,
+                             std::int64_t s, std::size_t at = 0) {
+  std::uint16_t h;
+  std::memcpy(&h, super_block(data, super_block_bytes, cols, r, s) + at + 2 * (r % kGroupRows), 2);
+  return h;
+}
+// Q3_K's and Q6_K's signed scale of the 16 weights around weight c of row r (byte 32 + 16 q + l;
+// d_bits: row_f16).
+inline int signed_scale(const std::uint8_t* data, std::size_t super_block_bytes, std::int64_t cols, std::int64_t r,
+                        std::int64_t c) {
+  return static_cast<std::int8_t>(super_block(data, super_block_bytes, cols, r, c / 256)[32 + 16 * ((c % 256) / 16) + r % kGroupRows]);
+}
+}  // namespace k
+
 // Q4_K and Q5_K as kQ4_Kx16 and kQ5_Kx16 (`fifth`: Q5_K).
 namespace q4k {
 inline constexpr std::size_t kScales = 64, kMins = 192, kCodes = 320;
@@ -203,14 +232,10 @@ inline constexpr std::size_t mask_at(int j, int k) {
 }
 static_assert(super_block_bytes(false) == 2368 && super_block_bytes(true) == 2880 && mask_at(7, 7) + 8 == 2880);
 
-inline bool fits(std::int64_t rows, std::int64_t cols) {
-  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
-}
-inline std::size_t group_bytes(bool fifth, std::int64_t cols) {
-  return static_cast<std::size_t>(cols / 256) * super_block_bytes(fifth);
-}
+using k::fits;
+inline std::size_t group_bytes(bool fifth, std::int64_t cols) { return k::group_bytes(super_block_bytes(fifth), cols); }
 inline const std::uint8_t* super_block(const std::uint8_t* data, bool fifth, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(fifth, cols) + static_cast<std::size_t>(s) * super_block_bytes(fifth);
+  return k::super_block(data, super_block_bytes(fifth), cols, r, s);
 }
 
 // Row r's fields in super-block s: d, dmin (f16 bits), and sub-block j's scale and min.
@@ -260,18 +285,14 @@ inline constexpr std::size_t scale_at(int q, int l) {
 }
 static_assert(low_at(1, 7) + 64 == kSuperBlockBytes && scale_at(15, 15) + 1 == kCodes);
 
-inline bool fits(std::int64_t rows, std::int64_t cols) {
-  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
-}
-inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+using k::fits;
+inline std::size_t group_bytes(std::int64_t cols) { return k::group_bytes(kSuperBlockBytes, cols); }
 inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
+  return k::super_block(data, kSuperBlockBytes, cols, r, s);
 }
 // d (dmin: false) of row r in super-block s, as f16 bits.
 inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s, bool d = true) {
-  std::uint16_t h;
-  std::memcpy(&h, super_block(data, cols, r, s) + (d ? 0 : 32) + 2 * (r % kGroupRows), 2);
-  return h;
+  return k::row_f16(data, kSuperBlockBytes, cols, r, s, d ? 0 : 32);
 }
 // The scale byte (scale | min << 4) of the 16 weights around weight c of row r.
 inline int scale_byte(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
@@ -299,21 +320,10 @@ inline constexpr std::size_t mask_at(int s, int k) {
 }
 static_assert(mask_at(7, 7) + 8 == kSuperBlockBytes);
 
-inline bool fits(std::int64_t rows, std::int64_t cols) {
-  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
-}
-inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
+using k::fits;
+inline std::size_t group_bytes(std::int64_t cols) { return k::group_bytes(kSuperBlockBytes, cols); }
 inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
-}
-inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  std::uint16_t h;
-  std::memcpy(&h, super_block(data, cols, r, s) + 2 * (r % kGroupRows), 2);
-  return h;
-}
-// The signed scale of the 16 weights around weight c of row r.
-inline int scale(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
-  return static_cast<std::int8_t>(super_block(data, cols, r, c / 256)[kScales + 16 * ((c % 256) / 16) + r % kGroupRows]);
+  return k::super_block(data, kSuperBlockBytes, cols, r, s);
 }
 // The 3-bit code u of weight c of row r.
 inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
@@ -387,22 +397,10 @@ inline constexpr std::size_t high_at(int h, int k) {
 }
 static_assert(high_at(1, 7) + 64 == kSuperBlockBytes);
 
-inline bool fits(std::int64_t rows, std::int64_t cols) {
-  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 256 == 0;
-}
-inline std::size_t group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / 256) * kSuperBlockBytes; }
-
+using k::fits;
+inline std::size_t group_bytes(std::int64_t cols) { return k::group_bytes(kSuperBlockBytes, cols); }
 inline const std::uint8_t* super_block(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(s) * kSuperBlockBytes;
-}
-inline std::uint16_t d_bits(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t s) {
-  std::uint16_t h;
-  std::memcpy(&h, super_block(data, cols, r, s) + 2 * (r % kGroupRows), 2);
-  return h;
-}
-// The scale of the 16 weights around weight c of row r.
-inline int scale(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
-  return static_cast<std::int8_t>(super_block(data, cols, r, c / 256)[kScales + 16 * ((c % 256) / 16) + r % kGroupRows]);
+  return k::super_block(data, kSuperBlockBytes, cols, r, s);
 }
 // The 6-bit code u of weight c of row r.
 inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {

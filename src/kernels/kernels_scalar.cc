@@ -151,6 +151,7 @@ float sixteen_scales_row_dot(const WeightView& w, std::int64_t r, const float* x
   namespace q6k = q8x16::q6k;
   const auto* data = static_cast<const std::uint8_t*>(w.data);
   const bool q3 = w.type == WeightType::kQ3_Kx16;
+  const std::size_t bytes = q3 ? q3k::kSuperBlockBytes : q6k::kSuperBlockBytes;
   const int offset = q3 ? 4 : 32;
   float acc = 0.0f;
   for (std::int64_t s = 0; s < w.cols / 256; ++s) {
@@ -160,10 +161,9 @@ float sixteen_scales_row_dot(const WeightView& w, std::int64_t r, const float* x
       for (std::int64_t c = c0; c < c0 + 16; ++c) {
         isum += ((q3 ? q3k::code(data, w.cols, r, c) : q6k::code(data, w.cols, r, c)) - offset) * x_values[c];
       }
-      isc += (q3 ? q3k::scale(data, w.cols, r, c0) : q6k::scale(data, w.cols, r, c0)) * isum;
+      isc += q8x16::k::signed_scale(data, bytes, w.cols, r, c0) * isum;
     }
-    const std::uint16_t d = q3 ? q3k::d_bits(data, w.cols, r, s) : q6k::d_bits(data, w.cols, r, s);
-    acc = std::fma(static_cast<float>(isc), f16_to_f32(d) * x_scales[s], acc);
+    acc = std::fma(static_cast<float>(isc), f16_to_f32(q8x16::k::row_f16(data, bytes, w.cols, r, s)) * x_scales[s], acc);
   }
   return acc;
 }
@@ -289,24 +289,17 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
     }
     return;
   }
-  if (w.type == WeightType::kQ3_Kx16) {  // (d sc) u - (d sc) 4 with one rounding, as the SIMD dequantizers
+  if (w.type == WeightType::kQ3_Kx16 || w.type == WeightType::kQ6_Kx16) {  // (d sc) u - (d sc) offset, one rounding, as the SIMD dequantizers
+    const bool q3 = w.type == WeightType::kQ3_Kx16;
+    const std::size_t bytes = q3 ? q8x16::q3k::kSuperBlockBytes : q8x16::q6k::kSuperBlockBytes;
+    const float offset = q3 ? 4.0f : 32.0f;
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       float* o = out + (r - row_begin) * w.cols;
       for (std::int64_t c = 0; c < w.cols; ++c) {
-        const float scale = f16_to_f32(q8x16::q3k::d_bits(base, w.cols, r, c / 256)) *
-                            static_cast<float>(q8x16::q3k::scale(base, w.cols, r, c));
-        o[c] = std::fma(scale, static_cast<float>(q8x16::q3k::code(base, w.cols, r, c)), -(scale * 4.0f));
-      }
-    }
-    return;
-  }
-  if (w.type == WeightType::kQ6_Kx16) {  // (d sc) u - (d sc) 32 with one rounding, as the SIMD dequantizers
-    for (std::int64_t r = row_begin; r < row_end; ++r) {
-      float* o = out + (r - row_begin) * w.cols;
-      for (std::int64_t c = 0; c < w.cols; ++c) {
-        const float scale = f16_to_f32(q8x16::q6k::d_bits(base, w.cols, r, c / 256)) *
-                            static_cast<float>(q8x16::q6k::scale(base, w.cols, r, c));
-        o[c] = std::fma(scale, static_cast<float>(q8x16::q6k::code(base, w.cols, r, c)), -(scale * 32.0f));
+        const float scale = f16_to_f32(q8x16::k::row_f16(base, bytes, w.cols, r, c / 256)) *
+                            static_cast<float>(q8x16::k::signed_scale(base, bytes, w.cols, r, c));
+        const int u = q3 ? q8x16::q3k::code(base, w.cols, r, c) : q8x16::q6k::code(base, w.cols, r, c);
+        o[c] = std::fma(scale, static_cast<float>(u), -(scale * offset));
       }
     }
     return;
