@@ -405,10 +405,10 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 // masking of the pair's 8 chunks of codes. Q4_K: the low nibbles (sub-block 2p) as they are, the
 // high ones (2p + 1) in place, so times 16, which the low half's scales (times 16) match. Q5_K: the
 // high nibbles shifted down, and 16 ORed into the bytes its fifth-bit masks name (a zero-masked
-// move and one ternary-logic step per chunk and half). Per sub-block and token, 8 VNNI steps give the exact integer sum, scaled by the
-// rows' 6-bit scales in int32; the mins' share is one 16-bit multiply-add per pair (the two mins
-// against the two activation sums). Per super-block and token, two conversions and two
-// multiply-adds.
+// move and one ternary-logic step per chunk and half). Per sub-block and token, 8 VNNI steps give
+// the exact integer sum, scaled by the rows' 6-bit scales in int32; the mins' share is one 16-bit
+// multiply-add per pair (the two mins against the two activation sums). Per super-block and
+// token, two conversions and two multiply-adds.
 template <bool kFifth, int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
