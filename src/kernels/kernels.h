@@ -31,6 +31,12 @@ inline bool is_interleaved(WeightType type) {
          type == WeightType::kQ5_Kx16 || type == WeightType::kQ4_1x16 || type == WeightType::kQ5_1x16 ||
          type == WeightType::kQ3_Kx16 || type == WeightType::kQ2_Kx16;
 }
+// The interleaved K types, which multiply activations quantized per 256 (QuantizedActivations::k_*)
+// rather than per 32.
+inline bool is_k_interleaved(WeightType type) {
+  return type == WeightType::kQ2_Kx16 || type == WeightType::kQ3_Kx16 || type == WeightType::kQ4_Kx16 ||
+         type == WeightType::kQ5_Kx16 || type == WeightType::kQ6_Kx16;
+}
 // The GGUF types (the interleaved ones are not).
 inline constexpr WeightType kAllWeightTypes[] = {
     WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0, WeightType::kQ4_0,

@@ -206,8 +206,7 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
       for (int t = 0; t < n_tokens; ++t) {
         if (w.type == WeightType::kF16x16) {
           y[t * y_stride + r] = f16x16_row_dot(w, r, x + static_cast<std::int64_t>(t) * w.cols);
-        } else if (w.type == WeightType::kQ4_Kx16 || w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16 ||
-                   w.type == WeightType::kQ3_Kx16 || w.type == WeightType::kQ2_Kx16) {
+        } else if (is_k_interleaved(w.type)) {
           const float* ks = xq.k_scales + t * (w.cols / 256);
           const std::int8_t* kv = xq.k_values + t * w.cols;
           float& out = y[t * y_stride + r];

@@ -155,8 +155,7 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   // the interleaved K types, which read them per 256).
   bool any_quantized = false, any_slice_form = false, any_interleaved = false, any_k_interleaved = false;
   for (const WeightView& w : ws) {
-    const bool k_interleaved = w.type == WeightType::kQ2_Kx16 || w.type == WeightType::kQ3_Kx16 || w.type == WeightType::kQ4_Kx16 ||
-                               w.type == WeightType::kQ5_Kx16 || w.type == WeightType::kQ6_Kx16;
+    const bool k_interleaved = is_k_interleaved(w.type);
     any_quantized = any_quantized || (is_quantized(w.type) && !k_interleaved);
     any_interleaved = any_interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_interleaved);
     any_k_interleaved = any_k_interleaved || k_interleaved;
