@@ -97,6 +97,8 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
                           : type == WeightType::kF16  ? WeightType::kF16x16
                                                       : WeightType::kQ8_0x16;
   EXPECT_EQ(repack(w.view).view.type, made);
+  EXPECT_EQ(interleaved_source(made), type);
+  EXPECT_EQ(interleaved_source(type), type);
   EXPECT_EQ(repack(w.view).view.row_bytes, w.view.row_bytes);
   EXPECT_EQ(repack_bytes(make_test_weights(type, 24, cols, 2).view), 0u) << "rows not a multiple of 16";
   if (f16(type)) {

@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cstring>
+#include <utility>
 
 #include "kernels/interleaved16.h"
 #include "kernels/quant_formats.h"
@@ -34,6 +35,22 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ2_Kx16, "q2_Kx16", 256, 84},
 };
 
+// Each interleaved type and the GGUF type repack_for_decode makes it from.
+constexpr std::pair<WeightType, WeightType> kInterleavedFrom[] = {
+    {WeightType::kQ8_0x16, WeightType::kQ8_0}, {WeightType::kQ4_0x16, WeightType::kQ4_0}, {WeightType::kQ5_0x16, WeightType::kQ5_0},
+    {WeightType::kQ4_1x16, WeightType::kQ4_1}, {WeightType::kQ5_1x16, WeightType::kQ5_1}, {WeightType::kQ2_Kx16, WeightType::kQ2_K},
+    {WeightType::kQ3_Kx16, WeightType::kQ3_K}, {WeightType::kQ4_Kx16, WeightType::kQ4_K}, {WeightType::kQ5_Kx16, WeightType::kQ5_K},
+    {WeightType::kQ6_Kx16, WeightType::kQ6_K}, {WeightType::kF16x16, WeightType::kF16}};
+
+// The interleaved type made from a GGUF type.
+WeightType interleaved_of(WeightType source) {
+  for (auto [interleaved, from] : kInterleavedFrom) {
+    if (from == source) return interleaved;
+  }
+  assert(false && "no interleaved layout for this type");
+  return source;
+}
+
 const WeightTypeFacts& facts(WeightType type) {
   for (const WeightTypeFacts& f : kFacts) {
     if (f.type == type) return f;
@@ -45,6 +62,12 @@ const WeightTypeFacts& facts(WeightType type) {
 
 const char* weight_type_name(WeightType type) { return facts(type).name; }
 int weight_block_elems(WeightType type) { return facts(type).block_elems; }
+WeightType interleaved_source(WeightType type) {
+  for (auto [interleaved, from] : kInterleavedFrom) {
+    if (interleaved == type) return from;
+  }
+  return type;
+}
 std::size_t weight_block_bytes(WeightType type) { return facts(type).block_bytes; }
 
 std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
@@ -254,31 +277,23 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
   assert(repack_bytes(w) > 0);
   WeightView v = w;
   v.data = dst;
+  auto* out = static_cast<std::uint8_t*>(dst);
   if (w.type == WeightType::kQ8_0) {
-    repack_q8_0(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kQ8_0x16;
+    repack_q8_0(w, out);
   } else if (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0 || w.type == WeightType::kQ4_1 || w.type == WeightType::kQ5_1) {
-    repack_block32(w, static_cast<std::uint8_t*>(dst));
-    v.type = w.type == WeightType::kQ4_0   ? WeightType::kQ4_0x16
-             : w.type == WeightType::kQ5_0 ? WeightType::kQ5_0x16
-             : w.type == WeightType::kQ4_1 ? WeightType::kQ4_1x16
-                                           : WeightType::kQ5_1x16;
+    repack_block32(w, out);
   } else if (w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K) {
-    repack_q4_k(w, w.type == WeightType::kQ5_K, static_cast<std::uint8_t*>(dst));
-    v.type = w.type == WeightType::kQ5_K ? WeightType::kQ5_Kx16 : WeightType::kQ4_Kx16;
+    repack_q4_k(w, w.type == WeightType::kQ5_K, out);
   } else if (w.type == WeightType::kQ2_K) {
-    repack_q2_k(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kQ2_Kx16;
+    repack_q2_k(w, out);
   } else if (w.type == WeightType::kQ3_K) {
-    repack_q3_k(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kQ3_Kx16;
+    repack_q3_k(w, out);
   } else if (w.type == WeightType::kQ6_K) {
-    repack_q6_k(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kQ6_Kx16;
+    repack_q6_k(w, out);
   } else {
-    repack_f16(w, static_cast<std::uint8_t*>(dst));
-    v.type = WeightType::kF16x16;
+    repack_f16(w, out);
   }
+  v.type = interleaved_of(w.type);
   return v;
 }
 

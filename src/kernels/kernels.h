@@ -37,6 +37,13 @@ inline bool is_k_interleaved(WeightType type) {
   return type == WeightType::kQ2_Kx16 || type == WeightType::kQ3_Kx16 || type == WeightType::kQ4_Kx16 ||
          type == WeightType::kQ5_Kx16 || type == WeightType::kQ6_Kx16;
 }
+// The interleaved types, and the GGUF type each is made from (interleaved_source; a GGUF type is
+// its own).
+inline constexpr WeightType kAllInterleavedTypes[] = {
+    WeightType::kQ8_0x16, WeightType::kQ4_0x16, WeightType::kQ5_0x16, WeightType::kQ4_1x16, WeightType::kQ5_1x16,
+    WeightType::kQ2_Kx16, WeightType::kQ3_Kx16, WeightType::kQ4_Kx16, WeightType::kQ5_Kx16, WeightType::kQ6_Kx16,
+    WeightType::kF16x16};
+WeightType interleaved_source(WeightType type);
 // The GGUF types (the interleaved ones are not).
 inline constexpr WeightType kAllWeightTypes[] = {
     WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0, WeightType::kQ4_0,

@@ -283,33 +283,12 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<std::size_t>(prefill_tokens * shape.cols), 0.01f);
     std::vector<float> y(static_cast<std::size_t>(prefill_tokens * shape.rows));
     std::vector<WeightType> all(std::begin(kAllWeightTypes), std::end(kAllWeightTypes));
-    all.push_back(WeightType::kQ8_0x16);  // the types repacked as a model load does on the AVX-512 path
-    all.push_back(WeightType::kQ2_Kx16);
-    all.push_back(WeightType::kQ3_Kx16);
-    all.push_back(WeightType::kQ4_Kx16);
-    all.push_back(WeightType::kQ5_Kx16);
-    all.push_back(WeightType::kQ6_Kx16);
-    all.push_back(WeightType::kQ4_0x16);
-    all.push_back(WeightType::kQ5_0x16);
-    all.push_back(WeightType::kQ4_1x16);
-    all.push_back(WeightType::kQ5_1x16);
-    all.push_back(WeightType::kF16x16);
+    all.insert(all.end(), std::begin(kAllInterleavedTypes), std::end(kAllInterleavedTypes));  // as a model load makes them on the AVX-512 path
     for (WeightType type : all) {
       if (!listed(types, weight_type_name(type))) continue;
       if (shape.cols % weight_block_elems(type) != 0) continue;
       const bool repacked = is_interleaved(type);
-      const WeightType stored = !repacked                      ? type
-                               : type == WeightType::kQ8_0x16 ? WeightType::kQ8_0
-                               : type == WeightType::kQ2_Kx16 ? WeightType::kQ2_K
-                               : type == WeightType::kQ3_Kx16 ? WeightType::kQ3_K
-                               : type == WeightType::kQ4_Kx16 ? WeightType::kQ4_K
-                               : type == WeightType::kQ5_Kx16 ? WeightType::kQ5_K
-                               : type == WeightType::kQ4_0x16 ? WeightType::kQ4_0
-                               : type == WeightType::kQ5_0x16 ? WeightType::kQ5_0
-                               : type == WeightType::kQ4_1x16 ? WeightType::kQ4_1
-                               : type == WeightType::kQ5_1x16 ? WeightType::kQ5_1
-                               : type == WeightType::kF16x16  ? WeightType::kF16
-                                                              : WeightType::kQ6_K;
+      const WeightType stored = interleaved_source(type);
       const std::vector<std::uint8_t> bytes = fill_weights(stored, shape.rows, shape.cols);
       WeightView w{stored, bytes.data(), shape.rows, shape.cols, row_bytes_for(stored, shape.cols)};
       if (repacked && repack_bytes(w) == 0) continue;  // not this SIMD path, or not this shape
