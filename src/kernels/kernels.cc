@@ -311,13 +311,13 @@ void add_inplace(float* y, const float* x, int n) { active_kernels().add_inplace
 float dot_f32(const float* a, const float* b, int n) { return active_kernels().dot_f32(a, b, n); }
 float dot_f32_f16(const float* a, const std::uint16_t* b, int n) { return active_kernels().dot_f32_f16(a, b, n); }
 void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n) { active_kernels().axpy_f16(alpha, x, y, n); }
-void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                      float scale, float* out) {
-  active_kernels().dot_f32_f16_rows(a, rows, row_stride, n_rows, n, scale, out);
+void dot_f32_f16_rows(const float* q, int n_heads, const std::uint16_t* rows, std::size_t row_stride, int n_rows,
+                      int n, float scale, float* out, std::size_t out_stride) {
+  active_kernels().dot_f32_f16_rows(q, n_heads, rows, row_stride, n_rows, n, scale, out, out_stride);
 }
-void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                   float* y) {
-  active_kernels().axpy_f16_rows(alpha, rows, row_stride, n_rows, n, y);
+void axpy_f16_rows(const float* alpha, std::size_t alpha_stride, int n_heads, const std::uint16_t* rows,
+                   std::size_t row_stride, int n_rows, int n, float* y) {
+  active_kernels().axpy_f16_rows(alpha, alpha_stride, n_heads, rows, row_stride, n_rows, n, y);
 }
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n) { active_kernels().f32_to_f16_row(x, out, n); }
 void f16_to_f32_row(const std::uint16_t* x, float* out, int n) { active_kernels().f16_to_f32_row(x, out, n); }

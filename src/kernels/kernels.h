@@ -115,12 +115,17 @@ float dot_f32(const float* a, const float* b, int n);
 float dot_f32_f16(const float* a, const std::uint16_t* b, int n);
 void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n);  // y += alpha * x
 // The same over n_rows f16 rows at rows + j * row_stride (elements), e.g. one KV block's K or V
-// rows of one head: one call per block instead of one per token (at 4k context the per-row calls
-// cost more than decode's weight reads). out[j] = dot(a, row_j) * scale; y += sum_j alpha[j] * row_j.
-void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                      float scale, float* out);
-void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                   float* y);
+// rows of one KV head, for n_heads query heads (the heads of a GQA group, which read the same
+// rows): one call per block instead of one per token and head (at 4k context the per-row calls
+// cost more than decode's weight reads), and each row converted once for all the heads.
+//   dot:  out[h * out_stride + j] = dot(q + h * n, row_j) * scale
+//   axpy: y[h * n + i] += sum_j alpha[h * alpha_stride + j] * row_j[i]
+// A head's results do not depend on n_heads or on the other heads (a token's attention is the same
+// whichever heads one call takes together), nor a row's dot on the other rows.
+void dot_f32_f16_rows(const float* q, int n_heads, const std::uint16_t* rows, std::size_t row_stride, int n_rows,
+                      int n, float scale, float* out, std::size_t out_stride);
+void axpy_f16_rows(const float* alpha, std::size_t alpha_stride, int n_heads, const std::uint16_t* rows,
+                   std::size_t row_stride, int n_rows, int n, float* y);
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n);
 void f16_to_f32_row(const std::uint16_t* x, float* out, int n);
 

@@ -381,14 +381,20 @@ void axpy_f16_scalar(float alpha, const std::uint16_t* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += alpha * f16_to_f32(x[i]);
 }
 
-void dot_f32_f16_rows_scalar(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                             float scale, float* out) {
-  for (int j = 0; j < n_rows; ++j) out[j] = dot_f32_f16_scalar(a, rows + j * row_stride, n) * scale;
+void dot_f32_f16_rows_scalar(const float* q, int n_heads, const std::uint16_t* rows, std::size_t row_stride,
+                             int n_rows, int n, float scale, float* out, std::size_t out_stride) {
+  for (int h = 0; h < n_heads; ++h) {
+    for (int j = 0; j < n_rows; ++j) {
+      out[h * out_stride + j] = dot_f32_f16_scalar(q + h * n, rows + j * row_stride, n) * scale;
+    }
+  }
 }
 
-void axpy_f16_rows_scalar(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                          float* y) {
-  for (int j = 0; j < n_rows; ++j) axpy_f16_scalar(alpha[j], rows + j * row_stride, y, n);
+void axpy_f16_rows_scalar(const float* alpha, std::size_t alpha_stride, int n_heads, const std::uint16_t* rows,
+                          std::size_t row_stride, int n_rows, int n, float* y) {
+  for (int h = 0; h < n_heads; ++h) {
+    for (int j = 0; j < n_rows; ++j) axpy_f16_scalar(alpha[h * alpha_stride + j], rows + j * row_stride, y + h * n, n);
+  }
 }
 
 void f32_to_f16_row_scalar(const float* x, std::uint16_t* out, int n) {

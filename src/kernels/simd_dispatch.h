@@ -65,10 +65,10 @@ struct KernelTable {
   float (*dot_f32)(const float* a, const float* b, int n) = nullptr;
   float (*dot_f32_f16)(const float* a, const std::uint16_t* b, int n) = nullptr;
   void (*axpy_f16)(float alpha, const std::uint16_t* x, float* y, int n) = nullptr;
-  void (*dot_f32_f16_rows)(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                           float scale, float* out) = nullptr;
-  void (*axpy_f16_rows)(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                        float* y) = nullptr;
+  void (*dot_f32_f16_rows)(const float* q, int n_heads, const std::uint16_t* rows, std::size_t row_stride,
+                           int n_rows, int n, float scale, float* out, std::size_t out_stride) = nullptr;
+  void (*axpy_f16_rows)(const float* alpha, std::size_t alpha_stride, int n_heads, const std::uint16_t* rows,
+                        std::size_t row_stride, int n_rows, int n, float* y) = nullptr;
   void (*f32_to_f16_row)(const float* x, std::uint16_t* out, int n) = nullptr;
   void (*f16_to_f32_row)(const std::uint16_t* x, float* out, int n) = nullptr;
   // Sums bytes (a multiple of 64, 64-byte aligned) as 64-bit integers with the widest loads; used

@@ -18,10 +18,12 @@
   float dot_f32(const float* a, const float* b, int n);                                    \
   float dot_f32_f16(const float* a, const std::uint16_t* b, int n);                        \
   void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n);                     \
-  void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride,  \
-                        int n_rows, int n, float scale, float* out);                       \
-  void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, \
-                     int n_rows, int n, float* y);                                         \
+  void dot_f32_f16_rows(const float* q, int n_heads, const std::uint16_t* rows,           \
+                        std::size_t row_stride, int n_rows, int n, float scale, float* out,  \
+                        std::size_t out_stride);                                             \
+  void axpy_f16_rows(const float* alpha, std::size_t alpha_stride, int n_heads,             \
+                     const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,   \
+                     float* y);                                                              \
   void f32_to_f16_row(const float* x, std::uint16_t* out, int n);                          \
   void f16_to_f32_row(const std::uint16_t* x, float* out, int n);                          \
   std::uint64_t read_sum(const void* data, std::size_t bytes);                             \

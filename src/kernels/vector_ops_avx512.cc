@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "kernels/simd_impl.h"
 
 namespace kvstash::kernels::avx512 {
@@ -130,36 +132,89 @@ void axpy_f16(float alpha, const std::uint16_t* x, float* y, int n) {
   }
 }
 
-void dot_f32_f16_rows(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                      float scale, float* out) {
-  if (n == 64) {
-    // Head size 64 (qwen2 0.5b, llama 1b): a stays in 4 registers for every row, and two rows
-    // are in flight at once so that one row's reduction overlaps the other's loads.
-    const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32),
-                 a3 = _mm512_loadu_ps(a + 48);
-    auto row_dot = [&](const std::uint16_t* b) {
-      const auto* v = reinterpret_cast<const __m256i*>(b);
-      __m512 s0 = _mm512_mul_ps(a0, _mm512_cvtph_ps(_mm256_loadu_si256(v)));
-      __m512 s1 = _mm512_mul_ps(a1, _mm512_cvtph_ps(_mm256_loadu_si256(v + 1)));
-      s0 = _mm512_fmadd_ps(a2, _mm512_cvtph_ps(_mm256_loadu_si256(v + 2)), s0);
-      s1 = _mm512_fmadd_ps(a3, _mm512_cvtph_ps(_mm256_loadu_si256(v + 3)), s1);
-      return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    };
-    int j = 0;
-    for (; j + 2 <= n_rows; j += 2) {
-      const float d0 = row_dot(rows + j * row_stride);
-      const float d1 = row_dot(rows + (j + 1) * row_stride);
-      out[j] = d0 * scale;
-      out[j + 1] = d1 * scale;
+namespace {
+
+// The lanes of four rows' partial sums added up: lane i of the result is the sum of the 16 lanes
+// of v[i]. Each row's sum is taken in the same order whatever the other three hold.
+__m128 sum4(const __m512 v[4]) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+  // Each 128-bit lane: [a, b, c, d] summed over that lane's four elements.
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));
+  const __m256 halves = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1));
+}
+
+// kHeads query heads of kVecs * 16 elements against n_rows f16 rows, four rows at a time: each row
+// is converted once for all the heads (GQA: the heads of a group read the same K rows).
+template <int kVecs, int kHeads>
+void dot_rows_heads(const float* q, const std::uint16_t* rows, std::size_t row_stride, int n_rows, float scale,
+                    float* out, std::size_t out_stride) {
+  constexpr int n = kVecs * 16;
+  const __m128 s = _mm_set1_ps(scale);
+  for (int j = 0; j < n_rows; j += 4) {
+    __m512 acc[kHeads][4];
+    for (int r = 0; r < 4; ++r) {
+      if (j + r >= n_rows) {
+        for (int h = 0; h < kHeads; ++h) acc[h][r] = _mm512_setzero_ps();
+        continue;
+      }
+      const auto* v = reinterpret_cast<const __m256i*>(rows + (j + r) * row_stride);
+      __m512 k[kVecs];
+      for (int i = 0; i < kVecs; ++i) k[i] = _mm512_cvtph_ps(_mm256_loadu_si256(v + i));
+      for (int h = 0; h < kHeads; ++h) {
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q + h * n), k[0]);
+        for (int i = 1; i < kVecs; ++i) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * n + 16 * i), k[i], a);
+        acc[h][r] = a;
+      }
     }
-    if (j < n_rows) out[j] = row_dot(rows + j * row_stride) * scale;
-    return;
+    const __mmask8 m = static_cast<__mmask8>(n_rows - j >= 4 ? 0xf : (1u << (n_rows - j)) - 1);
+    for (int h = 0; h < kHeads; ++h) _mm_mask_storeu_ps(out + h * out_stride + j, m, _mm_mul_ps(sum4(acc[h]), s));
   }
+}
+
+// y[h] += sum_j alpha[h][j] * row_j for kHeads heads, all of y in registers: each row is converted
+// once for all the heads. Per head and column the sum runs over j in order.
+template <int kVecs, int kHeads>
+void axpy_rows_heads(const float* alpha, std::size_t alpha_stride, const std::uint16_t* rows, std::size_t row_stride,
+                     int n_rows, float* y) {
+  constexpr int n = kVecs * 16;
+  __m512 acc[kHeads][kVecs];
+  for (int h = 0; h < kHeads; ++h) {
+    for (int i = 0; i < kVecs; ++i) acc[h][i] = _mm512_loadu_ps(y + h * n + 16 * i);
+  }
+  for (int j = 0; j < n_rows; ++j) {
+    const auto* v = reinterpret_cast<const __m256i*>(rows + j * row_stride);
+    __m512 x[kVecs];
+    for (int i = 0; i < kVecs; ++i) x[i] = _mm512_cvtph_ps(_mm256_loadu_si256(v + i));
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 a = _mm512_set1_ps(alpha[h * alpha_stride + j]);
+      for (int i = 0; i < kVecs; ++i) acc[h][i] = _mm512_fmadd_ps(a, x[i], acc[h][i]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    for (int i = 0; i < kVecs; ++i) _mm512_storeu_ps(y + h * n + 16 * i, acc[h][i]);
+  }
+}
+
+// Heads taken kMax at a time (the registers: kMax * kVecs accumulators for the axpy), then the rest.
+template <int kMax, typename Call>
+void by_head_groups(int n_heads, Call&& call) {
+  int h = 0;
+  for (; h + kMax <= n_heads; h += kMax) call(h, std::integral_constant<int, kMax>{});
+  const int rest = n_heads - h;
+  if constexpr (kMax > 3) { if (rest == 3) return call(h, std::integral_constant<int, 3>{}); }
+  if constexpr (kMax > 2) { if (rest == 2) return call(h, std::integral_constant<int, 2>{}); }
+  if (rest == 1) call(h, std::integral_constant<int, 1>{});
+}
+
+// Single-head fallbacks for head sizes other than 64 and 128.
+void dot_rows_any(const float* a, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n, float scale,
+                  float* out) {
   for (int j = 0; j < n_rows; ++j) out[j] = dot_f32_f16(a, rows + j * row_stride, n) * scale;
 }
 
-void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n,
-                   float* y) {
+void axpy_rows_any(const float* alpha, const std::uint16_t* rows, std::size_t row_stride, int n_rows, int n, float* y) {
   // y in registers, 64 columns at a time, across all rows: one load and store of y per call.
   for (int c = 0; c < n; c += 64) {
     __mmask16 m[4];
@@ -177,6 +232,36 @@ void axpy_f16_rows(const float* alpha, const std::uint16_t* rows, std::size_t ro
     }
     for (int k = 0; k < 4; ++k) _mm512_mask_storeu_ps(y + c + 16 * k, m[k], acc[k]);
   }
+}
+
+}  // namespace
+
+void dot_f32_f16_rows(const float* q, int n_heads, const std::uint16_t* rows, std::size_t row_stride, int n_rows,
+                      int n, float scale, float* out, std::size_t out_stride) {
+  if (n == 64 || n == 128) {
+    auto run = [&]<int kVecs>(std::integral_constant<int, kVecs>) {
+      by_head_groups<4>(n_heads, [&]<int kHeads>(int h, std::integral_constant<int, kHeads>) {
+        dot_rows_heads<kVecs, kHeads>(q + h * n, rows, row_stride, n_rows, scale, out + h * out_stride, out_stride);
+      });
+    };
+    return n == 64 ? run(std::integral_constant<int, 4>{}) : run(std::integral_constant<int, 8>{});
+  }
+  for (int h = 0; h < n_heads; ++h) dot_rows_any(q + h * n, rows, row_stride, n_rows, n, scale, out + h * out_stride);
+}
+
+void axpy_f16_rows(const float* alpha, std::size_t alpha_stride, int n_heads, const std::uint16_t* rows,
+                   std::size_t row_stride, int n_rows, int n, float* y) {
+  if (n == 64) {
+    return by_head_groups<4>(n_heads, [&]<int kHeads>(int h, std::integral_constant<int, kHeads>) {
+      axpy_rows_heads<4, kHeads>(alpha + h * alpha_stride, alpha_stride, rows, row_stride, n_rows, y + h * n);
+    });
+  }
+  if (n == 128) {
+    return by_head_groups<2>(n_heads, [&]<int kHeads>(int h, std::integral_constant<int, kHeads>) {
+      axpy_rows_heads<8, kHeads>(alpha + h * alpha_stride, alpha_stride, rows, row_stride, n_rows, y + h * n);
+    });
+  }
+  for (int h = 0; h < n_heads; ++h) axpy_rows_any(alpha + h * alpha_stride, rows, row_stride, n_rows, n, y + h * n);
 }
 
 void f32_to_f16_row(const float* x, std::uint16_t* out, int n) {

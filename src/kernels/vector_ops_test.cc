@@ -111,38 +111,72 @@ TEST_P(VectorOpsOnPath, AddAndDots) {
   }
 }
 
-// Rows of a KV block: a row stride wider than the row (other heads' values in between), head
-// sizes that hit the 64-wide fast path and ones that leave tails, odd and even row counts.
+// Rows of a KV block for the query heads of a GQA group: a row stride wider than the row (other
+// heads' values in between), head sizes that hit the 64- and 128-wide paths and ones that leave
+// tails, odd and even row counts, head counts that fill the kernels' groups of heads and ones that
+// leave a rest (qwen2.5-0.5b has 7 per group).
 TEST_P(VectorOpsOnPath, RowDotsAndAxpysOverStridedRows) {
   for (int n : {64, 17, 100, 128}) {
     for (int n_rows : {1, 2, 5, 16}) {
-      const int stride = n * 2 + 3;
-      const auto a = random_floats(n, n * 7 + n_rows);
-      const auto rows16 = to_f16(random_floats(stride * n_rows, n + n_rows));
-      const auto alpha = random_floats(n_rows, n_rows * 3 + 1, -1.0f, 1.0f);
-      std::vector<float> out(static_cast<std::size_t>(n_rows) + 1, -7.0f);  // the last must stay
-      dot_f32_f16_rows(a.data(), rows16.data(), stride, n_rows, n, 0.125f, out.data());
-      const auto y0 = random_floats(n + 1, 99);
-      auto y = y0;
-      axpy_f16_rows(alpha.data(), rows16.data(), stride, n_rows, n, y.data());
-      std::vector<double> y_ref(y0.begin(), y0.end());
-      for (int j = 0; j < n_rows; ++j) {
-        double dot = 0.0, magnitude = 0.0;
-        for (int i = 0; i < n; ++i) {
-          const double r = f16_to_f32(rows16[static_cast<std::size_t>(j * stride + i)]);
-          dot += a[static_cast<std::size_t>(i)] * r;
-          magnitude += std::fabs(a[static_cast<std::size_t>(i)] * r);
-          y_ref[static_cast<std::size_t>(i)] += alpha[static_cast<std::size_t>(j)] * r;
+      for (int n_heads : {1, 2, 3, 4, 5, 7}) {
+        const int stride = n * 2 + 3, out_stride = n_rows + 3, alpha_stride = n_rows + 1;
+        const auto q = random_floats(n * n_heads, n * 7 + n_rows + n_heads);
+        const auto rows16 = to_f16(random_floats(stride * n_rows, n + n_rows));
+        const auto alpha = random_floats(alpha_stride * n_heads, n_rows * 3 + 1, -1.0f, 1.0f);
+        std::vector<float> out(static_cast<std::size_t>(out_stride * n_heads), -7.0f);  // the gaps must stay
+        dot_f32_f16_rows(q.data(), n_heads, rows16.data(), stride, n_rows, n, 0.125f, out.data(), out_stride);
+        const auto y0 = random_floats(n * n_heads + 1, 99);
+        auto y = y0;
+        axpy_f16_rows(alpha.data(), alpha_stride, n_heads, rows16.data(), stride, n_rows, n, y.data());
+        for (int h = 0; h < n_heads; ++h) {
+          const auto at = [](int i) { return static_cast<std::size_t>(i); };
+          std::vector<double> y_ref(y0.begin() + h * n, y0.begin() + (h + 1) * n);
+          for (int j = 0; j < n_rows; ++j) {
+            double dot = 0.0, magnitude = 0.0;
+            for (int i = 0; i < n; ++i) {
+              const double r = f16_to_f32(rows16[at(j * stride + i)]);
+              dot += q[at(h * n + i)] * r;
+              magnitude += std::fabs(q[at(h * n + i)] * r);
+              y_ref[at(i)] += alpha[at(h * alpha_stride + j)] * r;
+            }
+            ASSERT_NEAR(out[at(h * out_stride + j)], dot * 0.125, 1e-6 * magnitude + 1e-7)
+                << "n " << n << " rows " << n_rows << " heads " << n_heads << " head " << h << " j " << j;
+          }
+          for (int j = n_rows; j < out_stride; ++j) ASSERT_EQ(out[at(h * out_stride + j)], -7.0f) << "past row " << j;
+          for (int i = 0; i < n; ++i) {
+            ASSERT_NEAR(y[at(h * n + i)], y_ref[at(i)], 2e-6 * (n_rows + 2))
+                << "n " << n << " rows " << n_rows << " heads " << n_heads << " head " << h << " i " << i;
+          }
         }
-        ASSERT_NEAR(out[static_cast<std::size_t>(j)], dot * 0.125, 1e-6 * magnitude + 1e-7)
-            << "n " << n << " rows " << n_rows << " j " << j;
+        EXPECT_EQ(y[y.size() - 1], y0[y0.size() - 1]);  // past the end: untouched
       }
-      EXPECT_EQ(out[static_cast<std::size_t>(n_rows)], -7.0f);
-      for (int i = 0; i < n; ++i) {
-        ASSERT_NEAR(y[static_cast<std::size_t>(i)], y_ref[static_cast<std::size_t>(i)], 2e-6 * (n_rows + 2))
-            << "n " << n << " rows " << n_rows << " i " << i;
+    }
+  }
+}
+
+// Prefill takes a whole GQA group per call, decode may take a part of one, and a KV block may be
+// cut short: a head's scores and output must be the same, bit for bit, however it is grouped and
+// whichever rows share its call, or a cached prefix would not decode as the uncached one does.
+TEST_P(VectorOpsOnPath, RowDotsAndAxpysDoNotDependOnTheirCompany) {
+  constexpr int kHeads = 7, kRows = 13;
+  for (int n : {64, 128, 80}) {
+    const int stride = n + 5;
+    const auto q = random_floats(n * kHeads, 3 * n);
+    const auto rows16 = to_f16(random_floats(stride * kRows, n + 11));
+    const auto alpha = random_floats(kRows * kHeads, n + 17, -1.0f, 1.0f);
+    std::vector<float> all_scores(kRows * kHeads), all_y(static_cast<std::size_t>(n) * kHeads, 0.5f);
+    dot_f32_f16_rows(q.data(), kHeads, rows16.data(), stride, kRows, n, 0.125f, all_scores.data(), kRows);
+    axpy_f16_rows(alpha.data(), kRows, kHeads, rows16.data(), stride, kRows, n, all_y.data());
+    for (int h = 0; h < kHeads; ++h) {
+      std::vector<float> scores(kRows), y(static_cast<std::size_t>(n), 0.5f);
+      // One head alone, its rows in calls of 1, 2, 3, ... rows.
+      for (int j = 0, take = 1; j < kRows; j += take, ++take) {
+        const int rows = std::min(take, kRows - j);
+        dot_f32_f16_rows(q.data() + h * n, 1, rows16.data() + j * stride, stride, rows, n, 0.125f, scores.data() + j, 0);
+        axpy_f16_rows(alpha.data() + h * kRows + j, 0, 1, rows16.data() + j * stride, stride, rows, n, y.data());
       }
-      EXPECT_EQ(y[static_cast<std::size_t>(n)], y0[static_cast<std::size_t>(n)]);  // past the end: untouched
+      for (int j = 0; j < kRows; ++j) ASSERT_EQ(scores[j], all_scores[h * kRows + j]) << "n " << n << " head " << h << " row " << j;
+      for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], all_y[h * n + i]) << "n " << n << " head " << h << " i " << i;
     }
   }
 }

@@ -158,42 +158,41 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
       kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
     }
-    // Causal attention. With GQA, `group` query heads read the same KV head: when there are
-    // enough (token, KV head) pairs to keep the pool busy (prefill), one task takes all query
-    // heads of a KV head, so each K/V block is read from memory once for the group, not once per
-    // query head (7 times for qwen2.5-0.5b). Decode keeps one task per (token, head).
-    const int heads_per_task = T * nkv >= 4 * pool.size() ? group : 1;
-    const int tasks_per_token = nh / heads_per_task;
+    // Causal attention. With GQA, `group` query heads read the same KV head, and one kernel call
+    // takes several of them, so that each K/V row is read and converted once for them all. A task
+    // takes the heads of a group, or a part of one where that leaves too few tasks to keep the pool
+    // busy (decode: one token, nkv groups).
+    const int splits = std::clamp((4 * pool.size() + T * nkv - 1) / (T * nkv), 1, group);
+    const int heads_per_task = (group + splits - 1) / splits;
+    const int tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
+    const int tasks_per_token = nkv * tasks_per_group;
     pool.run(T * tasks_per_token, [&](int task) {
-      const int t = task / tasks_per_token, h0 = task % tasks_per_token * heads_per_task, kvh = h0 / group;
+      const int t = task / tasks_per_token, kvh = task % tasks_per_token / tasks_per_group;
+      const int h0 = kvh * group + task % tasks_per_group * heads_per_task;
+      const int n_heads = std::min(heads_per_task, (kvh + 1) * group - h0);
       const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
       const std::int32_t* table = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table;
       const int n_ctx = slot.slot + 1;  // the kept slots before it, and itself
-      const std::size_t n_scores = sz(n_ctx, heads_per_task);
+      const std::size_t n_scores = sz(n_ctx, n_heads);
       thread_local std::vector<float> scores_buffer;
       if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
       float* scores = scores_buffer.data();  // [head in task][position]
       const float* qt = &q[sz(t, q_dim) + sz(h0, hd)];
-      // One kernel call per KV block and head: a block's K (and V) rows of a layer are
-      // kv.row_elems apart.
+      // One kernel call per KV block: a block's K (and V) rows of a layer are kv.row_elems apart.
       for (int j = 0; j < n_ctx; j += kv.block_size) {
         const int n_rows = std::min(kv.block_size, n_ctx - j);
         const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        for (int i = 0; i < heads_per_task; ++i) {
-          kernels::dot_f32_f16_rows(qt + sz(i, hd), kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
-                                    scores + sz(i, n_ctx) + j);
-        }
+        kernels::dot_f32_f16_rows(qt, n_heads, kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
+                                  scores + j, static_cast<std::size_t>(n_ctx));
       }
-      for (int i = 0; i < heads_per_task; ++i) kernels::softmax_inplace(scores + sz(i, n_ctx), n_ctx);
+      for (int i = 0; i < n_heads; ++i) kernels::softmax_inplace(scores + sz(i, n_ctx), n_ctx);
       float* out = &att[sz(t, q_dim) + sz(h0, hd)];
-      std::fill(out, out + sz(heads_per_task, hd), 0.0f);
+      std::fill(out, out + sz(n_heads, hd), 0.0f);
       for (int j = 0; j < n_ctx; j += kv.block_size) {
         const int n_rows = std::min(kv.block_size, n_ctx - j);
         const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        for (int i = 0; i < heads_per_task; ++i) {
-          kernels::axpy_f16_rows(scores + sz(i, n_ctx) + j, vr, static_cast<std::size_t>(kv.row_elems), n_rows, hd,
-                                 out + sz(i, hd));
-        }
+        kernels::axpy_f16_rows(scores + j, static_cast<std::size_t>(n_ctx), n_heads, vr,
+                               static_cast<std::size_t>(kv.row_elems), n_rows, hd, out);
       }
     });
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);

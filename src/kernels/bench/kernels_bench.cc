@@ -107,31 +107,46 @@ double best_seconds(F&& f, double min_total_s = 0.3, int min_reps = 3) {
   return best;
 }
 
+// One layer's decode attention for one token over a long context, in cache: per-row calls, one
+// call per KV block and query head, and one call per KV block for all the heads of a GQA group.
 void bench_attention() {
   constexpr int kHeadDim = 64, kKvRow = 128, kBlock = 16, kContext = 4096, kHeads = 14, kGroup = 7;
   std::vector<std::uint16_t> k(static_cast<std::size_t>(kContext) * kKvRow, 0x3c00), v(k.size(), 0x3800);
-  std::vector<float> q(kHeadDim, 0.01f), scores(kContext), out(kHeadDim);
-  auto head = [&](int h, bool per_block) {
-    const std::size_t offset = static_cast<std::size_t>(h / kGroup) * kHeadDim;
-    for (int j = 0; j < kContext; j += per_block ? kBlock : 1) {
+  std::vector<float> q(static_cast<std::size_t>(kHeadDim) * kHeads, 0.01f),
+      scores(static_cast<std::size_t>(kContext) * kGroup), out(static_cast<std::size_t>(kHeadDim) * kHeads);
+  enum Mode { kPerRow, kPerHead, kPerGroup };
+  // Heads [h0, h0 + n) of one group.
+  auto heads = [&](int h0, int n, Mode mode) {
+    const std::size_t offset = static_cast<std::size_t>(h0 / kGroup) * kHeadDim;
+    const float* qh = &q[static_cast<std::size_t>(h0) * kHeadDim];
+    float* o = &out[static_cast<std::size_t>(h0) * kHeadDim];
+    for (int j = 0; j < kContext; j += mode == kPerRow ? 1 : kBlock) {
       const std::uint16_t* kr = &k[static_cast<std::size_t>(j) * kKvRow + offset];
-      if (per_block) dot_f32_f16_rows(q.data(), kr, kKvRow, kBlock, kHeadDim, 0.125f, &scores[j]);
-      else scores[j] = dot_f32_f16(q.data(), kr, kHeadDim) * 0.125f;
+      if (mode == kPerRow) scores[j] = dot_f32_f16(qh, kr, kHeadDim) * 0.125f;
+      else dot_f32_f16_rows(qh, n, kr, kKvRow, kBlock, kHeadDim, 0.125f, &scores[j], kContext);
     }
-    softmax_inplace(scores.data(), kContext);
-    std::fill(out.begin(), out.end(), 0.0f);
-    for (int j = 0; j < kContext; j += per_block ? kBlock : 1) {
+    for (int i = 0; i < n; ++i) softmax_inplace(&scores[static_cast<std::size_t>(i) * kContext], kContext);
+    std::fill(o, o + static_cast<std::size_t>(n) * kHeadDim, 0.0f);
+    for (int j = 0; j < kContext; j += mode == kPerRow ? 1 : kBlock) {
       const std::uint16_t* vr = &v[static_cast<std::size_t>(j) * kKvRow + offset];
-      if (per_block) axpy_f16_rows(&scores[j], vr, kKvRow, kBlock, kHeadDim, out.data());
-      else axpy_f16(scores[j], vr, out.data(), kHeadDim);
+      if (mode == kPerRow) axpy_f16(scores[j], vr, o, kHeadDim);
+      else axpy_f16_rows(&scores[j], kContext, n, vr, kKvRow, kBlock, kHeadDim, o);
     }
   };
-  double us[2];
-  for (int per_block = 0; per_block < 2; ++per_block) {
-    us[per_block] = 1e6 * best_seconds([&] { for (int h = 0; h < kHeads; ++h) head(h, per_block != 0); }, 0.2, 5);
+  double us[3];
+  for (Mode mode : {kPerRow, kPerHead, kPerGroup}) {
+    us[mode] = 1e6 * best_seconds([&] {
+      if (mode == kPerGroup) {
+        for (int h = 0; h < kHeads; h += kGroup) heads(h, kGroup, mode);
+      } else {
+        for (int h = 0; h < kHeads; ++h) heads(h, 1, mode);
+      }
+    }, 0.2, 5);
   }
-  std::printf("attention, one layer, %d heads, context %d, 1 thread: per-row calls %.0f us, per-block calls %.0f us (%.2fx)\n",
-              kHeads, kContext, us[0], us[1], us[0] / us[1]);
+  std::printf("attention, one layer, %d heads in groups of %d, context %d, 1 thread: per-row calls %.0f us, "
+              "per block and head %.0f us (%.2fx), per block and group %.0f us (%.2fx)\n",
+              kHeads, kGroup, kContext, us[kPerRow], us[kPerHead], us[kPerRow] / us[kPerHead], us[kPerGroup],
+              us[kPerRow] / us[kPerGroup]);
 }
 
 int read_trace(ThreadPool& pool, double seconds) {
