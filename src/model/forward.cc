@@ -108,6 +108,33 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, int n_vocab)
   return Status::ok();
 }
 
+// The query tokens one attention task takes: consecutive tokens of one sequence, so that each K
+// and V block the task reads from the pool serves them all while it is in L1 (a long prefill would
+// otherwise stream the sequence's whole KV from L3 once per token).
+struct TokenTile {
+  int first;
+  int count;
+};
+
+// Tiles of up to max_tokens tokens, fewer where the scores of a tile (tokens x heads per task x
+// context) would pass kScoreBytes.
+std::vector<TokenTile> token_tiles(const std::vector<TokenSlot>& slots, int max_tokens, int heads_per_task) {
+  constexpr std::size_t kScoreBytes = std::size_t{2} << 20;
+  std::vector<TokenTile> tiles;
+  const int T = static_cast<int>(slots.size());
+  for (int t = 0; t < T;) {
+    int end = t + 1;
+    while (end < T && slots[static_cast<std::size_t>(end)].seq == slots[static_cast<std::size_t>(t)].seq) ++end;
+    // Tokens [t, end) are one sequence's, their slots rising: the last sees the most context.
+    const std::size_t ctx = static_cast<std::size_t>(slots[static_cast<std::size_t>(end - 1)].slot) + 1;
+    const int fit = static_cast<int>(std::max<std::size_t>(1, kScoreBytes / (ctx * heads_per_task * sizeof(float))));
+    const int per_tile = std::min(max_tokens, fit);
+    for (; t < end; t += per_tile) tiles.push_back({t, std::min(per_tile, end - t)});
+    t = end;
+  }
+  return tiles;
+}
+
 }  // namespace
 
 Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
@@ -160,39 +187,55 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     }
     // Causal attention. With GQA, `group` query heads read the same KV head, and one kernel call
     // takes several of them, so that each K/V row is read and converted once for them all. A task
-    // takes the heads of a group, or a part of one where that leaves too few tasks to keep the pool
-    // busy (decode: one token, nkv groups).
+    // takes a tile of tokens (prefill) and the heads of a group, or a part of one where that leaves
+    // too few tasks to keep the pool busy (decode: one token, nkv groups). A token's scores and
+    // output do not depend on which tile or heads it shares a task with (the kernels' contract).
+    constexpr int kMaxTileTokens = 16;
     const int splits = std::clamp((4 * pool.size() + T * nkv - 1) / (T * nkv), 1, group);
     const int heads_per_task = (group + splits - 1) / splits;
     const int tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
-    const int tasks_per_token = nkv * tasks_per_group;
-    pool.run(T * tasks_per_token, [&](int task) {
-      const int t = task / tasks_per_token, kvh = task % tasks_per_token / tasks_per_group;
+    const int tasks_per_tile = nkv * tasks_per_group;
+    const std::vector<TokenTile> tiles =
+        token_tiles(slots, std::clamp(T * tasks_per_tile / (4 * pool.size()), 1, kMaxTileTokens), heads_per_task);
+    pool.run(static_cast<int>(tiles.size()) * tasks_per_tile, [&](int task) {
+      const TokenTile tile = tiles[static_cast<std::size_t>(task / tasks_per_tile)];
+      const int kvh = task % tasks_per_tile / tasks_per_group;
       const int h0 = kvh * group + task % tasks_per_group * heads_per_task;
       const int n_heads = std::min(heads_per_task, (kvh + 1) * group - h0);
-      const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
-      const std::int32_t* table = batch.sequences[static_cast<std::size_t>(slot.seq)].block_table;
-      const int n_ctx = slot.slot + 1;  // the kept slots before it, and itself
-      const std::size_t n_scores = sz(n_ctx, n_heads);
+      const std::int32_t* table =
+          batch.sequences[static_cast<std::size_t>(slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
+      // Token i of the tile sees the kept slots before it and itself.
+      const auto n_ctx = [&](int i) { return slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
+      const int ctx_max = n_ctx(tile.count - 1);
+      const std::size_t n_scores = sz(tile.count * n_heads, ctx_max);
       thread_local std::vector<float> scores_buffer;
       if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
-      float* scores = scores_buffer.data();  // [head in task][position]
-      const float* qt = &q[sz(t, q_dim) + sz(h0, hd)];
-      // One kernel call per KV block: a block's K (and V) rows of a layer are kv.row_elems apart.
-      for (int j = 0; j < n_ctx; j += kv.block_size) {
-        const int n_rows = std::min(kv.block_size, n_ctx - j);
+      // [token in tile][head in task][position], rows ctx_max apart.
+      const auto scores = [&](int i) { return scores_buffer.data() + sz(i, n_heads) * ctx_max; };
+      // One kernel call per KV block and token: a block's K (and V) rows of a layer are
+      // kv.row_elems apart.
+      for (int j = 0; j < ctx_max; j += kv.block_size) {
         const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        kernels::dot_f32_f16_rows(qt, n_heads, kr, static_cast<std::size_t>(kv.row_elems), n_rows, hd, scale,
-                                  scores + j, static_cast<std::size_t>(n_ctx));
+        for (int i = 0; i < tile.count; ++i) {
+          if (j >= n_ctx(i)) continue;  // its context ends before this block
+          kernels::dot_f32_f16_rows(&q[sz(tile.first + i, q_dim) + sz(h0, hd)], n_heads, kr,
+                                    static_cast<std::size_t>(kv.row_elems), std::min(kv.block_size, n_ctx(i) - j), hd,
+                                    scale, scores(i) + j, static_cast<std::size_t>(ctx_max));
+        }
       }
-      for (int i = 0; i < n_heads; ++i) kernels::softmax_inplace(scores + sz(i, n_ctx), n_ctx);
-      float* out = &att[sz(t, q_dim) + sz(h0, hd)];
-      std::fill(out, out + sz(n_heads, hd), 0.0f);
-      for (int j = 0; j < n_ctx; j += kv.block_size) {
-        const int n_rows = std::min(kv.block_size, n_ctx - j);
+      for (int i = 0; i < tile.count; ++i) {
+        for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + sz(h, ctx_max), n_ctx(i));
+        float* out = &att[sz(tile.first + i, q_dim) + sz(h0, hd)];
+        std::fill(out, out + sz(n_heads, hd), 0.0f);
+      }
+      for (int j = 0; j < ctx_max; j += kv.block_size) {
         const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        kernels::axpy_f16_rows(scores + j, static_cast<std::size_t>(n_ctx), n_heads, vr,
-                               static_cast<std::size_t>(kv.row_elems), n_rows, hd, out);
+        for (int i = 0; i < tile.count; ++i) {
+          if (j >= n_ctx(i)) continue;  // its context ends before this block
+          kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, vr,
+                                 static_cast<std::size_t>(kv.row_elems), std::min(kv.block_size, n_ctx(i) - j), hd,
+                                 &att[sz(tile.first + i, q_dim) + sz(h0, hd)]);
+        }
       }
     });
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
