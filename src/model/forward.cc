@@ -135,6 +135,88 @@ std::vector<TokenTile> token_tiles(const std::vector<TokenSlot>& slots, int max_
   return tiles;
 }
 
+// One layer's causal attention for every new token, over the K and V already in the pool (the
+// tokens' own included).
+struct AttentionInput {
+  const std::vector<TokenSlot>& slots;
+  const ForwardBatch& batch;
+  const KvPoolView& kv;
+  int layer;
+  const float* q;  // [token][head][head_dim]
+  float* out;      // the same shape
+  int n_heads, n_kv_heads, head_dim;
+  float scale;
+};
+
+// How the work is cut into pool tasks. With GQA, `group` query heads read the same KV head, and one
+// kernel call takes several of them, so that each K/V row is read and converted once for them all.
+// A task takes a tile of tokens (prefill) and the heads of one KV head's group, or a part of the
+// group where whole groups leave too few tasks to keep the pool busy (decode: one token, n_kv_heads
+// groups). A token's scores and output do not depend on the plan (the kernels' contract).
+struct AttentionPlan {
+  static constexpr int kTasksPerThread = 4;  // for balance: tasks finish unevenly
+  static constexpr int kMaxTileTokens = 16;
+  int heads_per_task = 1, tasks_per_group = 1;
+
+  AttentionPlan(int T, int n_kv_heads, int group, int threads) {
+    const int splits = std::clamp((kTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
+    heads_per_task = (group + splits - 1) / splits;
+    tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
+  }
+};
+
+void attend(const AttentionInput& in, ThreadPool& pool) {
+  const int T = static_cast<int>(in.slots.size()), hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
+  const std::size_t q_dim = static_cast<std::size_t>(in.n_heads) * hd;
+  const KvPoolView& kv = in.kv;
+  const AttentionPlan plan(T, in.n_kv_heads, group, pool.size());
+  const int tasks_per_tile = in.n_kv_heads * plan.tasks_per_group;
+  const std::vector<TokenTile> tiles = token_tiles(
+      in.slots, std::clamp(T * tasks_per_tile / (AttentionPlan::kTasksPerThread * pool.size()), 1, AttentionPlan::kMaxTileTokens),
+      plan.heads_per_task);
+  pool.run(static_cast<int>(tiles.size()) * tasks_per_tile, [&](int task) {
+    const TokenTile tile = tiles[static_cast<std::size_t>(task / tasks_per_tile)];
+    const int kvh = task % tasks_per_tile / plan.tasks_per_group;
+    const int h0 = kvh * group + task % plan.tasks_per_group * plan.heads_per_task;  // the task's first head
+    const int n_heads = std::min(plan.heads_per_task, (kvh + 1) * group - h0);
+    const std::int32_t* table =
+        in.batch.sequences[static_cast<std::size_t>(in.slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
+    // Token i of the tile sees the kept slots before it and itself.
+    const auto n_ctx = [&](int i) { return in.slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
+    const int ctx_max = n_ctx(tile.count - 1);
+    thread_local std::vector<float> scores_buffer;
+    const std::size_t n_scores = static_cast<std::size_t>(tile.count) * n_heads * ctx_max;
+    if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
+    // [token in tile][head in task][position], rows ctx_max apart.
+    const auto scores = [&](int i) { return scores_buffer.data() + static_cast<std::size_t>(i) * n_heads * ctx_max; };
+    const auto q_at = [&](int i) { return in.q + (tile.first + i) * q_dim + h0 * hd; };
+    const auto out_at = [&](int i) { return in.out + (tile.first + i) * q_dim + h0 * hd; };
+    const std::size_t row_stride = static_cast<std::size_t>(kv.row_elems);
+    // One kernel call per KV block and token: a block's K (and V) rows of a layer are
+    // kv.row_elems apart, and the KV head's part of each kvh * hd values in.
+    for (int j = 0; j < ctx_max; j += kv.block_size) {
+      const std::uint16_t* k_rows = kv.k_row(table[j / kv.block_size], in.layer, 0) + kvh * hd;
+      for (int i = 0; i < tile.count; ++i) {
+        if (j >= n_ctx(i)) continue;  // its context ends before this block
+        kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows, row_stride, std::min(kv.block_size, n_ctx(i) - j), hd,
+                                  in.scale, scores(i) + j, static_cast<std::size_t>(ctx_max));
+      }
+    }
+    for (int i = 0; i < tile.count; ++i) {
+      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max, n_ctx(i));
+      std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
+    }
+    for (int j = 0; j < ctx_max; j += kv.block_size) {
+      const std::uint16_t* v_rows = kv.v_row(table[j / kv.block_size], in.layer, 0) + kvh * hd;
+      for (int i = 0; i < tile.count; ++i) {
+        if (j >= n_ctx(i)) continue;
+        kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, v_rows, row_stride,
+                               std::min(kv.block_size, n_ctx(i) - j), hd, out_at(i));
+      }
+    }
+  });
+}
+
 }  // namespace
 
 Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
@@ -143,7 +225,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   if (Status st = check_batch(batch, kv, c.n_vocab); !st) return st;
   if (T == 0) return Status::ok();
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
-  const int q_dim = nh * hd, kv_dim = nkv * hd, group = nh / nkv, half = hd / 2;
+  const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
 
   std::vector<TokenSlot> slots;
@@ -185,59 +267,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
       kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
     }
-    // Causal attention. With GQA, `group` query heads read the same KV head, and one kernel call
-    // takes several of them, so that each K/V row is read and converted once for them all. A task
-    // takes a tile of tokens (prefill) and the heads of a group, or a part of one where that leaves
-    // too few tasks to keep the pool busy (decode: one token, nkv groups). A token's scores and
-    // output do not depend on which tile or heads it shares a task with (the kernels' contract).
-    constexpr int kMaxTileTokens = 16;
-    const int splits = std::clamp((4 * pool.size() + T * nkv - 1) / (T * nkv), 1, group);
-    const int heads_per_task = (group + splits - 1) / splits;
-    const int tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
-    const int tasks_per_tile = nkv * tasks_per_group;
-    const std::vector<TokenTile> tiles =
-        token_tiles(slots, std::clamp(T * tasks_per_tile / (4 * pool.size()), 1, kMaxTileTokens), heads_per_task);
-    pool.run(static_cast<int>(tiles.size()) * tasks_per_tile, [&](int task) {
-      const TokenTile tile = tiles[static_cast<std::size_t>(task / tasks_per_tile)];
-      const int kvh = task % tasks_per_tile / tasks_per_group;
-      const int h0 = kvh * group + task % tasks_per_group * heads_per_task;
-      const int n_heads = std::min(heads_per_task, (kvh + 1) * group - h0);
-      const std::int32_t* table =
-          batch.sequences[static_cast<std::size_t>(slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
-      // Token i of the tile sees the kept slots before it and itself.
-      const auto n_ctx = [&](int i) { return slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
-      const int ctx_max = n_ctx(tile.count - 1);
-      const std::size_t n_scores = sz(tile.count * n_heads, ctx_max);
-      thread_local std::vector<float> scores_buffer;
-      if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
-      // [token in tile][head in task][position], rows ctx_max apart.
-      const auto scores = [&](int i) { return scores_buffer.data() + sz(i, n_heads) * ctx_max; };
-      // One kernel call per KV block and token: a block's K (and V) rows of a layer are
-      // kv.row_elems apart.
-      for (int j = 0; j < ctx_max; j += kv.block_size) {
-        const std::uint16_t* kr = kv.k_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        for (int i = 0; i < tile.count; ++i) {
-          if (j >= n_ctx(i)) continue;  // its context ends before this block
-          kernels::dot_f32_f16_rows(&q[sz(tile.first + i, q_dim) + sz(h0, hd)], n_heads, kr,
-                                    static_cast<std::size_t>(kv.row_elems), std::min(kv.block_size, n_ctx(i) - j), hd,
-                                    scale, scores(i) + j, static_cast<std::size_t>(ctx_max));
-        }
-      }
-      for (int i = 0; i < tile.count; ++i) {
-        for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + sz(h, ctx_max), n_ctx(i));
-        float* out = &att[sz(tile.first + i, q_dim) + sz(h0, hd)];
-        std::fill(out, out + sz(n_heads, hd), 0.0f);
-      }
-      for (int j = 0; j < ctx_max; j += kv.block_size) {
-        const std::uint16_t* vr = kv.v_row(table[j / kv.block_size], l, 0) + sz(kvh, hd);
-        for (int i = 0; i < tile.count; ++i) {
-          if (j >= n_ctx(i)) continue;  // its context ends before this block
-          kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, vr,
-                                 static_cast<std::size_t>(kv.row_elems), std::min(kv.block_size, n_ctx(i) - j), hd,
-                                 &att[sz(tile.first + i, q_dim) + sz(h0, hd)]);
-        }
-      }
-    });
+    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, pool);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     kernels::add_inplace(x.data(), xn.data(), T * d);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
