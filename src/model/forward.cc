@@ -152,31 +152,32 @@ struct AttentionInput {
 // kernel call takes several of them, so that each K/V row is read and converted once for them all.
 // A task takes a tile of tokens (prefill) and the heads of one KV head's group, or a part of the
 // group where whole groups leave too few tasks to keep the pool busy (decode: one token, n_kv_heads
-// groups). A token's scores and output do not depend on the plan (the kernels' contract).
+// groups). A token's scores and output do not depend on the plan (the kernels' contract). The
+// same for every layer: made once per forward pass.
 struct AttentionPlan {
   static constexpr int kTasksPerThread = 4;  // for balance: tasks finish unevenly
   static constexpr int kMaxTileTokens = 16;
-  int heads_per_task = 1, tasks_per_group = 1;
+  int heads_per_task = 1, tasks_per_group = 1, tasks_per_tile = 1;
+  std::vector<TokenTile> tiles;
 
-  AttentionPlan(int T, int n_kv_heads, int group, int threads) {
+  AttentionPlan(const std::vector<TokenSlot>& slots, int n_kv_heads, int group, int threads) {
+    const int T = static_cast<int>(slots.size());
     const int splits = std::clamp((kTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
     heads_per_task = (group + splits - 1) / splits;
     tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
+    tasks_per_tile = n_kv_heads * tasks_per_group;
+    tiles = token_tiles(slots, std::clamp(T * tasks_per_tile / (kTasksPerThread * threads), 1, kMaxTileTokens),
+                        heads_per_task);
   }
 };
 
-void attend(const AttentionInput& in, ThreadPool& pool) {
-  const int T = static_cast<int>(in.slots.size()), hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
+void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& pool) {
+  const int hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
   const std::size_t q_dim = static_cast<std::size_t>(in.n_heads) * hd;
   const KvPoolView& kv = in.kv;
-  const AttentionPlan plan(T, in.n_kv_heads, group, pool.size());
-  const int tasks_per_tile = in.n_kv_heads * plan.tasks_per_group;
-  const std::vector<TokenTile> tiles = token_tiles(
-      in.slots, std::clamp(T * tasks_per_tile / (AttentionPlan::kTasksPerThread * pool.size()), 1, AttentionPlan::kMaxTileTokens),
-      plan.heads_per_task);
-  pool.run(static_cast<int>(tiles.size()) * tasks_per_tile, [&](int task) {
-    const TokenTile tile = tiles[static_cast<std::size_t>(task / tasks_per_tile)];
-    const int kvh = task % tasks_per_tile / plan.tasks_per_group;
+  pool.run(static_cast<int>(plan.tiles.size()) * plan.tasks_per_tile, [&](int task) {
+    const TokenTile tile = plan.tiles[static_cast<std::size_t>(task / plan.tasks_per_tile)];
+    const int kvh = task % plan.tasks_per_tile / plan.tasks_per_group;
     const int h0 = kvh * group + task % plan.tasks_per_group * plan.heads_per_task;  // the task's first head
     const int n_heads = std::min(plan.heads_per_task, (kvh + 1) * group - h0);
     const std::int32_t* table =
@@ -244,6 +245,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     kernels::dequantize_rows(token_embd_, tok, tok + 1, &x[sz(t, d)]);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const AttentionPlan attention_plan(slots, nkv, nh / nkv, pool.size());
 
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
@@ -267,7 +269,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
       kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
     }
-    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, pool);
+    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, attention_plan, pool);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     kernels::add_inplace(x.data(), xn.data(), T * d);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
