@@ -2,7 +2,7 @@
 # Installs what is needed, builds, and runs every test three times over:
 #   1. the release build (what ships),
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/),
-#   3. the threaded modules' tests (engine, cache, server, router, share) under ThreadSanitizer (build-tsan/).
+#   3. the threaded modules' tests (engine, cache, http, server, router, share) under ThreadSanitizer (build-tsan/).
 # A test that skips counts as a failure: a test that cannot run (no Redis, no Chromium) proves nothing.
 # KVSTASH_TEST_QUICK=1 runs only the release pass (for a quick local check, never in CI).
 set -euo pipefail
@@ -40,10 +40,10 @@ ninja -C build-asan -j"$jobs"
 run_suite build-asan
 
 configure build-tsan thread
-tsan_tests=$(cd build && ctest -N -L '^(engine|cache|server|router|share)$' | sed -n 's/^ *Test *#[0-9]*: //p')
+tsan_tests=$(cd build && ctest -N -L '^(engine|cache|http|server|router|share)$' | sed -n 's/^ *Test *#[0-9]*: //p')
 # shellcheck disable=SC2086
 ninja -C build-tsan -j"$jobs" kvstash $tsan_tests  # the e2e tests run build-tsan/kvstash
 # The stress harness's hundreds of seeds run in the two passes above; under TSan (5-15x slower) a
 # few dozen per configuration exercise the same threads.
-KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|server|router|share)$'
+KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|http|server|router|share)$'
 echo "all test passes green: release, ASan+UBSan, TSan"

@@ -52,8 +52,13 @@ const char* reason_phrase(int status) {
 }
 
 HttpServer::Impl::~Impl() {
-  std::lock_guard<std::mutex> lock(life->mutex);
-  life->alive = false;
+  {
+    std::lock_guard<std::mutex> lock(life->mutex);
+    life->alive = false;
+  }
+  // Not under the guard's mutex: a queued handler may hold the last reference to a Connection,
+  // whose destructor takes it.
+  life->io.shutdown();
 }
 
 HttpServer::Impl::Admit HttpServer::Impl::admit(const std::string& address) {

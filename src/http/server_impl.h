@@ -40,18 +40,31 @@ struct AtomicStats {
       slow_reader{0};
 };
 
-// Whether the io_context still exists, for Exchange::post() from threads that may outlive it
-// (an engine callback that fires after the server stopped).
+// An io_context whose services can be shut down before it is destroyed: shutdown() destroys every
+// handler still queued (and what it holds) but keeps the services, which the sockets, timers and
+// strands of a late Connection still call into when they are destroyed.
+class SharedIoContext : public asio::io_context {
+ public:
+  using asio::io_context::shutdown;
+};
+
+// What a Connection or an Exchange may outlive the server with: whether the server still runs,
+// for Exchange::post() from threads that outlive it (an engine callback that fires after the
+// server stopped), and the io_context itself. A handler may hold the last reference to a
+// connection past stop() (a generation the engine has not yet dropped), and a connection's
+// strand, socket and timers need the io_context's services when they are destroyed, so the
+// io_context lives until the last of them is gone, on whichever thread lets go of it.
 struct LifeGuard {
   std::mutex mutex;
   bool alive = true;  // guarded by mutex
+  SharedIoContext io;
 };
 
-// Members are ordered so that `io` is destroyed before what its leftover handlers' destructors
-// touch (Connection::~Connection calls forget()).
 struct HttpServer::Impl {
   Impl(const HttpServerOptions& o, Handler& h)
       : options(o), handler(h), acceptor(io), acceptor_strand(asio::make_strand(io)), retry_timer(io) {}
+  // Marks the guard dead and shuts the io_context's services down (the handlers left queued are
+  // destroyed here); the io_context itself goes with the last Connection or Exchange.
   ~Impl();
 
   HttpServerOptions options;
@@ -67,7 +80,7 @@ struct HttpServer::Impl {
   std::map<std::string, int> per_client;                                  // guarded by mutex
   int open_count = 0;                                                      // guarded by mutex
 
-  asio::io_context io;
+  asio::io_context& io = life->io;
   tcp::acceptor acceptor;                                  // used on acceptor_strand only
   asio::strand<asio::io_context::executor_type> acceptor_strand;
   asio::steady_timer retry_timer;                          // after accept fails for lack of descriptors
@@ -131,8 +144,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool can_read_more() const;
   void arm_idle_deadline();
 
-  HttpServer::Impl* server_;  // valid while life_->alive (see Impl's member order)
-  std::shared_ptr<LifeGuard> life_;
+  HttpServer::Impl* server_;  // valid while life_->alive
+  std::shared_ptr<LifeGuard> life_;  // declared before the io objects below: it outlives them
   asio::strand<asio::io_context::executor_type> strand_;
   tcp::socket socket_;
   std::string address_;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,12 @@ class ServeProcess {
       ::waitpid(pid_, &status, 0);
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       pid_ = -1;
+      // A failed stop is most often a sanitizer's finding in the child (ThreadSanitizer exits 66):
+      // its report is in the log, which CI never keeps, so it goes to the test's own output.
+      if (exit_code_ != 0) {
+        std::fprintf(stderr, "kvstash serve exited %d on SIGTERM; its log (%s):\n%s\n", exit_code_,
+                     log_path_.c_str(), read_text_file(log_path_).c_str());
+      }
     }
     return exit_code_;
   }
