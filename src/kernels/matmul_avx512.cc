@@ -595,8 +595,9 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 // q6kx16_tile's to the bit.
 //
 // The prefetch is into L1 (T0), a 212-byte step's four lines per step, where every other tile
-// prefetches into L2 (T1). One thread, of a read of the same copies: into L1 4 KiB ahead 0.85-0.97;
-// into L2 16 KiB ahead (the slice tile's) 0.56-0.81; none 0.76-0.88. A synthetic stream of this
+// prefetches into L2 (T1); its lead depends on the core (interleaved_prefetch_ahead). One thread on
+// Zen 4, of a read of the same copies: into L1 4 KiB ahead 0.85-0.97; into L2 16 KiB ahead (the slice
+// tile's) 0.56-0.81; none 0.76-0.88. A synthetic stream of this
 // density (`kernels_bench --prefetch-sweep`, 46-68 GB/s in L1) reads 0.70-0.84 with a 4-16 KiB lead
 // into L2 and 0.97-1.06 with one into L1 (BENCHMARKS.md, issue 14).
 void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
@@ -882,18 +883,32 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 // - Q6_K, several tokens (q6kx16_tile reads a slice at a time, ql chunks twice and qh chunks four
 //   times, the most arithmetic per byte): 16 KiB; at 4 KiB one thread read 15-17 GB/s where its
 //   pages gave 23-36, at 16 KiB 23-31 (1 KiB: 9).
-// - Q6_K, one token (q6kx16_token, into L1): 4 KiB. One thread, of the copies' read: 4 KiB
-//   0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB 0.82-0.89, 16 KiB 0.79-0.88.
+// - Q6_K, one token (q6kx16_token, into L1): by core, the one lead here that two machines disagree
+//   on. AMD Zen 4, one thread, of the copies' read: 4 KiB 0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB
+//   0.82-0.89, 16 KiB 0.79-0.88. Intel Sapphire Rapids (a read of 14 GB/s per core against Zen 4's
+//   30): 1.5-2 KiB 0.90-0.97, 1 KiB 0.87-0.93, 4 KiB 0.69-0.85 (128256x2048, 8192x2048, 2048x8192;
+//   two threads 2 KiB 0.78-0.99, 4 KiB 0.75-0.91); into L2 (T1) at any lead 0.81-0.87, none
+//   0.79-0.85. Four lines a step at 4 KiB ahead keep ~64 misses in flight, where Golden Cove's L1
+//   tracks 16 (Zen 4's 24), so the demand loads wait behind prefetches; 2 KiB on every other core.
 // - Q3_K, one token (q3kx16_token, into L1, a 192-byte step's three lines per step): 1 KiB, not
 //   swept; the kernel computes at 26 GB/s in cache and reads 21-23 from memory on one thread.
 // - Q5_K, one token (into L1, spread over each chunk of codes): 1.5 KiB. One thread, 8192x2048,
 //   2048x8192, 128256x2048, of the copies' read: 1.5 KiB 0.79-0.91, 1 KiB 0.79-0.86, 2-3 KiB
 //   0.61-0.87; into L1 a quarter super-block at once per pair, 3-4 KiB: 0.66-0.80; into L2 as
 //   Q4_K, 1-2 KiB: 0.41-0.51.
+std::size_t q6k_token_prefetch_ahead() {
+  static const std::size_t ahead = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") ? std::size_t{4} << 10 : std::size_t{2} << 10;
+  }();
+  return ahead;
+}
+
 template <WeightType kType>
-constexpr std::size_t interleaved_prefetch_ahead(int n_tokens) {
+std::size_t interleaved_prefetch_ahead(int n_tokens) {
   if (n_tokens > 1) return std::size_t{16} << 10;
-  return kType == WeightType::kQ6_Kx16 ? std::size_t{4} << 10 : kType == WeightType::kQ5_Kx16 ? std::size_t{1536} : std::size_t{1} << 10;
+  if constexpr (kType == WeightType::kQ6_Kx16) return q6k_token_prefetch_ahead();
+  return kType == WeightType::kQ5_Kx16 ? std::size_t{1536} : std::size_t{1} << 10;
 }
 
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
