@@ -207,7 +207,7 @@ TEST_P(Interleaved16, MatmulIsTheScalarStatementBitForBitAtEveryTokenCount) {
     TestWeights q8 = make_test_weights(GetParam(), rows, cols, static_cast<std::uint32_t>(rows + cols));
     put_extremes(q8);
     const Repacked r = repack(q8.view);
-    for (int n_tokens : {1, 2, 3, 7, 8, 9, 12, 17}) {
+    for (int n_tokens : {1, 2, 3, 7, 8, 9, 12, 17, 18, 19, 20}) {
       SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " tokens " << n_tokens);
       std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * cols), 100 + n_tokens);
       x[0] = 40.0f;  // one large activation: its block quantizes to +-127 around it

@@ -983,10 +983,15 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
   }
 }
 
-// kF16x16 (interleaved16.h): one group of 16 rows, one row per f32 lane, against T <= 4 tokens (x_stride
-// floats apart). Column c's 16 weights are one register, times each token's x[c] broadcast, into that
-// token's chain c % 4: the statement's arithmetic, so the same bits whatever T is. kConverted: the
-// group already as f32 ([c][16], the blocked prefill's copy), else its f16 values.
+// kF16x16 (interleaved16.h): one group of 16 rows, one row per f32 lane, against T <= 7 tokens
+// (x_stride floats apart). Column c's 16 weights are one register, times each token's x[c]
+// broadcast, into that token's chain c % 4: the statement's arithmetic, so the same bits whatever T
+// is. kConverted: the group already as f32 ([c][16], the blocked prefill's copy), else its f16 values.
+//
+// The blocked prefill runs 7 tokens a tile (28 accumulators): a group longer than L1 comes from L2
+// once per tile, so the tokens per tile set the bytes per FMA. Sapphire Rapids, two threads, the
+// model shapes: 4 tokens 0.63-0.73 of sgemm, 6 tokens 0.69-0.84, 7 tokens 0.77-0.87; two groups
+// against 3 tokens (more rows per broadcast, more L2 bytes per FMA) 0.51-0.62 (BENCHMARKS.md, issue 14).
 template <int T, bool kConverted>
 void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int64_t x_stride, float* y,
                  std::int64_t y_stride) {
@@ -999,13 +1004,15 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
     }
   };
   __m512 acc[T][kChains];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 4
     for (int j = 0; j < kChains; ++j) acc[t][j] = _mm512_setzero_ps();
   auto column = [&](std::int64_t c, int chain) __attribute__((always_inline)) {
-    const __m512 wv = weights(c);
-#pragma GCC unroll 4
+    __m512 wv = weights(c);
+    // In a register, loaded once: GCC otherwise folds the load into each token's FMA.
+    if constexpr (T > 1) asm("" : "+v"(wv));
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[t][chain] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * x_stride + c]), acc[t][chain]);
   };
   std::int64_t c = 0;
@@ -1017,27 +1024,32 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
   for (int j = 0; j < kChains; ++j) {
     if (c + j < cols) column(c + j, j);
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     _mm512_storeu_ps(y + t * y_stride, _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
   }
 }
 
-// n_groups consecutive groups from `groups` against tokens [0, n_tokens) of x, 4 tokens at a time.
+// n_groups consecutive groups from `groups` against tokens [0, n_tokens) of x, 4 tokens at a time
+// (decode's small batches), or 7 (kConverted: the blocked prefill).
 template <bool kConverted>
 void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols, const float* x, int n_tokens, float* y,
                    std::int64_t y_stride) {
   const std::size_t group_bytes = q8x16::f16::group_bytes(cols) * (kConverted ? 2 : 1);
+  constexpr int kTokens = kConverted ? 7 : 4;
   for (std::int64_t g = 0; g < n_groups; ++g) {
     const void* group = static_cast<const std::uint8_t*>(groups) + static_cast<std::size_t>(g) * group_bytes;
-    for (int t0 = 0; t0 < n_tokens; t0 += 4) {
+    for (int t0 = 0; t0 < n_tokens; t0 += kTokens) {
       const float* xt = x + static_cast<std::int64_t>(t0) * cols;
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
-      switch (std::min(4, n_tokens - t0)) {
+      switch (std::min(kTokens, n_tokens - t0)) {
         case 1: f16x16_tile<1, kConverted>(group, cols, xt, cols, yt, y_stride); break;
         case 2: f16x16_tile<2, kConverted>(group, cols, xt, cols, yt, y_stride); break;
         case 3: f16x16_tile<3, kConverted>(group, cols, xt, cols, yt, y_stride); break;
-        default: f16x16_tile<4, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 4: f16x16_tile<4, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 5: if constexpr (kConverted) f16x16_tile<5, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 6: if constexpr (kConverted) f16x16_tile<6, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        default: if constexpr (kConverted) f16x16_tile<7, kConverted>(group, cols, xt, cols, yt, y_stride); break;
       }
     }
   }
@@ -1059,7 +1071,7 @@ void f16x16_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t
   const std::int64_t n = (row_end - row_begin) * w.cols;
   converted.resize(static_cast<std::size_t>(n));
   f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(first), converted.data(), static_cast<int>(n));
-  const int block = blocked_token_count(w.cols, 4, n_tokens);
+  const int block = blocked_token_count(w.cols, 7, n_tokens);
   for (int t0 = 0; t0 < n_tokens; t0 += block) {
     f16x16_groups<true>(converted.data(), n_groups, w.cols, x + static_cast<std::int64_t>(t0) * w.cols,
                         std::min(block, n_tokens - t0), y + t0 * y_stride, y_stride);
