@@ -886,7 +886,7 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 // - Q6_K, one token (q6kx16_token, into L1): by core, the one lead here that two machines disagree
 //   on. AMD Zen 4, one thread, of the copies' read: 4 KiB 0.85-0.97, 3 and 6 KiB 0.84-0.94, 1-2 KiB
 //   0.82-0.89, 16 KiB 0.79-0.88. Intel Sapphire Rapids (a read of 14 GB/s per core against Zen 4's
-//   30): 1.5-2 KiB 0.90-0.97, 1 KiB 0.87-0.93, 4 KiB 0.69-0.85 (128256x2048, 8192x2048, 2048x8192;
+//   30): 1.5-2 KiB 0.90-0.97, 1 KiB 0.86-0.93, 4 KiB 0.69-0.85 (128256x2048, 8192x2048, 2048x8192;
 //   two threads 2 KiB 0.78-0.99, 4 KiB 0.75-0.91); into L2 (T1) at any lead 0.81-0.87, none
 //   0.79-0.85. Four lines a step at 4 KiB ahead keep ~64 misses in flight, where Golden Cove's L1
 //   tracks 16 (Zen 4's 24), so the demand loads wait behind prefetches; 2 KiB on every other core.
@@ -990,8 +990,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
 //
 // The blocked prefill runs 7 tokens a tile (28 accumulators): a group longer than L1 comes from L2
 // once per tile, so the tokens per tile set the bytes per FMA. Sapphire Rapids, two threads, the
-// model shapes: 4 tokens 0.63-0.73 of sgemm, 6 tokens 0.69-0.84, 7 tokens 0.77-0.87; two groups
-// against 3 tokens (more rows per broadcast, more L2 bytes per FMA) 0.51-0.62 (BENCHMARKS.md, issue 14).
+// model shapes: 4 tokens 0.63-0.73 of sgemm (qwen's), 6 tokens 0.73-0.84, 7 tokens 0.77-0.88; two
+// groups against 3 tokens (more rows per broadcast, more L2 bytes per FMA) 0.51-0.62 (BENCHMARKS.md, issue 14).
 template <int T, bool kConverted>
 void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int64_t x_stride, float* y,
                  std::int64_t y_stride) {
