@@ -596,8 +596,8 @@ void q6kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
 //
 // The prefetch is into L1 (T0), a 212-byte step's four lines per step, where every other tile
 // prefetches into L2 (T1); its lead depends on the core (interleaved_prefetch_ahead). One thread on
-// Zen 4, of a read of the same copies: into L1 4 KiB ahead 0.85-0.97; into L2 16 KiB ahead (the slice
-// tile's) 0.56-0.81; none 0.76-0.88. A synthetic stream of this
+// Zen 4, of a read of the same copies: into L1 4 KiB ahead 0.85-0.97; into L2 16 KiB ahead (the
+// slice tile's) 0.56-0.81; none 0.76-0.88. A synthetic stream of this
 // density (`kernels_bench --prefetch-sweep`, 46-68 GB/s in L1) reads 0.70-0.84 with a 4-16 KiB lead
 // into L2 and 0.97-1.06 with one into L1 (BENCHMARKS.md, issue 14).
 void q6kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
@@ -888,8 +888,9 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   0.82-0.89, 16 KiB 0.79-0.88. Intel Sapphire Rapids (a read of 14 GB/s per core against Zen 4's
 //   30): 1.5-2 KiB 0.90-0.97, 1 KiB 0.86-0.93, 4 KiB 0.69-0.85 (128256x2048, 8192x2048, 2048x8192;
 //   two threads 2 KiB 0.78-0.99, 4 KiB 0.75-0.91); into L2 (T1) at any lead 0.81-0.87, none
-//   0.79-0.85. Four lines a step at 4 KiB ahead keep ~64 misses in flight, where Golden Cove's L1
-//   tracks 16 (Zen 4's 24), so the demand loads wait behind prefetches; 2 KiB on every other core.
+//   0.79-0.85. Likely why: four lines a step at 4 KiB ahead keep ~64 misses in flight, where a
+//   Golden Cove L1 has 16 fill buffers, so the demand loads wait behind prefetches. 2 KiB on every
+//   core but AMD's.
 // - Q3_K, one token (q3kx16_token, into L1, a 192-byte step's three lines per step): 1 KiB, not
 //   swept; the kernel computes at 26 GB/s in cache and reads 21-23 from memory on one thread.
 // - Q5_K, one token (into L1, spread over each chunk of codes): 1.5 KiB. One thread, 8192x2048,
@@ -988,10 +989,12 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
 // broadcast, into that token's chain c % 4: the statement's arithmetic, so the same bits whatever T
 // is. kConverted: the group already as f32 ([c][16], the blocked prefill's copy), else its f16 values.
 //
-// The blocked prefill runs 7 tokens a tile (28 accumulators): a group longer than L1 comes from L2
+// The blocked prefill runs kF16PrefillTileTokens a tile (28 accumulators): a group longer than L1 comes from L2
 // once per tile, so the tokens per tile set the bytes per FMA. Sapphire Rapids, two threads, the
 // model shapes: 4 tokens 0.63-0.73 of sgemm (qwen's), 6 tokens 0.73-0.84, 7 tokens 0.77-0.88; two
 // groups against 3 tokens (more rows per broadcast, more L2 bytes per FMA) 0.51-0.62 (BENCHMARKS.md, issue 14).
+inline constexpr int kF16PrefillTileTokens = 7;
+
 template <int T, bool kConverted>
 void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int64_t x_stride, float* y,
                  std::int64_t y_stride) {
@@ -1031,12 +1034,13 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
 }
 
 // n_groups consecutive groups from `groups` against tokens [0, n_tokens) of x, 4 tokens at a time
-// (decode's small batches), or 7 (kConverted: the blocked prefill).
+// (decode's small batches), or kF16PrefillTileTokens (kConverted: the blocked prefill).
 template <bool kConverted>
 void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols, const float* x, int n_tokens, float* y,
                    std::int64_t y_stride) {
   const std::size_t group_bytes = q8x16::f16::group_bytes(cols) * (kConverted ? 2 : 1);
-  constexpr int kTokens = kConverted ? 7 : 4;
+  constexpr int kTokens = kConverted ? kF16PrefillTileTokens : 4;
+  static_assert(kF16PrefillTileTokens == 7, "the switch below has a case per tile size");
   for (std::int64_t g = 0; g < n_groups; ++g) {
     const void* group = static_cast<const std::uint8_t*>(groups) + static_cast<std::size_t>(g) * group_bytes;
     for (int t0 = 0; t0 < n_tokens; t0 += kTokens) {
@@ -1071,7 +1075,7 @@ void f16x16_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t
   const std::int64_t n = (row_end - row_begin) * w.cols;
   converted.resize(static_cast<std::size_t>(n));
   f16_to_f32_row(reinterpret_cast<const std::uint16_t*>(first), converted.data(), static_cast<int>(n));
-  const int block = blocked_token_count(w.cols, 7, n_tokens);
+  const int block = blocked_token_count(w.cols, kF16PrefillTileTokens, n_tokens);
   for (int t0 = 0; t0 < n_tokens; t0 += block) {
     f16x16_groups<true>(converted.data(), n_groups, w.cols, x + static_cast<std::int64_t>(t0) * w.cols,
                         std::min(block, n_tokens - t0), y + t0 * y_stride, y_stride);
