@@ -412,10 +412,9 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 template <bool kFifth, int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
-                 bool prefetch_x) {
+                 bool prefetch_x, bool into_l1) {
   namespace q4k = q8x16::q4k;
   constexpr std::size_t kSuperBlockBytes = q4k::super_block_bytes(kFifth);
-  constexpr bool kIntoL1 = kFifth && T == 1;
   const std::int64_t supers = cols / 256;
   // Q4_K's sums are 16 times the statement's (its high nibbles in place): d d_x / 16, exact.
   const __m512 unscale = _mm512_set1_ps(kFifth ? 1.0f : 1.0f / 16.0f);
@@ -435,12 +434,12 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       // token prefetches into L1 instead, spread over the pair's chunks (two lines' worth each; the
       // addresses 45 bytes apart miss no line); see interleaved_prefetch_ahead.
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * kSuperBlockBytes + p * (kSuperBlockBytes / 4);
-      if (ahead != nullptr && !kIntoL1) prefetch_span(ahead, kSuperBlockBytes / 4);
+      if (ahead != nullptr && !into_l1) prefetch_span(ahead, kSuperBlockBytes / 4);
       // Each chunk of codes is loaded once for both sub-blocks of the pair.
       __m512i lo[8], hi[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        if (ahead != nullptr && kIntoL1) {
+        if (ahead != nullptr && into_l1) {
           _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32)), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32) + kSuperBlockBytes / 64), _MM_HINT_T0);
         }
@@ -819,7 +818,8 @@ void q2kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
 // offset 0), scaled by d d_x; Q4_1 and Q5_1 then add m times the block's activation sum.
 template <WeightType kType, int T>
 void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
-                     const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+                     const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
+                     bool into_l1) {
   namespace b32 = q8x16::b32;
   constexpr b32::Form kForm = b32::form_of(kType);
   constexpr std::size_t kUnit = b32::unit_bytes(kForm), kCodes = b32::codes_at(kForm), kMasks = b32::masks_at(kForm);
@@ -831,7 +831,13 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t un = 0; un < blocks / 2; ++un) {
     const std::uint8_t* unit = group + un * kUnit;
-    if (prefetch_at != nullptr) prefetch_span(prefetch_at + un * kUnit, kUnit);
+    if (prefetch_at != nullptr) {
+      if (into_l1) {
+        prefetch_span_into_l1(prefetch_at + un * kUnit, kUnit);
+      } else {
+        prefetch_span(prefetch_at + un * kUnit, kUnit);
+      }
+    }
 #pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       const std::int64_t b = 2 * un + j;
@@ -893,23 +899,45 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   core but AMD's.
 // - Q3_K, one token (q3kx16_token, into L1, a 192-byte step's three lines per step): 1 KiB, not
 //   swept; the kernel computes at 26 GB/s in cache and reads 21-23 from memory on one thread.
+// - Q4_K, Q4_0, Q4_1, Q5_0, Q5_1, one token: into L2 at 1 KiB on AMD (above); into L1 elsewhere,
+//   Q5_0 and Q5_1 at 1.5 KiB, the others at 1 KiB. Sapphire Rapids, GB/s (one thread; two):
+//   Q5_0 at 151936x896 12.0-12.9 -> 13.2-13.9 (26.1-26.8 -> 27.0-28.7), 4864x896 13.6-14.2 ->
+//   14.2-15.5; Q5_1 alike; Q4_K at 8192x2048 14.8-15.1 -> 15.4, 128256x2048 13.8-14.3 ->
+//   14.7-14.9 (27.3 -> 26.4-28.8); Q4_0 and Q4_1 +0-5 %; Q5_0 at 2 KiB lost at two threads
+//   (Q5_1 151936x896: 22.7). Not tried on Zen 4, where into L1 capped a core's read (f16: see
+//   matmul_tiles.h), so AMD keeps the measured L2 lead.
 // - Q5_K, one token (into L1, spread over each chunk of codes): 1.5 KiB. One thread, 8192x2048,
 //   2048x8192, 128256x2048, of the copies' read: 1.5 KiB 0.79-0.91, 1 KiB 0.79-0.86, 2-3 KiB
 //   0.61-0.87; into L1 a quarter super-block at once per pair, 3-4 KiB: 0.66-0.80; into L2 as
 //   Q4_K, 1-2 KiB: 0.41-0.51.
-std::size_t q6k_token_prefetch_ahead() {
-  static const std::size_t ahead = [] {
+bool amd_core() {
+  static const bool amd = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_is("amd") ? std::size_t{4} << 10 : std::size_t{2} << 10;
+    return __builtin_cpu_is("amd") != 0;
   }();
-  return ahead;
+  return amd;
+}
+
+std::size_t q6k_token_prefetch_ahead() { return amd_core() ? std::size_t{4} << 10 : std::size_t{2} << 10; }
+
+// Whether a one-token Q4_K, Q5_K, Q4_0, Q5_0, Q4_1 or Q5_1 tile prefetches into L1 (the Q6_K, Q3_K
+// and Q2_K token kernels always do; Q8_0 into L2 everywhere: into L1 it read the same).
+template <WeightType kType>
+bool interleaved_token_into_l1() {
+  if constexpr (kType == WeightType::kQ5_Kx16) return true;
+  if constexpr (kType == WeightType::kQ8_0x16) return false;
+  return !amd_core();
 }
 
 template <WeightType kType>
 std::size_t interleaved_prefetch_ahead(int n_tokens) {
   if (n_tokens > 1) return std::size_t{16} << 10;
   if constexpr (kType == WeightType::kQ6_Kx16) return q6k_token_prefetch_ahead();
-  return kType == WeightType::kQ5_Kx16 ? std::size_t{1536} : std::size_t{1} << 10;
+  if constexpr (kType == WeightType::kQ5_Kx16) return 1536;
+  if constexpr (kType == WeightType::kQ5_0x16 || kType == WeightType::kQ5_1x16) {
+    return interleaved_token_into_l1<kType>() ? 1536 : 1024;
+  }
+  return std::size_t{1} << 10;
 }
 
 // Rows [row_begin, row_end) (whole groups) of an interleaved matrix, tokens 8 at a time; the first
@@ -945,11 +973,13 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
       auto run = [&]<int T>() {
         if constexpr (kType == WeightType::kQ4_Kx16 || kType == WeightType::kQ5_Kx16) {
           q4kx16_tile<kType == WeightType::kQ5_Kx16, T>(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
-                         xq.k_sums32 + t0 * blocks, yt, y_stride, ahead, prefetch_x);
+                         xq.k_sums32 + t0 * blocks, yt, y_stride, ahead, prefetch_x,
+                         T == 1 && interleaved_token_into_l1<kType>());
         } else if constexpr (kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 || kType == WeightType::kQ4_1x16 ||
                              kType == WeightType::kQ5_1x16) {
           block32x16_tile<kType, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
-                                                            xq.block_sums + t0 * blocks, yt, y_stride, ahead);
+                                                            xq.block_sums + t0 * blocks, yt, y_stride, ahead,
+                                                            T == 1 && interleaved_token_into_l1<kType>());
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
