@@ -75,7 +75,7 @@ bool k_type(WeightType type) {
 }
 bool f16(WeightType type) { return type == WeightType::kF16; }
 
-TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
+TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) {
   const WeightType type = GetParam();
   const std::int64_t cols = k_type(type) ? 512 : 128;
   const TestWeights w = make_test_weights(type, 32, cols, 1);
@@ -108,8 +108,15 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheAvx512Path) {
   }
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kBF16, 32, 512, 4).view), 0u);
   EXPECT_EQ(repack_bytes(make_test_weights(WeightType::kF32, 32, 512, 4).view), 0u);
+  // The AVX2 kernels multiply the 4- and 5-bit layouts without VNNI (interleaved_avx2.cc); the
+  // others keep their GGUF layout there.
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
-  EXPECT_EQ(repack_bytes(w.view), 0u) << "only the AVX-512 kernels read the layout at speed";
+  const bool avx2_reads = type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 ||
+                          type == WeightType::kQ5_1 || type == WeightType::kQ4_K;
+  EXPECT_EQ(repack_bytes(w.view), avx2_reads ? want_bytes : 0u);
+  if (avx2_reads) EXPECT_EQ(repack(w.view).view.type, made);
+  ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
+  EXPECT_EQ(repack_bytes(w.view), 0u) << "the scalar path reads the GGUF layouts";
 }
 
 // The extremes of each layout's stored bytes, in the first block of the first row: Q8_0's -128

@@ -75,8 +75,16 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
   return static_cast<std::size_t>(cols) / static_cast<std::size_t>(f.block_elems) * f.block_bytes;
 }
 
+// The GGUF types whose interleaved layout the AVX2 kernels multiply (interleaved_avx2.cc); the
+// AVX-512 kernels read every interleaved layout.
+bool avx2_reads_interleaved(WeightType type) {
+  return type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 || type == WeightType::kQ5_1 ||
+         type == WeightType::kQ4_K;
+}
+
 std::size_t repack_bytes(const WeightView& w) {
-  if (active_kernels().path != SimdPath::kAvx512) return 0;
+  const SimdPath path = active_kernels().path;
+  if (path == SimdPath::kScalar || (path == SimdPath::kAvx2 && !avx2_reads_interleaved(w.type))) return 0;
   if ((w.type == WeightType::kQ8_0 || w.type == WeightType::kQ4_0 || w.type == WeightType::kQ5_0 || w.type == WeightType::kQ4_1 ||
        w.type == WeightType::kQ5_1) &&
       q8x16::fits(w.rows, w.cols)) {

@@ -225,11 +225,15 @@ struct Ops {
   }
 };
 
-// The interleaved types (AVX-512 layouts) only reach this level when a test lowers the path after the
-// weights were repacked: the scalar statement serves it.
+// The interleaved layouts this level multiplies go to interleaved_avx2.cc; the others (made for the
+// AVX-512 kernels) only reach this level when a test lowers the path after the weights were
+// repacked: the scalar statement serves them.
 void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations& xq, int n_tokens,
                  std::int64_t row_begin, std::int64_t row_end, float* y, std::int64_t y_stride) {
-  if (is_interleaved(w.type)) return scalar_kernel_table().matmul_rows(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
+  if (is_interleaved(w.type)) {
+    if (interleaved_rows(w, xq, n_tokens, row_begin, row_end, y, y_stride)) return;
+    return scalar_kernel_table().matmul_rows(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
+  }
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);
 }
 

@@ -910,14 +910,6 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
 //   2048x8192, 128256x2048, of the copies' read: 1.5 KiB 0.79-0.91, 1 KiB 0.79-0.86, 2-3 KiB
 //   0.61-0.87; into L1 a quarter super-block at once per pair, 3-4 KiB: 0.66-0.80; into L2 as
 //   Q4_K, 1-2 KiB: 0.41-0.51.
-bool amd_core() {
-  static const bool amd = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") != 0;
-  }();
-  return amd;
-}
-
 std::size_t q6k_token_prefetch_ahead() { return amd_core() ? std::size_t{4} << 10 : std::size_t{2} << 10; }
 
 // Whether a one-token Q4_K, Q5_K, Q4_0, Q5_0, Q4_1 or Q5_1 tile prefetches into L1 (the Q6_K, Q3_K

@@ -16,6 +16,14 @@ const char* simd_path_name(SimdPath path) {
   return "?";
 }
 
+bool amd_core() {
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+}
+
 bool cpu_supports(SimdPath path) {
   switch (path) {
     case SimdPath::kScalar:

@@ -83,6 +83,8 @@ const KernelTable& avx2_kernel_table();
 const KernelTable& avx512_kernel_table();
 
 bool cpu_supports(SimdPath path);
+// Whether this CPU is AMD's: some prefetch choices differ by vendor (matmul_avx512.cc).
+bool amd_core();
 // The table in use: the best the CPU supports, lowered by KVSTASH_SIMD, or the one a test set.
 const KernelTable& active_kernels();
 // Returns false (and changes nothing) when the CPU cannot run `path`.

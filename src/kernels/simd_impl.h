@@ -31,3 +31,15 @@
 
 KVSTASH_DECLARE_VECTOR_OPS(avx2)
 KVSTASH_DECLARE_VECTOR_OPS(avx512)
+
+namespace kvstash::kernels {
+struct WeightView;
+struct QuantizedActivations;
+}  // namespace kvstash::kernels
+
+namespace kvstash::kernels::avx2 {
+// Rows [row_begin, row_end) (whole 16-row groups) of an interleaved matrix whose layout the AVX2
+// kernels multiply (interleaved_avx2.cc); false, and nothing written, for the other layouts.
+bool interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                      std::int64_t row_end, float* y, std::int64_t y_stride);
+}  // namespace kvstash::kernels::avx2

@@ -136,7 +136,7 @@ class Model {
   // Bytes of weights read per decoded token (all matrices, incl. the output projection).
   std::size_t weight_bytes_per_token() const;
   // Where the weights are, for startup logs: e.g. "weights: 525.1 MiB copied into huge pages
-  // (524.0 MiB huge); 169 matrices interleaved by 16 rows for the AVX-512 kernels" or
+  // (524.0 MiB huge); 169 matrices interleaved by 16 rows for the AVX-512 kernels" (or AVX2) or
   // "weights: 525.1 MiB mapped from the file".
   std::string weight_memory_summary() const;
   // The memory the weights were copied into (empty when they are used from the file mapping), for

@@ -217,7 +217,7 @@ std::string Model::weight_memory_summary() const {
   }
   if (repacked_matrices_ > 0) {
     s += "; " + std::to_string(repacked_matrices_) + (repacked_matrices_ == 1 ? " matrix" : " matrices") +
-         " interleaved by 16 rows for the AVX-512 kernels";
+         " interleaved by 16 rows for the " + (std::string(kernels::simd_path()) == "avx2" ? "AVX2" : "AVX-512") + " kernels";
   }
   return s;
 }
