@@ -114,7 +114,9 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) 
   const bool avx2_reads = type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 ||
                           type == WeightType::kQ5_1 || type == WeightType::kQ4_K;
   EXPECT_EQ(repack_bytes(w.view), avx2_reads ? want_bytes : 0u);
-  if (avx2_reads) EXPECT_EQ(repack(w.view).view.type, made);
+  if (avx2_reads) {
+    EXPECT_EQ(repack(w.view).view.type, made);
+  }
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
   EXPECT_EQ(repack_bytes(w.view), 0u) << "the scalar path reads the GGUF layouts";
 }
