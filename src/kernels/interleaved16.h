@@ -349,6 +349,8 @@ inline constexpr Form form_of(WeightType type) {
           type == WeightType::kQ4_1 || type == WeightType::kQ5_1 || type == WeightType::kQ4_1x16 || type == WeightType::kQ5_1x16};
 }
 inline constexpr std::size_t kScalesBytes = 64, kMins = 64;
+// The offset a code is stored with, w = d (u - offset): Q4_0 8, Q5_0 16; none in the min forms.
+inline constexpr int code_offset(Form f) { return f.min ? 0 : f.fifth ? 16 : 8; }
 inline constexpr std::size_t masks_at(Form f) { return f.min ? 128 : 64; }
 inline constexpr std::size_t codes_at(Form f) { return masks_at(f) + (f.fifth ? 128 : 0); }
 inline constexpr std::size_t unit_bytes(Form f) { return codes_at(f) + 512; }

@@ -83,7 +83,7 @@ void block32_half(const std::uint8_t* group, std::int64_t cols, int h, const flo
   namespace b32 = q8x16::b32;
   constexpr b32::Form kForm = b32::form_of(kType);
   constexpr std::size_t kUnit = b32::unit_bytes(kForm), kCodes = b32::codes_at(kForm), kMasks = b32::masks_at(kForm);
-  constexpr int kOffset = kForm.min ? 0 : kForm.fifth ? 16 : 8;
+  constexpr int kOffset = b32::code_offset(kForm);
   const std::int64_t blocks = cols / kQ8_0BlockElems;
   const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   __m256 acc[T];

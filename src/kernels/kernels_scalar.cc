@@ -174,7 +174,7 @@ float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_sca
                          const std::int32_t* x_sums) {
   const auto* data = static_cast<const std::uint8_t*>(w.data);
   const q8x16::b32::Form f = q8x16::b32::form_of(w.type);
-  const int offset = f.min ? 0 : f.fifth ? 16 : 8;
+  const int offset = q8x16::b32::code_offset(f);
   float acc = 0.0f;
   for (std::int64_t b = 0; b < w.cols / 32; ++b) {
     std::int32_t isum = 0;

@@ -823,7 +823,7 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   namespace b32 = q8x16::b32;
   constexpr b32::Form kForm = b32::form_of(kType);
   constexpr std::size_t kUnit = b32::unit_bytes(kForm), kCodes = b32::codes_at(kForm), kMasks = b32::masks_at(kForm);
-  constexpr int kOffset = kForm.min ? 0 : kForm.fifth ? 16 : 8;
+  constexpr int kOffset = b32::code_offset(kForm);
   const std::int64_t blocks = cols / kQ8_0BlockElems;
   const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
   __m512 acc[T];
