@@ -430,9 +430,10 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int p = 0; p < 4; ++p) {
-      // A quarter of the super-block ahead per pair: a few lines at a time, not a burst. Q5_K at one
-      // token prefetches into L1 instead, spread over the pair's chunks (two lines' worth each; the
-      // addresses 45 bytes apart miss no line); see interleaved_prefetch_ahead.
+      // A quarter of the super-block ahead per pair: a few lines at a time, not a burst. At one
+      // token Q5_K (and Q4_K but on AMD) prefetches into L1 instead, spread over the pair's chunks
+      // (two lines' worth each; the addresses 45 or 37 bytes apart miss no line); see
+      // interleaved_prefetch_ahead.
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * kSuperBlockBytes + p * (kSuperBlockBytes / 4);
       if (ahead != nullptr && !into_l1) prefetch_span(ahead, kSuperBlockBytes / 4);
       // Each chunk of codes is loaded once for both sub-blocks of the pair.
