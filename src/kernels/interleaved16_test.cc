@@ -111,7 +111,7 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) 
   // The AVX2 kernels multiply the 4- and 5-bit layouts without VNNI (interleaved_avx2.cc); the
   // others keep their GGUF layout there.
   ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx2));
-  const bool avx2_reads = type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 ||
+  const bool avx2_reads = type == WeightType::kQ8_0 || type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 ||
                           type == WeightType::kQ5_1 || type == WeightType::kQ4_K;
   EXPECT_EQ(repack_bytes(w.view), avx2_reads ? want_bytes : 0u);
   if (avx2_reads) {

@@ -1,22 +1,21 @@
 // AVX2 + FMA + F16C kernels for the interleaved layouts (interleaved16.h) that AVX2 multiplies
-// faster than the GGUF layouts without VNNI: kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 and kQ4_Kx16
-// (kernels.cc, avx2_reads_interleaved).
+// faster than the GGUF layouts without VNNI: kQ8_0x16, kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 and
+// kQ4_Kx16 (kernels.cc, avx2_reads_interleaved).
 //
 // A 16-row group's 64-byte chunk (16 rows x 4 weights, one row per 32-bit lane) is two ymm halves:
 // rows 0-7 and rows 8-15. Each half runs as its own 8-row tile against up to 2 tokens (16 ymm
 // registers). The VNNI step becomes maddubs (unsigned codes x signed activations, pairs summed in
 // int16) and one madd per sum (against ones, or Q4_K's scales): the codes are at most 31 and the
 // activations at most 127 in magnitude, so a pair is at most 7874 (5-bit) or 3810 (4-bit), and two
-// or eight of them add in int16 without saturating. So every integer
+// or eight of them add in int16 without saturating (Q8_0: see q8_half). So every integer
 // sum is exact, and the float arithmetic per row is the scalar statement's (kernels_scalar.cc), in
 // the same order: the results equal the scalar path's and the AVX-512 path's bit for bit
 // (interleaved16_test).
 //
-// Left on the GGUF layout at this level: Q8_0 (its codes are stored + 128, up to 255, where a
-// maddubs pair saturates); Q5_K, whose fifth bits cost AVX2 five operations per 32 codes to spread
-// (no mask registers) and which read no faster interleaved (9.5-10.1 GB/s against 10.0 for its
-// row kernel: kernels_bench --types q5_K,q5_Kx16 --shapes 8192x2048 --threads 1, KVSTASH_SIMD=avx2,
-// Sapphire Rapids); Q6_K, likewise: a kernel of this form (maddubs per 6-bit slice, two steps in
+// Left on the GGUF layout at this level: Q5_K, whose fifth bits cost AVX2 five operations per 32
+// codes to spread (no mask registers) and which read no faster interleaved (9.5-10.1 GB/s against
+// 10.0 for its row kernel: kernels_bench --types q5_K,q5_Kx16 --shapes 8192x2048 --threads 1,
+// KVSTASH_SIMD=avx2, Sapphire Rapids); Q6_K, likewise: a kernel of this form (maddubs per 6-bit slice, two steps in
 // int16, the group scales by multiply-add) computed at 16.8 GB/s from cache against the row kernel's
 // 16.1 and read 8.4-9.5 GB/s from memory against its 9.7-10.2 (8192x2048, 128256x2048); Q3_K, Q2_K
 // and F16 (not written for AVX2).
@@ -133,6 +132,43 @@ void block32_half(const std::uint8_t* group, std::int64_t cols, int h, const flo
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
 }
 
+// kQ8_0x16: one group of 16 rows, half h, against T <= 2 tokens. The codes are stored + 128; as
+// signed weights w (the stored byte xor 0x80), maddubs takes |w| and the activation with w's sign,
+// so a pair is at most 128 x 127 x 2 = 32512 and each step widens to int32 at once. Per block and
+// token: isum = sum(w x), acc = fma(isum, d dx, acc), as q8_0x16_row_dot states.
+template <int T>
+void q8_half(const std::uint8_t* group, std::int64_t cols, int h, const float* x_scales, const std::int8_t* x_values,
+             float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  const std::int64_t blocks = cols / kQ8_0BlockElems;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (std::int64_t un = 0; un < blocks / 2; ++un) {
+    const std::uint8_t* unit = group + un * q8x16::kUnitBytes;
+    if (prefetch_at != nullptr) prefetch_unit(prefetch_at + un * q8x16::kUnitBytes, q8x16::kUnitBytes, T);
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t b = 2 * un + j;
+      const std::uint8_t* wb = unit + q8x16::kScalesBytes + j * q8x16::kBlockWeightBytes;
+      __m256i sum[T];
+      for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * k + 32 * h)), flip);
+        const __m256i magnitude = _mm256_abs_epi8(w);  // -128 becomes 128, read unsigned
+        for (int t = 0; t < T; ++t) {
+          const __m256i x = _mm256_sign_epi8(broadcast4(x_values + t * cols + b * kQ8_0BlockElems + 4 * k), w);
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, x), ones));
+        }
+      }
+      const __m256 d = load_f16x8(unit + 32 * j + 16 * h);
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x_scales[t * blocks + b])), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
+}
+
 // kQ4_Kx16: one group of 16 rows, half h, against T <= 2 tokens' activations quantized per 256. Per super-block and token: isc = sum over sub-blocks of scale x sum(u x) in int32, imn =
 // the mins against the activations' sums per 32; acc = fma(isc, d dx, acc), acc = fma(-imn, dmin
 // dx, acc), as q4_kx16_row_dot states. (The AVX-512 tile keeps Q4_K's high nibbles in place, 16
@@ -202,10 +238,13 @@ template <WeightType kType>
 void interleaved_rows_of(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                          std::int64_t row_end, float* y, std::int64_t y_stride) {
   constexpr bool kK = kType == WeightType::kQ4_Kx16;
+  constexpr bool kQ8 = kType == WeightType::kQ8_0x16;
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   std::size_t group_bytes = 0;
   if constexpr (kK) {
     group_bytes = q8x16::q4k::group_bytes(false, w.cols);
+  } else if constexpr (kQ8) {
+    group_bytes = q8x16::group_bytes(w.cols);
   } else {
     group_bytes = q8x16::b32::group_bytes(q8x16::b32::form_of(kType), w.cols);
   }
@@ -217,7 +256,10 @@ void interleaved_rows_of(const WeightView& w, const QuantizedActivations& xq, in
       const std::uint8_t* ahead = t0 == 0 ? group + prefetch_ahead(n_tokens) : nullptr;
       auto run = [&]<int T>() {
         for (int h = 0; h < 2; ++h) {
-          if constexpr (kK) {
+          if constexpr (kQ8) {
+            q8_half<T>(group, w.cols, h, xq.scales + t0 * blocks, xq.values + t0 * w.cols, yt, y_stride,
+                       h == 0 ? ahead : nullptr);
+          } else if constexpr (kK) {
             q4k_half<T>(group, w.cols, h, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                                  xq.k_sums32 + t0 * blocks, yt, y_stride, h == 0 ? ahead : nullptr);
           } else {
@@ -240,6 +282,7 @@ void interleaved_rows_of(const WeightView& w, const QuantizedActivations& xq, in
 bool interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                       std::int64_t row_end, float* y, std::int64_t y_stride) {
   switch (w.type) {
+    case WeightType::kQ8_0x16: interleaved_rows_of<WeightType::kQ8_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride); return true;
     case WeightType::kQ4_0x16: interleaved_rows_of<WeightType::kQ4_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride); return true;
     case WeightType::kQ5_0x16: interleaved_rows_of<WeightType::kQ5_0x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride); return true;
     case WeightType::kQ4_1x16: interleaved_rows_of<WeightType::kQ4_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride); return true;

@@ -78,8 +78,8 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols) {
 // The GGUF types whose interleaved layout the AVX2 kernels multiply (interleaved_avx2.cc); the
 // AVX-512 kernels read every interleaved layout.
 bool avx2_reads_interleaved(WeightType type) {
-  return type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 || type == WeightType::kQ5_1 ||
-         type == WeightType::kQ4_K;
+  return type == WeightType::kQ8_0 || type == WeightType::kQ4_0 || type == WeightType::kQ5_0 || type == WeightType::kQ4_1 ||
+         type == WeightType::kQ5_1 || type == WeightType::kQ4_K;
 }
 
 std::size_t repack_bytes(const WeightView& w) {

@@ -78,7 +78,7 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols);
 // kQ5_0x16, kQ4_1x16 and kQ5_1x16, the same size; Q2_K, Q3_K, Q4_K, Q5_K and Q6_K ones become
 // kQ2_Kx16 (the same size), kQ3_Kx16 (116/110 of the size), kQ4_Kx16 (148/144), kQ5_Kx16
 // (180/176) and kQ6_Kx16 (212/210); F16 ones (any cols) become kF16x16, the same size. On the
-// AVX2 path, only Q4_0, Q5_0, Q4_1, Q5_1 and Q4_K (the layouts its kernels multiply).
+// AVX2 path, only Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and Q4_K (the layouts its kernels multiply).
 // repack_for_decode writes that copy to dst (64-byte aligned, repack_bytes(w) long) and returns its
 // view (row_bytes stays the original's); matmul and dequantize_rows accept it on every path.
 std::size_t repack_bytes(const WeightView& w);
