@@ -57,20 +57,17 @@ __attribute__((always_inline)) inline __m256 load_f16x8(const std::uint8_t* at) 
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
-// Prefetch: one token reads a unit or super-block while the next kilobyte comes in, into L1 where
-// the AVX-512 tiles take it there too (not on AMD: see matmul_avx512.cc); several tokens spend more
+// Prefetch: one token reads a unit or super-block while the next kilobyte comes in, into L1 on every
+// core but AMD's (as the AVX-512 tiles of these types but Q8_0, which read the same from L1 or L2
+// there; see matmul_avx512.cc), Q8_0 included (not compared with L2 here); several tokens spend more
 // arithmetic per byte, so 16 KiB ahead into L2 (as the AVX-512 tiles). One token into L1 against
 // L2, GB/s, 8192x2048, one thread, Sapphire Rapids with KVSTASH_SIMD=avx2: Q4_0 12.4-12.8 ->
 // 12.8-13.7, Q5_0 10.1 -> 10.8-11.0, Q4_K 11.8-11.9 -> 12.0-12.2; 2 KiB ahead no better.
 inline std::size_t prefetch_ahead(int n_tokens) { return n_tokens > 1 ? std::size_t{16} << 10 : std::size_t{1} << 10; }
 
 inline void prefetch_unit(const std::uint8_t* at, std::size_t bytes, int n_tokens) {
-  static const bool into_l1 = !amd_core();
-  if (n_tokens == 1 && into_l1) {
-    prefetch_span_into_l1(at, bytes);
-  } else {
-    prefetch_span(at, bytes);
-  }
+  static const bool off_amd = !amd_core();
+  prefetch_span(at, bytes, n_tokens == 1 && off_amd);
 }
 
 // kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16: one group of 16 rows, half h, against T <= 2 tokens.

@@ -832,13 +832,7 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (std::int64_t un = 0; un < blocks / 2; ++un) {
     const std::uint8_t* unit = group + un * kUnit;
-    if (prefetch_at != nullptr) {
-      if (into_l1) {
-        prefetch_span_into_l1(prefetch_at + un * kUnit, kUnit);
-      } else {
-        prefetch_span(prefetch_at + un * kUnit, kUnit);
-      }
-    }
+    if (prefetch_at != nullptr) prefetch_span(prefetch_at + un * kUnit, kUnit, into_l1);
 #pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       const std::int64_t b = 2 * un + j;

@@ -61,9 +61,11 @@ namespace {
 inline void prefetch_span(const std::uint8_t* p, std::size_t bytes) {
   for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
 }
-// Into L1 (T0): where one core's read is low enough that the miss buffers are not what limits it
-// (the one-token kernels on Intel cores; see interleaved_token_prefetch in matmul_avx512.cc).
-inline void prefetch_span_into_l1(const std::uint8_t* p, std::size_t bytes) {
+// Into L1 (T0) where into_l1: where one core's read is low enough that the miss buffers are not
+// what limits it (the one-token kernels on Intel cores; see interleaved_token_into_l1 in
+// matmul_avx512.cc).
+inline void prefetch_span(const std::uint8_t* p, std::size_t bytes, bool into_l1) {
+  if (!into_l1) return prefetch_span(p, bytes);
   for (std::size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
 
