@@ -115,9 +115,10 @@
 //   value of row 16g + l at 2 l. The same bytes as the GGUF matrix, reordered. Why, though F16 had
 //   no scales to fetch: in rows, a tile of 8 rows is 8 streams 2 C bytes apart, and one core read
 //   them at 0.78-0.84 of what it reads of one stream (issue 14's one-thread decode); a group is one
-//   stream, which a prototype read at 0.90-1.07 of a plain read on one thread with no software
-//   prefetch (0.82-0.94 with a 1 KiB lead, 0.66-0.74 with 4 KiB), so this layout has none. One column's 16 weights are one register, times the token's
-//   activation broadcast: no horizontal sums.
+//   stream, which a prototype read at 0.90-1.07 of a plain read on one thread (Zen 4) with no
+//   software prefetch (0.82-0.94 with a 1 KiB lead, 0.66-0.74 with 4 KiB). Sapphire Rapids needs
+//   one: 3 KiB ahead into L2 (f16x16_prefetch_ahead in matmul_avx512.cc). One column's 16 weights
+//   are one register, times the token's activation broadcast: no horizontal sums.
 //
 // Every path computes a row's dot product the same way, in order:
 //   Q8_0, per 32 weights: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of

@@ -1005,6 +1005,8 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
 // (x_stride floats apart). Column c's 16 weights are one register, times each token's x[c]
 // broadcast, into that token's chain c % 4: the statement's arithmetic, so the same bits whatever T
 // is. kConverted: the group already as f32 ([c][16], the blocked prefill's copy), else its f16 values.
+// prefetch_at (f16 only; nullptr: none): the bytes as far past the group's start as this step is
+// past it, prefetched into L2 as the group is read, each line once (f16x16_prefetch_ahead).
 //
 // The blocked prefill runs kF16PrefillTileTokens a tile (28 accumulators): a group longer than L1 comes from L2
 // once per tile, so the tokens per tile set the bytes per FMA. Sapphire Rapids, two threads, the
@@ -1014,7 +1016,7 @@ inline constexpr int kF16PrefillTileTokens = 7;
 
 template <int T, bool kConverted>
 void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int64_t x_stride, float* y,
-                 std::int64_t y_stride) {
+                 std::int64_t y_stride, const std::uint8_t* prefetch_at = nullptr) {
   constexpr int kChains = q8x16::f16::kChains;
   auto weights = [group](std::int64_t c) {
     if constexpr (kConverted) {
@@ -1037,6 +1039,9 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
   };
   std::int64_t c = 0;
   for (; c + kChains <= cols; c += kChains) {
+    // kChains f16 columns of 16 rows: two lines.
+    static_assert(kChains * q8x16::kGroupRows * 2 == 128);
+    if (!kConverted && prefetch_at != nullptr) prefetch_span(prefetch_at + c * 32, 128);
 #pragma GCC unroll 4
     for (int j = 0; j < kChains; ++j) column(c + j, j);
   }
@@ -1050,24 +1055,39 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
   }
 }
 
+// How far ahead a decode pass over kF16x16 groups prefetches into L2. A group is one linear stream,
+// and on Zen 4 the hardware prefetcher alone kept up with it; on Sapphire Rapids it does not.
+// bench-engine, decode / the paired streaming read (two threads | one), qwen2.5-0.5b and
+// llama-3.2-1b f16: none 82-85 % | 87-88 %; into L2 2 KiB ahead 91-93 % | 94 %, 3 KiB 94-98 % |
+// 95-98 %, 4 KiB 91-92 % | 92 %, 6-8 KiB 87-88 %; into L1 1-2 KiB 87-90 %. 3 KiB is 48 lines, as
+// many misses as a Golden Cove L2 keeps in flight: further ahead, prefetches queue behind each
+// other (BENCHMARKS.md, issue 14). 0 on AMD: not measured there with the prefetch.
+std::size_t f16x16_prefetch_ahead() {
+  static const std::size_t ahead = amd_core() ? 0 : std::size_t{3} << 10;
+  return ahead;
+}
+
 // n_groups consecutive groups from `groups` against tokens [0, n_tokens) of x, 4 tokens at a time
-// (decode's small batches), or kF16PrefillTileTokens (kConverted: the blocked prefill).
+// (decode's small batches), or kF16PrefillTileTokens (kConverted: the blocked prefill). Decode's
+// first pass over a group prefetches ahead (f16x16_prefetch_ahead).
 template <bool kConverted>
 void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols, const float* x, int n_tokens, float* y,
                    std::int64_t y_stride) {
   const std::size_t group_bytes = q8x16::f16::group_bytes(cols) * (kConverted ? 2 : 1);
   constexpr int kTokens = kConverted ? kF16PrefillTileTokens : 4;
   static_assert(kF16PrefillTileTokens == 7, "the switch below has a case per tile size");
+  const std::size_t ahead = kConverted ? 0 : f16x16_prefetch_ahead();
   for (std::int64_t g = 0; g < n_groups; ++g) {
     const void* group = static_cast<const std::uint8_t*>(groups) + static_cast<std::size_t>(g) * group_bytes;
     for (int t0 = 0; t0 < n_tokens; t0 += kTokens) {
       const float* xt = x + static_cast<std::int64_t>(t0) * cols;
       float* yt = y + t0 * y_stride + g * q8x16::kGroupRows;
+      const std::uint8_t* pf = ahead > 0 && t0 == 0 ? static_cast<const std::uint8_t*>(group) + ahead : nullptr;
       switch (std::min(kTokens, n_tokens - t0)) {
-        case 1: f16x16_tile<1, kConverted>(group, cols, xt, cols, yt, y_stride); break;
-        case 2: f16x16_tile<2, kConverted>(group, cols, xt, cols, yt, y_stride); break;
-        case 3: f16x16_tile<3, kConverted>(group, cols, xt, cols, yt, y_stride); break;
-        case 4: f16x16_tile<4, kConverted>(group, cols, xt, cols, yt, y_stride); break;
+        case 1: f16x16_tile<1, kConverted>(group, cols, xt, cols, yt, y_stride, pf); break;
+        case 2: f16x16_tile<2, kConverted>(group, cols, xt, cols, yt, y_stride, pf); break;
+        case 3: f16x16_tile<3, kConverted>(group, cols, xt, cols, yt, y_stride, pf); break;
+        case 4: f16x16_tile<4, kConverted>(group, cols, xt, cols, yt, y_stride, pf); break;
         case 5: if constexpr (kConverted) f16x16_tile<5, kConverted>(group, cols, xt, cols, yt, y_stride); break;
         case 6: if constexpr (kConverted) f16x16_tile<6, kConverted>(group, cols, xt, cols, yt, y_stride); break;
         default: if constexpr (kConverted) f16x16_tile<7, kConverted>(group, cols, xt, cols, yt, y_stride); break;
@@ -1076,8 +1096,7 @@ void f16x16_groups(const void* groups, std::int64_t n_groups, std::int64_t cols,
   }
 }
 
-// Rows [row_begin, row_end) (whole groups) of a kF16x16 matrix. No software prefetch: a group is one
-// stream, which the hardware prefetcher follows (interleaved16.h). From kBlockedTokens tokens on
+// Rows [row_begin, row_end) (whole groups) of a kF16x16 matrix. From kBlockedTokens tokens on
 // (prefill), as blocked_float_rows: the rows converted to f32 once into a per-thread buffer, then
 // the tokens in blocks whose activations stay in L2, each block against every group.
 void f16x16_rows(const WeightView& w, const float* x, int n_tokens, std::int64_t row_begin, std::int64_t row_end,
