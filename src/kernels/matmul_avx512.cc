@@ -1058,10 +1058,10 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
 // How far ahead a decode pass over kF16x16 groups prefetches into L2. A group is one linear stream,
 // and on Zen 4 the hardware prefetcher alone kept up with it; on Sapphire Rapids it does not.
 // bench-engine, decode / the paired streaming read (two threads | one), qwen2.5-0.5b and
-// llama-3.2-1b f16: none 82-85 % | 87-88 %; into L2 2 KiB ahead 91-93 % | 94 %, 3 KiB 94-98 % |
-// 95-98 %, 4 KiB 91-92 % | 92 %, 6-8 KiB 87-88 %; into L1 1-2 KiB 87-90 %. 3 KiB is 48 lines, as
-// many misses as a Golden Cove L2 keeps in flight: further ahead, prefetches queue behind each
-// other (BENCHMARKS.md, issue 14). 0 on AMD: not measured there with the prefetch.
+// llama-3.2-1b f16: none 82-85 % | 87-88 %; into L1 1-2 KiB ahead 85-90 %; into L2 2 KiB 91-93 %
+// | 94-95 %, 3 KiB 93-98 % in every sweep | 95-98 %, 4-16 KiB 95-100 % in the first sweep but
+// 86-92 % in the later ones. 3 KiB is 48 lines, as many misses as a Golden Cove L2 keeps in
+// flight (BENCHMARKS.md, issue 14). 0 on AMD: not measured there with the prefetch.
 std::size_t f16x16_prefetch_ahead() {
   static const std::size_t ahead = amd_core() ? 0 : std::size_t{3} << 10;
   return ahead;
