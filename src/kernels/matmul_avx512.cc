@@ -1061,7 +1061,8 @@ void f16x16_tile(const void* group, std::int64_t cols, const float* x, std::int6
 // llama-3.2-1b f16: none 82-85 % | 87-88 %; into L1 1-2 KiB ahead 85-90 %; into L2 2 KiB 91-93 %
 // | 94-95 %, 3 KiB 93-98 % in every sweep | 95-98 %, 4-16 KiB 95-100 % in the first sweep but
 // 86-92 % in the later ones. 3 KiB is 48 lines, as many misses as a Golden Cove L2 keeps in
-// flight (BENCHMARKS.md, issue 14). 0 on AMD: not measured there with the prefetch.
+// flight (BENCHMARKS.md, issue 14). 0 on AMD, where a prototype of the layout read less with a
+// prefetch than without (interleaved16.h).
 std::size_t f16x16_prefetch_ahead() {
   static const std::size_t ahead = amd_core() ? 0 : std::size_t{3} << 10;
   return ahead;
