@@ -409,6 +409,14 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 // the exact integer sum, scaled by the rows' 6-bit scales in int32; the mins' share is one 16-bit
 // multiply-add per pair (the two mins against the two activation sums). Per super-block and
 // token, two conversions and two multiply-adds.
+// How much further than its prefetch into L1 a one-token Q4_K tile (where it prefetches into L1)
+// also prefetches into L2: 3 KiB (4 KiB ahead of the read). llama-3.2-1b q4_k_m, bench-engine,
+// decode over the paired read, means of two rounds of back-to-back pairs without and with it (3
+// and 4 pairs): one thread 86.9 -> 88.3 % and 85.8 -> 86.2 %, two threads 86.4 -> 88.0 % and
+// 84.5 -> 86.1 %, higher with it in every pair; 2 KiB further read between the two, 4 and 6 KiB
+// no better than 3 (BENCHMARKS.md, issue 14). The one-token Q5_K tile was not tried with it.
+inline constexpr std::size_t kQ4kTokenFarBytes = 3 << 10;
+
 template <bool kFifth, int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
@@ -433,7 +441,8 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
       // A quarter of the super-block ahead per pair: a few lines at a time, not a burst. At one
       // token Q5_K (and Q4_K but on AMD) prefetches into L1 instead, spread over the pair's chunks
       // (two lines' worth each; the addresses 45 or 37 bytes apart miss no line); see
-      // interleaved_prefetch_ahead.
+      // interleaved_prefetch_ahead. Q4_K then also prefetches the same lines kQ4kTokenFarBytes
+      // further on into L2.
       const std::uint8_t* ahead = prefetch_at == nullptr ? nullptr : prefetch_at + s * kSuperBlockBytes + p * (kSuperBlockBytes / 4);
       if (ahead != nullptr && !into_l1) prefetch_span(ahead, kSuperBlockBytes / 4);
       // Each chunk of codes is loaded once for both sub-blocks of the pair.
@@ -443,6 +452,11 @@ void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sc
         if (ahead != nullptr && into_l1) {
           _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32)), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(ahead + k * (kSuperBlockBytes / 32) + kSuperBlockBytes / 64), _MM_HINT_T0);
+          if constexpr (!kFifth) {
+            const std::uint8_t* far = ahead + kQ4kTokenFarBytes + k * (kSuperBlockBytes / 32);
+            _mm_prefetch(reinterpret_cast<const char*>(far), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(far + kSuperBlockBytes / 64), _MM_HINT_T1);
+          }
         }
         const __m512i v = _mm512_loadu_si512(sb + q4k::codes_at(kFifth, p, k));
         if constexpr (kFifth) {
