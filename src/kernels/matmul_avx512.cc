@@ -400,6 +400,14 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// How much further than its prefetch into L1 a one-token Q4_K tile (where it prefetches into L1)
+// also prefetches into L2: 3 KiB (4 KiB ahead of the read). llama-3.2-1b q4_k_m, bench-engine,
+// decode over the paired read, means of two rounds of back-to-back pairs without and with it (3
+// and 4 pairs): one thread 86.9 -> 88.3 % and 85.8 -> 86.2 %, two threads 86.4 -> 88.0 % and
+// 84.5 -> 86.1 %, higher with it in every pair; 2 KiB further read between the two, 4 and 6 KiB
+// no better than 3 (BENCHMARKS.md, issue 14). The one-token Q5_K tile was not tried with it.
+inline constexpr std::size_t kQ4kTokenFarBytes = 3 << 10;
+
 // kQ4_Kx16 and kQ5_Kx16 (interleaved16.h; kFifth: Q5_K): one group of 16 rows against T tokens'
 // activations quantized per 256, a super-block at a time. Each half of a pair of sub-blocks is one
 // masking of the pair's 8 chunks of codes. Q4_K: the low nibbles (sub-block 2p) as they are, the
@@ -409,14 +417,6 @@ void q8x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_sca
 // the exact integer sum, scaled by the rows' 6-bit scales in int32; the mins' share is one 16-bit
 // multiply-add per pair (the two mins against the two activation sums). Per super-block and
 // token, two conversions and two multiply-adds.
-// How much further than its prefetch into L1 a one-token Q4_K tile (where it prefetches into L1)
-// also prefetches into L2: 3 KiB (4 KiB ahead of the read). llama-3.2-1b q4_k_m, bench-engine,
-// decode over the paired read, means of two rounds of back-to-back pairs without and with it (3
-// and 4 pairs): one thread 86.9 -> 88.3 % and 85.8 -> 86.2 %, two threads 86.4 -> 88.0 % and
-// 84.5 -> 86.1 %, higher with it in every pair; 2 KiB further read between the two, 4 and 6 KiB
-// no better than 3 (BENCHMARKS.md, issue 14). The one-token Q5_K tile was not tried with it.
-inline constexpr std::size_t kQ4kTokenFarBytes = 3 << 10;
-
 template <bool kFifth, int T>
 void q4kx16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
                  const std::int16_t* x_sums32, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at,
