@@ -266,35 +266,62 @@ class SlowTier final : public cache::Tier {
 
 // Issue 10: a request whose KV loads from the store waits beside the batch, not in it: the running
 // streams keep decoding while its load is stuck, and it joins with the loaded KV once it lands.
+// Nothing here depends on how fast the machine is: the stream is long enough that it cannot end
+// before the load is stuck (it is cancelled once the checks are done), and neither the tier nor
+// the engine gives up on the load while the test holds it.
 TEST_F(EngineStoreTest, LoadingRequestDoesNotStallTheRunningBatch) {
   std::vector<std::unique_ptr<cache::Tier>> tiers;
   auto slow_tier = std::make_unique<SlowTier>();
   SlowTier* slow = slow_tier.get();
   tiers.push_back(std::move(slow_tier));
-  // A stuck get must not count as a slow tier here: the test holds it on purpose.
-  cache::TieredStore store(std::move(tiers), {.tier_timeout = std::chrono::seconds(600), .load_threads = 0});
+  cache::TieredStoreOptions store_options;
+  store_options.tier_timeout = std::chrono::seconds(600);
+  store_options.load_threads = 0;
+  cache::TieredStore store(std::move(tiers), store_options);
   auto cached = request(200, 5), stream = request(20, 6);
-  stream.max_tokens = 150;
+  stream.max_tokens = 1000;  // the whole context: n_ctx 1024
   const auto expected = uncached(cached);
   { auto a = make_engine(&store); generate(*a, cached); }
   store.flush();
 
-  auto b = make_engine(&store);
+  EngineOptions o;
+  o.n_ctx = 1024;
+  o.n_threads = 2;
+  o.kv_store = &store;
+  o.chunk_tokens = 64;
+  o.store_load_timeout = std::chrono::minutes(10);
+  auto created = Engine::create(*model_, o);
+  ASSERT_TRUE(created.has_value()) << created.status().to_string();
+  auto b = std::move(created.value());
   std::atomic<int> stream_tokens{0};
-  std::thread streamer([&] { generate(*b, stream, [&](TokenId) { ++stream_tokens; }); });
+  std::atomic<bool> stream_done{false};
+  FinishReason stream_finish = FinishReason::kNone;
+  auto stream_id = b->submit(stream, [&](const TokenEvent& ev) {
+    if (ev.token >= 0) ++stream_tokens;
+    if (ev.finish != FinishReason::kNone) {
+      stream_finish = ev.finish;
+      stream_done = true;
+    }
+  });
+  ASSERT_TRUE(stream_id.has_value()) << stream_id.status().to_string();
   while (stream_tokens < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   slow->close();
   Expected<GenerationResult> loaded = invalid_argument("not run");
   std::thread loader([&] { loaded = generate(*b, cached); });
-  for (int i = 0; i < 5000 && slow->gets_waiting == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 30000 && slow->gets_waiting == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_GT(slow->gets_waiting, 0) << "the load never started";
   const int before = stream_tokens;
-  for (int i = 0; i < 5000 && stream_tokens < before + 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_FALSE(stream_done) << "the stream ended before the load was stuck; the test proves nothing";
+  for (int i = 0; i < 30000 && stream_tokens < before + 20 && !stream_done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_GE(stream_tokens, before + 20) << "the running stream stopped while a load was stuck";
   EXPECT_EQ(b->stats().loading, 1);
   slow->open();
   loader.join();
-  streamer.join();
+  b->cancel(stream_id.value());
+  while (!stream_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(stream_finish == FinishReason::kCancelled || stream_finish == FinishReason::kLength);
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(loaded->cached_tokens, 192);
   EXPECT_EQ(loaded->tokens, expected);
@@ -307,7 +334,9 @@ TEST_F(EngineStoreTest, LoadPastItsDeadlineRecomputesWithTheSameOutput) {
   auto slow_tier = std::make_unique<SlowTier>();
   SlowTier* slow = slow_tier.get();
   tiers.push_back(std::move(slow_tier));
-  cache::TieredStore store(std::move(tiers), {.load_threads = 0});
+  cache::TieredStoreOptions store_options;
+  store_options.load_threads = 0;
+  cache::TieredStore store(std::move(tiers), store_options);
   auto req = request(200, 7);
   const auto expected = uncached(req);
   { auto a = make_engine(&store); generate(*a, req); }
