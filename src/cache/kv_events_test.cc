@@ -154,10 +154,18 @@ TEST(KvEventLog, TryPublishNeverWaitsForASubscriber) {
   KvEventLog log;
   ASSERT_TRUE(log.try_publish(std::vector<KvChange>{{true, KvSource::kPool, key(1)}}));
   EXPECT_EQ(log.last_seq(), 1u);
-  // A subscriber inside wait_after() does not hold the lock while it waits.
-  std::thread waiter([&] { log.wait_after(1, std::chrono::milliseconds(200)); });
+  // A subscriber inside wait_after() does not hold the lock while it waits. The waiter waits far
+  // longer than the publisher tries (so a waiter holding the lock would fail the test), and the
+  // publisher tries for seconds, not a fixed count of tries (a waiter descheduled for a moment
+  // between taking the lock and waiting on it does not fail the test).
+  std::thread waiter([&] { log.wait_after(1, std::chrono::milliseconds(120000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // most likely waiting by now (not relied on)
   bool published = false;
-  for (int i = 0; i < 1000 && !published; ++i) published = log.try_publish(std::vector<KvChange>{{true, KvSource::kPool, key(2)}});
+  for (int i = 0; i < 10000 && !published; ++i) {  // at most 10 s
+    published = log.try_publish(std::vector<KvChange>{{true, KvSource::kPool, key(2)}});
+    if (!published) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!published) log.close();  // wakes the waiter, so the failure is reported without a 2 min wait
   waiter.join();
   EXPECT_TRUE(published);
   EXPECT_EQ(log.last_seq(), 2u);

@@ -78,7 +78,7 @@ inline std::string redis_query(int port, const std::string& command) {
 
 class RedisTestServer {
  public:
-  // extra: more redis-server arguments (cluster mode). Waits up to 5 s for PONG.
+  // extra: more redis-server arguments (cluster mode). Waits up to 30 s for PONG.
   explicit RedisTestServer(int port, std::vector<std::string> extra = {}) : port_(port), extra_(std::move(extra)) {
     start();
   }
@@ -99,7 +99,7 @@ class RedisTestServer {
       ::_exit(127);
     }
     ready_ = false;
-    for (int i = 0; i < 250 && !ready_; ++i) {  // 250 x 20 ms: a bounded wait, not a timing test
+    for (int i = 0; i < 1500 && !ready_; ++i) {  // 1500 x 20 ms: a bounded wait, not a timing test
       const std::string pong = redis_query(port_, "PING");
       ready_ = pong == "PONG" || pong.starts_with("NOAUTH");  // up, and wanting a password
       if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -12,7 +12,9 @@
 #include "cache/tiered_store.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace kvstash::cache {
@@ -29,6 +31,19 @@ RedisTierOptions options_for(std::vector<int> ports) {
   for (int p : ports) o.client.seeds.push_back({"127.0.0.1", p});
   o.client.backoff_min = std::chrono::milliseconds(20);
   o.client.backoff_max = std::chrono::milliseconds(200);
+  // No test here exercises a slow server: the 200 ms connect (with AUTH) and 1 s command defaults
+  // must not fire because redis-server or this process was descheduled on a loaded machine. A
+  // killed server still fails at once (connection refused or reset).
+  o.client.connect_timeout = std::chrono::seconds(10);
+  o.client.command_timeout = std::chrono::seconds(30);
+  return o;
+}
+
+// See tiered_store_test.cc: a get slower than tier_timeout (500 ms) skips the tier for the rest of
+// the load; only a load that is meant to lose its tier may lose it.
+TieredStoreOptions patient_store() {
+  TieredStoreOptions o;
+  o.tier_timeout = std::chrono::minutes(10);
   return o;
 }
 
@@ -82,7 +97,7 @@ TEST(RedisTier, KilledFailsFastThenReconnects) {
   server.start();  // same port, empty (no persistence)
   ASSERT_TRUE(server.ready());
   Status st;
-  for (int i = 0; i < 200; ++i) {  // until the backoff lets a reconnect through (bounded)
+  for (int i = 0; i < 3000; ++i) {  // until the backoff lets a reconnect through (bounded: 30 s)
     st = tier.put(test_key(7), c);
     if (st) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -149,7 +164,6 @@ TEST(RedisTier, PoolServesManyThreadsWithoutAGlobalLock) {
   ASSERT_TRUE(server.ready());
   auto options = options_for({server.port()});
   options.client.pool_size = 4;
-  options.client.command_timeout = std::chrono::milliseconds(3000);
   RedisTier tier(options);
   constexpr int kThreads = 8, kKeysPerThread = 25;
   std::atomic<int> wrong{0}, failed{0};
@@ -175,18 +189,25 @@ TEST(RedisTier, PoolServesManyThreadsWithoutAGlobalLock) {
   EXPECT_LE(tier.client().open_connections(), 4u);
   EXPECT_GE(tier.client().open_connections(), 2u);
 
-  // One connection blocked on the server for 1.5 s (BLPOP on an empty list); a GET on another
-  // connection of the pool answers meanwhile.
+  // One connection blocked on the server (BLPOP on an empty list, no server-side timeout) until
+  // this test pushes to the list; a GET on another connection of the pool answers meanwhile. No
+  // clock is read: the BLPOP cannot end before the push, so a GET that waited for it could only
+  // answer after the command timeout (30 s), with the BLPOP failed.
   auto blocked = std::async(std::launch::async, [&] {
-    return tier.client().command("kvstash:empty-list", {"BLPOP", "kvstash:empty-list", "1.5"});
+    return tier.client().command("kvstash:empty-list", {"BLPOP", "kvstash:empty-list", "0"});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto start = std::chrono::steady_clock::now();
+  bool blocking = false;
+  for (int i = 0; i < 1500 && !blocking; ++i) {  // bounded: 30 s for the BLPOP to reach the server
+    blocking = redis_query(server.port(), "INFO clients").find("blocked_clients:1") != std::string::npos;
+    if (!blocking) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(blocking) << "the BLPOP never blocked on the server; the test proves nothing";
   auto got = tier.get(test_key(0));
-  const auto took = std::chrono::steady_clock::now() - start;
+  const bool still_blocked = blocked.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  EXPECT_EQ(redis_query(server.port(), "RPUSH kvstash:empty-list x"), "1");  // releases the BLPOP
+  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   ASSERT_TRUE(got.has_value());
-  EXPECT_LT(took, std::chrono::milliseconds(700));
-  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(still_blocked) << "the GET answered only after the blocked command ended";
   ASSERT_TRUE(blocked.get().has_value());
 }
 
@@ -214,6 +235,42 @@ TEST(RedisTier, HoldsAnswersEveryKeyInOnePipeline) {
   EXPECT_GE(tier.stats().errors, 1u);
 }
 
+// A tier in front of another whose get of one key (the prefix's last chunk) waits until the test
+// says the server is down (at most 60 s): a load through it cannot complete before the kill, however
+// slow the thread that kills is; every other get goes straight through, so the kill still lands
+// wherever the load happens to be.
+class LastChunkAfterKill final : public Tier {
+ public:
+  LastChunkAfterKill(std::unique_ptr<Tier> inner, ChunkKey last) : inner_(std::move(inner)), last_(last) {}
+  void server_down() {
+    std::lock_guard lock(mu_);
+    down_ = true;
+    cv_.notify_all();
+  }
+  std::string name() const override { return inner_->name(); }
+  std::size_t contains(std::span<const ChunkKey> keys) override { return inner_->contains(keys); }
+  std::vector<bool> holds(std::span<const ChunkKey> keys) override { return inner_->holds(keys); }
+  Expected<Bytes> get(const ChunkKey& key) override {
+    if (key == last_) {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(60), [this] { return down_; });
+    }
+    return inner_->get(key);
+  }
+  Status put(const ChunkKey& key, std::span<const std::uint8_t> bytes) override { return inner_->put(key, bytes); }
+  Status erase(const ChunkKey& key) override { return inner_->erase(key); }
+  TierStats stats() const override { return inner_->stats(); }
+  Expected<std::vector<ChunkKey>> list_keys() override { return inner_->list_keys(); }
+  Status clear() override { return inner_->clear(); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  const ChunkKey last_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool down_ = false;
+};
+
 // A server killed while a load runs: the load returns a run of verified chunks (maybe none), never
 // a wrong byte; the tier is skipped; later plans find nothing there.
 TEST(RedisTier, KilledDuringALoadIsAMissNeverWrongData) {
@@ -234,7 +291,9 @@ TEST(RedisTier, KilledDuringALoadIsAMissNeverWrongData) {
   for (int attempt = 0; attempt < 2; ++attempt) {  // killed at once, and killed a little later
     std::vector<std::unique_ptr<Tier>> tiers;
     tiers.push_back(std::make_unique<MemoryTier>(std::uint64_t{1} << 30));
-    tiers.push_back(std::make_unique<RedisTier>(options_for({server.port()})));
+    auto gated = std::make_unique<LastChunkAfterKill>(std::make_unique<RedisTier>(options_for({server.port()})), metas.back().key);
+    LastChunkAfterKill* gate = gated.get();
+    tiers.push_back(std::move(gated));
     TieredStoreOptions store_options;
     store_options.load_threads = 4;
     TieredStore store(std::move(tiers), store_options);
@@ -245,7 +304,8 @@ TEST(RedisTier, KilledDuringALoadIsAMissNeverWrongData) {
     auto loading = std::async(std::launch::async, [&] { return store.load(metas, plan); });
     if (attempt == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     server.kill();
-    ASSERT_EQ(loading.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    gate->server_down();
+    ASSERT_EQ(loading.wait_for(std::chrono::seconds(120)), std::future_status::ready);
     auto loaded = loading.get();
     EXPECT_LT(loaded.size(), static_cast<std::size_t>(kChunks)) << attempt;  // cut short
     for (std::size_t i = 0; i < loaded.size(); ++i) {
@@ -284,7 +344,7 @@ class RedisClusterTest : public ::testing::Test {
     create += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
     ASSERT_EQ(std::system(create.c_str()), 0);
     bool ok = false;
-    for (int i = 0; i < 300 && !ok; ++i) {  // bounded wait for the cluster to agree (<= 15 s)
+    for (int i = 0; i < 1200 && !ok; ++i) {  // bounded wait for the cluster to agree (<= 60 s)
       ok = true;
       for (int p : ports_) ok = ok && redis_query(p, "CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
       if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -355,7 +415,7 @@ TEST_F(RedisClusterTest, PipelinedLookupAcrossMastersAndPlannedLoad) {
   for (int i = 0; i < 40; ++i) EXPECT_EQ(held[i], i < 30) << i;
   std::vector<std::unique_ptr<Tier>> tiers;
   tiers.push_back(std::make_unique<RedisTier>(options_for({ports_[2]})));
-  TieredStore store(std::move(tiers));
+  TieredStore store(std::move(tiers), patient_store());
   LoadPlan plan = store.plan_load(keys);
   ASSERT_EQ(plan.size(), 30u);
   auto loaded = store.load(metas, plan);

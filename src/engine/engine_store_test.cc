@@ -39,16 +39,31 @@ class EngineStoreTest : public ::testing::Test {
     o.kv_store = store;
     o.chunk_tokens = 64;
     o.prefix_cache = prefix_cache;
+    // A load these tests expect to hit must not be given up because a loaded (sanitizer, CI)
+    // machine is slow: the 2 s default deadline is exercised by LoadPastItsDeadline only.
+    o.store_load_timeout = std::chrono::minutes(10);
     auto e = Engine::create(*model_, o);
     EXPECT_TRUE(e.has_value()) << e.status().to_string();
     return std::move(e.value());
+  }
+  // A get slower than the store's 500 ms tier_timeout skips its tier for the rest of the load (a
+  // shorter hit); no test here exercises that, so a descheduled get must not change what loads.
+  static cache::TieredStoreOptions patient_store() {
+    cache::TieredStoreOptions o;
+    o.tier_timeout = std::chrono::minutes(10);
+    return o;
+  }
+  static std::unique_ptr<cache::TieredStore> memory_store() {
+    std::vector<std::unique_ptr<cache::Tier>> tiers;
+    tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
+    return std::make_unique<cache::TieredStore>(std::move(tiers), patient_store());
   }
   std::unique_ptr<cache::TieredStore> disk_store() {
     std::vector<std::unique_ptr<cache::Tier>> tiers;
     auto disk = cache::DiskTier::open({.dir = dir_.string(), .capacity_bytes = 64 << 20});
     EXPECT_TRUE(disk.has_value()) << disk.status().to_string();
     tiers.push_back(std::move(disk.value()));
-    return std::make_unique<cache::TieredStore>(std::move(tiers));
+    return std::make_unique<cache::TieredStore>(std::move(tiers), patient_store());
   }
   static GenerationRequest request(int n_prompt, int salt) {
     GenerationRequest r;
@@ -68,9 +83,8 @@ class EngineStoreTest : public ::testing::Test {
 Model* EngineStoreTest::model_ = nullptr;
 
 TEST_F(EngineStoreTest, SecondEngineLoadsChunksFromMemoryTierInsteadOfPrefilling) {
-  std::vector<std::unique_ptr<cache::Tier>> tiers;
-  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
-  cache::TieredStore store(std::move(tiers));
+  auto store_ptr = memory_store();
+  cache::TieredStore& store = *store_ptr;
   auto req = request(200, 1);  // 3 full chunks of 64
   const auto expected = uncached(req);
   {
@@ -93,9 +107,8 @@ TEST_F(EngineStoreTest, SecondEngineLoadsChunksFromMemoryTierInsteadOfPrefilling
 // token's logits), so one block is computed instead of a whole chunk; and that chunk, which the
 // store holds, is not stored again.
 TEST_F(EngineStoreTest, ExactlyCachedPromptComputesOneBlockNotTheLastChunk) {
-  std::vector<std::unique_ptr<cache::Tier>> tiers;
-  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
-  cache::TieredStore store(std::move(tiers));
+  auto store_ptr = memory_store();
+  cache::TieredStore& store = *store_ptr;
   auto req = request(192, 7);  // exactly 3 chunks of 64
   const auto expected = uncached(req);
   {
@@ -162,9 +175,8 @@ TEST_F(EngineStoreTest, RestartedEngineServesFromDisk) {
 // Issue 10: a prompt's partial last chunk is stored too (at block granularity), and so is the KV of
 // the generated tokens: the next turn of a conversation recomputes at most one block.
 TEST_F(EngineStoreTest, PromptTailAndGeneratedTokensAreStoredAndReused) {
-  std::vector<std::unique_ptr<cache::Tier>> tiers;
-  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
-  cache::TieredStore store(std::move(tiers));
+  auto store_ptr = memory_store();
+  cache::TieredStore& store = *store_ptr;
   auto first = request(100, 8);  // 1 chunk of 64 + 36 tokens
   first.max_tokens = 40;
   std::vector<TokenId> answer;
@@ -217,9 +229,8 @@ TEST_F(EngineStoreTest, DamagedDiskChunkIsAMissNotWrongOutput) {
 }
 
 TEST_F(EngineStoreTest, SaltsNeverShareChunks) {
-  std::vector<std::unique_ptr<cache::Tier>> tiers;
-  tiers.push_back(std::make_unique<cache::MemoryTier>(64 << 20));
-  cache::TieredStore store(std::move(tiers));
+  auto store_ptr = memory_store();
+  cache::TieredStore& store = *store_ptr;
   auto req = request(140, 4);
   req.cache_salt = "a";
   { auto e = make_engine(&store); generate(*e, req); }

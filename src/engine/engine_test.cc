@@ -152,17 +152,22 @@ TEST_F(EngineTest, RejectsBadRequests) {
   EXPECT_EQ(generate(*engine, greedy(prompt(5, 1), 3))->tokens.size(), 3u);
 }
 
+// The stream cannot run to its length before the cancel, however slow this thread is: the engine
+// thread waits in the callback of the second token until the cancel has been sent (a callback may
+// block the engine thread; the cancel only queues, under the engine's own lock).
 TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsBlocks) {
   auto engine = make_engine({.prefix_cache = false});
   std::mutex mu;
   std::condition_variable cv;
   FinishReason finish = FinishReason::kNone;
   int tokens = 0;
+  bool cancel_sent = false;
   auto id = engine->submit(greedy(prompt(20, 3), 400), [&](const TokenEvent& ev) {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     if (ev.token >= 0) ++tokens;
     if (ev.finish != FinishReason::kNone) finish = ev.finish;
     cv.notify_all();
+    if (ev.token >= 0 && tokens == 2) cv.wait(lock, [&] { return cancel_sent; });
   });
   ASSERT_TRUE(id.has_value());
   {
@@ -171,11 +176,14 @@ TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsBlocks) {
   }
   engine->cancel(*id);
   std::unique_lock<std::mutex> lock(mu);
-  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return finish != FinishReason::kNone; }));
+  cancel_sent = true;
+  cv.notify_all();
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return finish != FinishReason::kNone; }));
   EXPECT_EQ(finish, FinishReason::kCancelled);
   EXPECT_LT(tokens, 400);
   lock.unlock();
-  for (int i = 0; i < 100 && engine->stats().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Bounded (60 s) wait for the engine thread to release the blocks after the final event.
+  for (int i = 0; i < 6000 && engine->stats().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
   EXPECT_EQ(engine->stats().running, 0);
 }

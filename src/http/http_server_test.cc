@@ -76,7 +76,7 @@ TEST(HttpServerLifetime, AnExchangeHeldPastTheServerIsDroppedSafelyOnAnotherThre
   for (int i = 0; i < 2; ++i) {
     clients.emplace_back([port] { (void)get(port, "/hang"); });
   }
-  for (int i = 0; i < 1000 && handler.n_held() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 12000 && handler.n_held() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // <= 60 s
   ASSERT_EQ(handler.n_held(), 2u);
   const std::string ok = get(port, "/ok");  // the server answers others meanwhile
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;

@@ -188,9 +188,9 @@ inline json completion(const std::vector<int>& prompt, int max_tokens = 4, const
   return body;
 }
 
-// Polls (bounded: 15 s) until pred() holds; its last value.
+// Polls (bounded: 60 s, for a loaded sanitizer run) until pred() holds; its last value.
 inline bool wait_until(const std::function<bool()>& pred) {
-  for (int i = 0; i < 750; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     if (pred()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
