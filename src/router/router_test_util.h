@@ -107,7 +107,7 @@ class RouteProcess {
       ::_exit(127);
     }
     const std::string marker = "routing on http://";
-    for (int i = 0; i < 400 && port_ == 0 && exit_code_ < 0; ++i) {  // 400 x 25 ms, bounded
+    for (int i = 0; i < 2400 && port_ == 0 && exit_code_ < 0; ++i) {  // 2400 x 25 ms, bounded
       const std::string text = log();
       const auto at = text.find(marker);
       const auto colon = at == std::string::npos ? at : text.find(':', at + marker.size());
@@ -131,7 +131,7 @@ class RouteProcess {
   std::string log() const { return server::testing::read_text_file(log_path_); }
   // The exit code once it exited by itself (bounded wait), -1 while it runs.
   int wait_exit() {
-    for (int i = 0; i < 1000 && exit_code_ < 0; ++i) {
+    for (int i = 0; i < 6000 && exit_code_ < 0; ++i) {  // 6000 x 10 ms, bounded
       poll_exit();
       if (exit_code_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

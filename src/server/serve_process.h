@@ -64,8 +64,9 @@ class ServeProcess {
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    // 400 x 25 ms: a bounded wait for the model to load, not a timing assertion.
-    for (int i = 0; i < 400 && port_ == 0 && alive(); ++i) {
+    // 2400 x 25 ms: a bounded wait for the model to load (a loaded machine under a sanitizer can take
+    // seconds), not a timing assertion.
+    for (int i = 0; i < 2400 && port_ == 0 && alive(); ++i) {
       const std::string log = read_text_file(log_path_);
       const auto at = log.find(" on http://127.0.0.1:");
       if (at != std::string::npos) {
@@ -122,7 +123,7 @@ class ServeProcess {
     }
   }
   // Waits (bounded) for the process to exit by itself; its exit code, or -1 if it is still running.
-  int wait_exit(int max_ms = 10000) {
+  int wait_exit(int max_ms = 60000) {
     for (int i = 0; i < max_ms / 10 && alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return alive() ? -1 : exit_code_;
   }
@@ -167,7 +168,7 @@ class ServeProcess {
     return std::atof(page.c_str() + at + needle.size());
   }
   // Polls (bounded: max_ms) until metric(sample_name) >= at_least; the last value seen.
-  double wait_metric(const std::string& sample_name, double at_least, int max_ms = 10000) const {
+  double wait_metric(const std::string& sample_name, double at_least, int max_ms = 60000) const {
     double v = -1;
     for (int i = 0; i < max_ms / 20; ++i) {
       v = metric(sample_name);
@@ -177,7 +178,7 @@ class ServeProcess {
     return v;
   }
   // Polls until the write-behind queue is empty (bounded).
-  bool wait_writes_done(int max_ms = 10000) const {
+  bool wait_writes_done(int max_ms = 60000) const {
     for (int i = 0; i < max_ms / 20; ++i) {
       if (metric("kvstash_kv_store_queue_bytes") == 0) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -29,8 +29,8 @@ TEST_F(ShareE2ETest, ChunksOnDiskFromBeforeARestartAreAnnouncedAtStart) {
   // chunks and the tail), under its new HTTP address.
   auto a = node("a", a_args, 1);
   ASSERT_TRUE(a->ready());
-  EXPECT_GE(a->wait_metric("kvstash_share_startup_announced_total", kFullChunks + 1, 20000), kFullChunks + 1) << a->log();
-  EXPECT_GE(a->wait_metric(kAnnounced, kFullChunks + 1, 20000), kFullChunks + 1) << a->log();
+  EXPECT_GE(a->wait_metric("kvstash_share_startup_announced_total", kFullChunks + 1), kFullChunks + 1) << a->log();
+  EXPECT_GE(a->wait_metric(kAnnounced, kFullChunks + 1), kFullChunks + 1) << a->log();
 
   // E, new, loads the document from the restarted A (the old address, also still in the DHT,
   // no longer answers).
