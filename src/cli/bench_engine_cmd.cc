@@ -35,6 +35,7 @@ struct Runner {
   ThreadPool& threads;
   std::vector<std::vector<std::int32_t>> tables;
   std::vector<float> logits;
+  ForwardProfile* profile = nullptr;  // when set, each step's phases are added to it
 
   Runner(const Model& m, int n_seqs, int max_tokens, ThreadPool& t)
       : model(m), pool(m.config(), 16, static_cast<std::int64_t>(n_seqs) * (max_tokens / 16 + 1)), threads(t) {
@@ -52,6 +53,7 @@ struct Runner {
       const auto& table = tables[static_cast<std::size_t>(s)];
       batch.sequences.push_back({table.data(), static_cast<int>(table.size()), pos, n_new, true, false});
     }
+    batch.profile = profile;
     logits.resize(static_cast<std::size_t>(batch.logit_rows()) * nv);
     auto t0 = Clock::now();
     if (Status st = model.forward(batch, pool.view(), logits.data(), threads); !st) {
@@ -70,7 +72,7 @@ int bench_engine_main(int argc, char** argv) {
   std::string model_path;
   int prompt_tokens = 512, decode_tokens = 32, decode_context = 64, batch = 8, repeats = 3, n_threads = 0;
   int prefill_context = 0, prefill_step = 64, prefill_min_tokens = 0;
-  bool json = false;
+  bool json = false, step_profile = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--prompt-tokens", prompt_tokens, "prefill length")->capture_default_str();
   app.add_option("--decode-tokens", decode_tokens, "decode steps timed per batch size")
@@ -95,6 +97,9 @@ int bench_engine_main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "best of this many prefill runs")->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads; 0 = all cores")->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of a table");
+  app.add_flag("--step-profile", step_profile,
+               "also time batch-1 decode phase by phase (projections, attention, norms, ...): each phase's share "
+               "of the step and its weights' read rate");
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
   app.get_option("--kv-budget")
@@ -174,6 +179,16 @@ int bench_engine_main(int argc, char** argv) {
   const double weights_read_best_gbs = passes.empty() ? 0.0 : *std::max_element(passes.begin(), passes.end());
   progress("decode, batch N");
   const double decode_batch_s = median(decode(batch));
+  // Batch 1 once more, phase by phase: where a step's time goes beside the weight read.
+  ForwardProfile profile;
+  double profiled_s = 0;
+  if (step_profile) {
+    progress("decode, batch 1, phase by phase");
+    Runner run(model, 1, decode_context + decode_tokens + 1, threads);
+    run.step(1, 0, decode_context);
+    run.profile = &profile;
+    for (int i = 0; i < decode_tokens; ++i) profiled_s += run.step(1, decode_context + i, 1);
+  }
 
   // A short prefill against a long cached context (a prefix-cache hit): one cold prefill of
   // context + step tokens, then the last `step` tokens again at their own positions, which sees
@@ -244,6 +259,24 @@ int bench_engine_main(int argc, char** argv) {
       {"decode_vs_stream_read_paired", paired_ratio},
       {"decode_vs_weights_read_best", decode_gbs / weights_read_best_gbs},
   };
+  if (step_profile) {
+    nlohmann::json phases = nlohmann::json::array();
+    for (int p = 0; p < ForwardProfile::kPhases; ++p) {
+      const double s_per_step = profile.seconds[p] / static_cast<double>(profile.passes);
+      const double bytes_per_step = static_cast<double>(profile.weight_bytes[p]) / static_cast<double>(profile.passes);
+      nlohmann::json phase = {{"phase", ForwardProfile::name(p)},
+                              {"us_per_step", 1e6 * s_per_step},
+                              {"share_of_step", s_per_step * static_cast<double>(profile.passes) / profiled_s}};
+      if (bytes_per_step > 0 && s_per_step > 0) {
+        phase["weight_bytes_per_step"] = bytes_per_step;
+        phase["read_gbs"] = bytes_per_step / s_per_step / 1e9;
+        phase["read_vs_stream_read_paired"] = bytes_per_step / s_per_step / 1e9 / paired_stream_gbs;
+      }
+      phases.push_back(phase);
+    }
+    out["step_profile"] = {{"steps", profile.passes}, {"ms_per_step", 1e3 * profiled_s / static_cast<double>(profile.passes)},
+                           {"phases", phases}};
+  }
   if (prefill_context > 0) {
     out["prefill_context"] = prefill_context;
     out["prefill_step_tokens"] = prefill_step;
@@ -269,6 +302,22 @@ int bench_engine_main(int argc, char** argv) {
               reader ? "a buffer of its bytes" : "the weights' memory", 100 * paired_ratio, paired_stream_gbs, weights_read_best_gbs);
   std::printf("  decode   batch %-2d     %9.1f tokens/s   (%.2fx batch 1)\n", batch, batch / decode_batch_s,
               decode1_s * batch / decode_batch_s);
+  if (step_profile) {
+    std::printf("  decode   batch 1 phase by phase, mean of %lld steps: %.2f ms per step; read rates over the paired read (%.2f GB/s)\n",
+                static_cast<long long>(profile.passes), 1e3 * profiled_s / static_cast<double>(profile.passes), paired_stream_gbs);
+    std::printf("           %-14s %9s %7s %10s %8s %8s\n", "phase", "us/step", "share", "weights MB", "GB/s", "of read");
+    for (int p = 0; p < ForwardProfile::kPhases; ++p) {
+      const double s_per_step = profile.seconds[p] / static_cast<double>(profile.passes);
+      const double mb = static_cast<double>(profile.weight_bytes[p]) / static_cast<double>(profile.passes) / 1e6;
+      std::printf("           %-14s %9.1f %6.1f%%", ForwardProfile::name(p), 1e6 * s_per_step,
+                  100 * s_per_step * static_cast<double>(profile.passes) / profiled_s);
+      if (mb > 0 && s_per_step > 0) {
+        const double gbs = mb / 1e3 / s_per_step;
+        std::printf(" %10.2f %8.2f %7.1f%%", mb, gbs, 100 * gbs / paired_stream_gbs);
+      }
+      std::printf("\n");
+    }
+  }
   if (prefill_context > 0) {
     std::printf("  prefill  %d tokens after %d cached: %.1f ms = %.2f%% of the cold %d-token prefill (%.0f ms)\n",
                 prefill_step, prefill_context, 1e3 * context_step_s, 100 * context_step_s / cold_prefill_s,

@@ -6,13 +6,43 @@
 // RMSNorm → SwiGLU feed-forward + residual. Then the final norm and the output projection for the
 // rows that need logits.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
 #include "model/model.h"
 
 namespace kvstash {
+
+const char* ForwardProfile::name(int phase) {
+  static constexpr const char* kNames[kPhases] = {"embed",         "norms",   "qkv",      "bias+rope+kv", "attention", "attn output",
+                                                  "gate+up",       "silu*up", "down",     "residual",     "output"};
+  return phase >= 0 && phase < kPhases ? kNames[phase] : "?";
+}
+
 namespace {
+
+// Closes forward()'s phases one after another into a ForwardProfile; does nothing without one.
+class PhaseClock {
+ public:
+  explicit PhaseClock(ForwardProfile* profile) : profile_(profile) {
+    if (profile_ == nullptr) return;
+    ++profile_->passes;
+    last_ = std::chrono::steady_clock::now();
+  }
+  // The time since the previous end() (or the start) goes to `phase`, with the bytes of `weights`.
+  void end(ForwardProfile::Phase phase, std::initializer_list<const kernels::WeightView*> weights = {}) {
+    if (profile_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->seconds[phase] += std::chrono::duration<double>(now - last_).count();
+    for (const kernels::WeightView* w : weights) profile_->weight_bytes[phase] += w->rows * static_cast<std::int64_t>(w->row_bytes);
+    last_ = now;
+  }
+
+ private:
+  ForwardProfile* profile_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 // Per new token: its position (RoPE), its KV slot, and which sequence it belongs to.
 struct TokenSlot {
@@ -229,6 +259,8 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
 
+  using Phase = ForwardProfile::Phase;
+  PhaseClock clock(batch.profile);
   std::vector<TokenSlot> slots;
   slots.reserve(static_cast<std::size_t>(T));
   for (int s = 0; s < static_cast<int>(batch.sequences.size()); ++s) {
@@ -246,14 +278,17 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const AttentionPlan attention_plan(slots, nkv, nh / nkv, pool.size());
+  clock.end(Phase::kEmbed);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+    clock.end(Phase::kNorms);
     // Q, K and V share their input: one pool run for the three on the decode path.
     const kernels::WeightView qkv_w[] = {L.wq, L.wk, L.wv};
     float* const qkv_y[] = {q.data(), k.data(), v.data()};
     kernels::matmul_many(qkv_w, xn.data(), T, qkv_y, pool);
+    clock.end(Phase::kQkv, {&L.wq, &L.wk, &L.wv});
     add_bias(q.data(), T, L.bq);
     add_bias(k.data(), T, L.bk);
     add_bias(v.data(), T, L.bv);
@@ -269,16 +304,25 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
       kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
     }
+    clock.end(Phase::kRopeKv);
     attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, attention_plan, pool);
+    clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
+    clock.end(Phase::kAttnOutput, {&L.wo});
     kernels::add_inplace(x.data(), xn.data(), T * d);
+    clock.end(Phase::kResidual);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+    clock.end(Phase::kNorms);
     const kernels::WeightView gate_up_w[] = {L.w_gate, L.w_up};
     float* const gate_up_y[] = {gate.data(), up.data()};
     kernels::matmul_many(gate_up_w, xn.data(), T, gate_up_y, pool);
+    clock.end(Phase::kGateUp, {&L.w_gate, &L.w_up});
     kernels::silu_mul(gate.data(), up.data(), T * ff, gate.data());
+    clock.end(Phase::kSiluMul);
     kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
+    clock.end(Phase::kDown, {&L.w_down});
     kernels::add_inplace(x.data(), xn.data(), T * d);
+    clock.end(Phase::kResidual);
   }
 
   if (batch.final_hidden) {
@@ -295,7 +339,11 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     }
     t0 += seq.n_new;
   }
-  if (rows > 0) kernels::matmul(output_, xn.data(), rows, logits, pool);
+  clock.end(Phase::kNorms);
+  if (rows > 0) {
+    kernels::matmul(output_, xn.data(), rows, logits, pool);
+    clock.end(Phase::kOutput, {&output_});
+  }
   return Status::ok();
 }
 

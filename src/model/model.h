@@ -92,12 +92,39 @@ struct BatchSequence {
   int first_slot() const { return slot_start < 0 ? pos_start : slot_start; }
 };
 
+// Where forward passes spend their time, phase by phase (`kvstash bench-engine --step-profile`).
+// forward() adds to it when ForwardBatch::profile is set: each phase's seconds and the bytes of
+// weight matrices it read, over every layer. It reads the clock once per phase (about a dozen times
+// per layer); without a profile it reads none. The output never depends on it.
+struct ForwardProfile {
+  enum Phase {
+    kEmbed,         // the tokens' embedding rows
+    kNorms,         // RMSNorm before attention, before the feed-forward, and the final one
+    kQkv,           // the Q, K and V projections (one matmul call)
+    kRopeKv,        // the Q/K/V biases, RoPE, and K and V written into the pool
+    kAttention,     // softmax(Q K^T) V over the pool
+    kAttnOutput,    // the attention output projection
+    kGateUp,        // the feed-forward gate and up projections (one matmul call)
+    kSiluMul,       // SiLU(gate) * up
+    kDown,          // the feed-forward down projection
+    kResidual,      // the two residual additions
+    kOutput,        // the output projection (logits)
+    kPhases
+  };
+  static const char* name(int phase);
+  double seconds[kPhases] = {};
+  std::int64_t weight_bytes[kPhases] = {};
+  std::int64_t passes = 0;  // forward() calls added up here
+};
+
 struct ForwardBatch {
   std::vector<TokenId> tokens;  // the new tokens of all sequences, in sequence order
   std::vector<BatchSequence> sequences;
   // When set: forward() also writes the final hidden state of every new token, after the final
   // norm (the output projection's input), tokens.size() rows of n_embd floats (embeddings).
   float* final_hidden = nullptr;
+  // When set: forward() adds its phases' times to it (above).
+  ForwardProfile* profile = nullptr;
   // Rows of logits forward() writes: per sequence, 0 unless want_logits, else n_new if all_logits, else 1.
   int logit_rows() const;
 };

@@ -111,7 +111,9 @@ TEST_P(ForwardVsReference, LogitsMatchTheDoublePrecisionReference) {
   for (std::size_t t = 0; t < expected.size(); ++t) {
     auto ref_best = std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin();
     auto got_best = std::max_element(got.begin() + t * nv, got.begin() + (t + 1) * nv) - (got.begin() + t * nv);
-    if (c.same_argmax_everywhere) EXPECT_EQ(ref_best, got_best) << "position " << t;
+    if (c.same_argmax_everywhere) {
+      EXPECT_EQ(ref_best, got_best) << "position " << t;
+    }
     agree += ref_best == got_best;
   }
   EXPECT_GE(agree, static_cast<int>(expected.size() * 9 / 10));
@@ -222,6 +224,48 @@ TEST(Batching, TwoSequencesInOneBatchEqualEachAlone) {
     diff = std::max(diff, static_cast<double>(std::abs(b_alone[8 * static_cast<std::size_t>(nv) + i] - logits[21 * static_cast<std::size_t>(nv) + i])));
   }
   EXPECT_LT(diff / max_abs, 1e-3);
+}
+
+// A profiled forward pass (bench-engine --step-profile) gives the logits of an unprofiled one, bit
+// for bit, and accounts for every weight byte a decode step reads exactly once, in the phase that
+// reads it.
+TEST(Profile, PhasesAccountForTheStepWithoutChangingIt) {
+  auto model = load("tiny-llama", TensorType::kF16);
+  ASSERT_TRUE(model);
+  const int nv = model->config().n_vocab;
+  const auto tokens = some_tokens(18, nv, 3);
+  ThreadPool threads(2);
+  std::vector<std::vector<float>> logits;
+  ForwardProfile profile;
+  for (ForwardProfile* p : {static_cast<ForwardProfile*>(nullptr), &profile}) {
+    TestPool pool(model->config(), 4);
+    std::vector<std::int32_t> table{pool.take(), pool.take()};
+    ForwardBatch prompt;
+    prompt.tokens.assign(tokens.begin(), tokens.end() - 1);
+    prompt.sequences.push_back({table.data(), 2, 0, 17, false, false});
+    ASSERT_TRUE(model->forward(prompt, pool.view, nullptr, threads).is_ok());
+    ForwardBatch step;  // one decode step, profiled or not
+    step.tokens = {tokens.back()};
+    step.sequences.push_back({table.data(), 2, 17, 1, true, false});
+    step.profile = p;
+    logits.emplace_back(static_cast<std::size_t>(nv));
+    ASSERT_TRUE(model->forward(step, pool.view, logits.back().data(), threads).is_ok());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(profile.passes, 1);
+  std::int64_t bytes = 0;
+  for (int p = 0; p < ForwardProfile::kPhases; ++p) {
+    bytes += profile.weight_bytes[p];
+    EXPECT_GE(profile.seconds[p], 0.0) << ForwardProfile::name(p);
+  }
+  EXPECT_EQ(bytes, static_cast<std::int64_t>(model->weight_bytes_per_token()));
+  for (auto phase : {ForwardProfile::kQkv, ForwardProfile::kAttnOutput, ForwardProfile::kGateUp, ForwardProfile::kDown,
+                     ForwardProfile::kOutput}) {
+    EXPECT_GT(profile.weight_bytes[phase], 0) << ForwardProfile::name(phase);
+    EXPECT_GT(profile.seconds[phase], 0.0) << ForwardProfile::name(phase);
+  }
+  EXPECT_GT(profile.seconds[ForwardProfile::kAttention], 0.0);
+  EXPECT_EQ(profile.weight_bytes[ForwardProfile::kAttention], 0);
 }
 
 // Regression (issue 8): a block table too short for a sequence's positions made the forward pass

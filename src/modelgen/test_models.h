@@ -15,7 +15,10 @@ inline std::string test_model_path(const std::string& preset, gguf::TensorType t
   const std::filesystem::path dir = std::filesystem::path(KVSTASH_BINARY_DIR) / "test-models";
   std::filesystem::create_directories(dir);
   std::string name = preset + "-" + gguf::tensor_type_name(type);
-  if (!vocab_path.empty()) name += "-" + std::filesystem::path(vocab_path).stem().string();
+  if (!vocab_path.empty()) {
+    name += '-';  // appended in two steps: GCC 12 warns (-Wrestrict) falsely on "-" + std::string&&
+    name += std::filesystem::path(vocab_path).stem().string();
+  }
   const auto path = dir / (name + ".gguf");
   if (!std::filesystem::exists(path)) {
     modelgen::GenerateOptions o;

@@ -1,0 +1,73 @@
+// `kvstash bench-engine --step-profile --json` on a tiny generated model, as a user runs it: the
+// phase table covers the step (the phases' shares add up to the profiled steps' time) and every
+// weight byte a step reads, in the phases that read weights.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+std::string kvstash_binary() {
+  if (const char* bin = std::getenv("KVSTASH_BIN")) return bin;
+  return std::string(KVSTASH_BINARY_DIR) + "/kvstash";
+}
+
+// Runs `command`, returning its stdout and, in `exit_code`, how it ended.
+std::string run(const std::string& command, int& exit_code) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    exit_code = -1;
+    return out;
+  }
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(BenchEngine, StepProfileCoversTheStepAndEveryWeightByte) {
+  ASSERT_TRUE(std::filesystem::exists(kvstash_binary())) << "build the kvstash target first";
+  const std::string model = testing::test_model_path("tiny-llama", gguf::TensorType::kF16);
+  int exit_code = 0;
+  const std::string out = run(kvstash_binary() + " bench-engine -m " + model +
+                                  " --prompt-tokens 16 --repeats 1 --decode-tokens 3 --batch 2 -t 2 --step-profile --json",
+                              exit_code);
+  ASSERT_EQ(exit_code, 0) << out;
+  const auto report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << out;
+  ASSERT_TRUE(report.contains("step_profile")) << out;
+  const auto& profile = report["step_profile"];
+  EXPECT_EQ(profile["steps"].get<int>(), 3);
+  EXPECT_GT(profile["ms_per_step"].get<double>(), 0.0);
+  double share = 0, bytes = 0;
+  std::set<std::string> with_weights;
+  for (const auto& phase : profile["phases"]) {
+    share += phase["share_of_step"].get<double>();
+    if (phase.contains("weight_bytes_per_step")) {
+      bytes += phase["weight_bytes_per_step"].get<double>();
+      with_weights.insert(phase["phase"].get<std::string>());
+      EXPECT_GT(phase["read_gbs"].get<double>(), 0.0) << phase.dump();
+    }
+  }
+  // The phases are closed back to back inside forward(); the step's own timer also holds the
+  // batch's set-up, so the shares add up to a little less than 1, never more.
+  EXPECT_GT(share, 0.5);
+  EXPECT_LE(share, 1.0 + 1e-9);
+  EXPECT_EQ(bytes, report["weight_bytes_per_token"].get<double>());
+  EXPECT_EQ(with_weights, (std::set<std::string>{"qkv", "attn output", "gate+up", "down", "output"}));
+}
+
+}  // namespace
+}  // namespace kvstash
