@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
@@ -243,6 +244,7 @@ int bench_engine_main(int argc, char** argv) {
       {"prefill_tokens_per_s", prompt_tokens / prefill_s},
       {"prefill_gflops", prefill_gflops},
       {"decode_tokens_per_s", 1.0 / decode1_s},
+      {"decode_step_mean_s", std::accumulate(decode1_steps.begin(), decode1_steps.end(), 0.0) / static_cast<double>(decode1_steps.size())},
       {"decode_batch", batch},
       {"decode_batch8_tokens_per_s", batch / decode_batch_s},  // name kept; the batch is decode_batch
       {"decode_weight_read_gbs", decode_gbs},

@@ -826,6 +826,16 @@ void q2kx16_token(const std::uint8_t* group, std::int64_t cols, const float* x_s
   _mm512_storeu_ps(y, acc);
 }
 
+// How much further than its prefetch into L1 a one-token Q4_0, Q5_0, Q4_1 or Q5_1 tile (where it
+// prefetches into L1: every core but AMD's) also prefetches the same unit into L2: 2 KiB, so 3-3.5
+// KiB ahead of the read, as kQ4kTokenFarBytes does for Q4_K. Sapphire Rapids, qwen2.5-0.5b,
+// bench-engine --step-profile, back-to-back pairs without and with it, decode over the paired read:
+// q4_k_m (Q5_0 projections) two threads 78.7-84.9 -> 83.1-85.7 % (higher in 7 of 8 pairs, mean
+// step 17.4-17.8 -> 15.4-16.6 ms), one thread 86.4-87.9 -> 89.3-89.8 % (every pair); q5_k_m (Q5_1)
+// 81.0-81.9 -> 84.6-89.0 %; q4_0 76.9-81.8 -> 83.5-85.3 %, mean step 15.2-16.3 -> 14.0-15.5 ms.
+// 3 KiB further read between none and 2 KiB (BENCHMARKS.md, issue 14).
+inline constexpr std::size_t kBlock32TokenFarBytes = 2 << 10;
+
 // kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16 (interleaved16.h): one group of 16 rows against T tokens,
 // two blocks per unit. Per block, 4 chunks of codes give 8 registers (low nibbles: weights 0-15,
 // high: 16-31); Q5_0 and Q5_1 add 16 where their stored 64-bit masks say. Per token, 8 VNNI steps
@@ -847,6 +857,7 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (std::int64_t un = 0; un < blocks / 2; ++un) {
     const std::uint8_t* unit = group + un * kUnit;
     if (prefetch_at != nullptr) prefetch_span(prefetch_at + un * kUnit, kUnit, into_l1);
+    if (prefetch_at != nullptr && into_l1) prefetch_span(prefetch_at + un * kUnit + kBlock32TokenFarBytes, kUnit);
 #pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       const std::int64_t b = 2 * un + j;
