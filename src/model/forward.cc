@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "model/model.h"
@@ -15,8 +16,8 @@
 namespace kvstash {
 
 const char* ForwardProfile::name(int phase) {
-  static constexpr const char* kNames[kPhases] = {"embed",         "norms",   "qkv",      "bias+rope+kv", "attention", "attn output",
-                                                  "gate+up",       "silu*up", "down",     "residual",     "output"};
+  static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+rope+kv", "attention", "attn output",
+                                                  "gate+up", "silu*up", "down", "residual",     "output"};
   return phase >= 0 && phase < kPhases ? kNames[phase] : "?";
 }
 
