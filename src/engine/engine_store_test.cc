@@ -32,16 +32,17 @@ class EngineStoreTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  static std::unique_ptr<Engine> make_engine(cache::TieredStore* store, bool prefix_cache = true) {
+  // A load these tests expect to hit must not be given up because a loaded (sanitizer, CI) machine
+  // is slow: a deadline (the default is 2 s) is exercised by LoadPastItsDeadline only.
+  static std::unique_ptr<Engine> make_engine(cache::TieredStore* store, bool prefix_cache = true,
+                                             std::chrono::milliseconds load_timeout = std::chrono::minutes(10)) {
     EngineOptions o;
     o.n_ctx = 1024;
     o.n_threads = 2;
     o.kv_store = store;
     o.chunk_tokens = 64;
     o.prefix_cache = prefix_cache;
-    // A load these tests expect to hit must not be given up because a loaded (sanitizer, CI)
-    // machine is slow: the 2 s default deadline is exercised by LoadPastItsDeadline only.
-    o.store_load_timeout = std::chrono::minutes(10);
+    o.store_load_timeout = load_timeout;
     auto e = Engine::create(*model_, o);
     EXPECT_TRUE(e.has_value()) << e.status().to_string();
     return std::move(e.value());
@@ -295,15 +296,7 @@ TEST_F(EngineStoreTest, LoadingRequestDoesNotStallTheRunningBatch) {
   { auto a = make_engine(&store); generate(*a, cached); }
   store.flush();
 
-  EngineOptions o;
-  o.n_ctx = 1024;
-  o.n_threads = 2;
-  o.kv_store = &store;
-  o.chunk_tokens = 64;
-  o.store_load_timeout = std::chrono::minutes(10);
-  auto created = Engine::create(*model_, o);
-  ASSERT_TRUE(created.has_value()) << created.status().to_string();
-  auto b = std::move(created.value());
+  auto b = make_engine(&store);
   std::atomic<int> stream_tokens{0};
   std::atomic<bool> stream_done{false};
   FinishReason stream_finish = FinishReason::kNone;
@@ -352,21 +345,14 @@ TEST_F(EngineStoreTest, LoadPastItsDeadlineRecomputesWithTheSameOutput) {
   const auto expected = uncached(req);
   { auto a = make_engine(&store); generate(*a, req); }
   store.flush();
-  EngineOptions o;
-  o.n_ctx = 1024;
-  o.n_threads = 2;
-  o.kv_store = &store;
-  o.chunk_tokens = 64;
-  o.store_load_timeout = std::chrono::milliseconds(50);
-  auto b = Engine::create(*model_, o);
-  ASSERT_TRUE(b.has_value());
+  auto b = make_engine(&store, true, std::chrono::milliseconds(50));
   slow->close();
-  auto r = generate(**b, req);
+  auto r = generate(*b, req);
   slow->open();  // lets the abandoned load finish, so the engine can shut down
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->cached_tokens, 0);
   EXPECT_EQ(r->tokens, expected);
-  EXPECT_EQ((*b)->stats().store_loads_timed_out, 1);
+  EXPECT_EQ(b->stats().store_loads_timed_out, 1);
 }
 
 }  // namespace
