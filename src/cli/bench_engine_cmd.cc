@@ -133,10 +133,12 @@ int bench_engine_main(int argc, char** argv) {
   // step that another process delays moves a mean, not a median).
   // The fastest step too: the streaming-read and sgemm limits are best-of figures, so on a loaded
   // machine "best step / best read" compares like with like where the median does not.
-  // `after_step`, when given, runs after each timed step with that step's seconds (not timed).
-  auto decode = [&](int batch, const std::function<void(double)>& after_step = {}) {
+  // `after_step`, when given, runs after each timed step with that step's seconds (not timed);
+  // `profile`, when given, collects the timed steps' phases.
+  auto decode = [&](int batch, const std::function<void(double)>& after_step = {}, ForwardProfile* profile = nullptr) {
     Runner run(model, batch, decode_context + decode_tokens + 1, threads);
     run.step(batch, 0, decode_context);
+    run.profile = profile;
     std::vector<double> steps;
     for (int i = 0; i < decode_tokens; ++i) {
       steps.push_back(run.step(batch, decode_context + i, 1));
@@ -181,14 +183,26 @@ int bench_engine_main(int argc, char** argv) {
   progress("decode, batch N");
   const double decode_batch_s = median(decode(batch));
   // Batch 1 once more, phase by phase: where a step's time goes beside the weight read.
-  ForwardProfile profile;
-  double profiled_s = 0;
+  struct PhaseRow {
+    const char* name;
+    double us_per_step, share, weight_bytes_per_step, read_gbs;  // the last two 0 without weights
+  };
+  std::vector<PhaseRow> phase_rows;
+  double profiled_ms_per_step = 0;
+  std::int64_t profiled_steps = 0;
   if (step_profile) {
     progress("decode, batch 1, phase by phase");
-    Runner run(model, 1, decode_context + decode_tokens + 1, threads);
-    run.step(1, 0, decode_context);
-    run.profile = &profile;
-    for (int i = 0; i < decode_tokens; ++i) profiled_s += run.step(1, decode_context + i, 1);
+    ForwardProfile profile;
+    const std::vector<double> steps = decode(1, {}, &profile);
+    const double profiled_s = std::accumulate(steps.begin(), steps.end(), 0.0);
+    profiled_steps = profile.passes;
+    const double n = static_cast<double>(profile.passes);
+    profiled_ms_per_step = 1e3 * profiled_s / n;
+    for (int p = 0; p < ForwardProfile::kPhases; ++p) {
+      const double s_per_step = profile.seconds[p] / n, bytes = static_cast<double>(profile.weight_bytes[p]) / n;
+      phase_rows.push_back({ForwardProfile::name(p), 1e6 * s_per_step, profile.seconds[p] / profiled_s, bytes,
+                            bytes > 0 && s_per_step > 0 ? bytes / s_per_step / 1e9 : 0.0});
+    }
   }
 
   // A short prefill against a long cached context (a prefix-cache hit): one cold prefill of
@@ -263,21 +277,16 @@ int bench_engine_main(int argc, char** argv) {
   };
   if (step_profile) {
     nlohmann::json phases = nlohmann::json::array();
-    for (int p = 0; p < ForwardProfile::kPhases; ++p) {
-      const double s_per_step = profile.seconds[p] / static_cast<double>(profile.passes);
-      const double bytes_per_step = static_cast<double>(profile.weight_bytes[p]) / static_cast<double>(profile.passes);
-      nlohmann::json phase = {{"phase", ForwardProfile::name(p)},
-                              {"us_per_step", 1e6 * s_per_step},
-                              {"share_of_step", s_per_step * static_cast<double>(profile.passes) / profiled_s}};
-      if (bytes_per_step > 0 && s_per_step > 0) {
-        phase["weight_bytes_per_step"] = bytes_per_step;
-        phase["read_gbs"] = bytes_per_step / s_per_step / 1e9;
-        phase["read_vs_stream_read_paired"] = bytes_per_step / s_per_step / 1e9 / paired_stream_gbs;
+    for (const PhaseRow& row : phase_rows) {
+      nlohmann::json phase = {{"phase", row.name}, {"us_per_step", row.us_per_step}, {"share_of_step", row.share}};
+      if (row.read_gbs > 0) {
+        phase["weight_bytes_per_step"] = row.weight_bytes_per_step;
+        phase["read_gbs"] = row.read_gbs;
+        phase["read_vs_stream_read_paired"] = row.read_gbs / paired_stream_gbs;
       }
       phases.push_back(phase);
     }
-    out["step_profile"] = {{"steps", profile.passes}, {"ms_per_step", 1e3 * profiled_s / static_cast<double>(profile.passes)},
-                           {"phases", phases}};
+    out["step_profile"] = {{"steps", profiled_steps}, {"ms_per_step", profiled_ms_per_step}, {"phases", phases}};
   }
   if (prefill_context > 0) {
     out["prefill_context"] = prefill_context;
@@ -306,17 +315,11 @@ int bench_engine_main(int argc, char** argv) {
               decode1_s * batch / decode_batch_s);
   if (step_profile) {
     std::printf("  decode   batch 1 phase by phase, mean of %lld steps: %.2f ms per step; read rates over the paired read (%.2f GB/s)\n",
-                static_cast<long long>(profile.passes), 1e3 * profiled_s / static_cast<double>(profile.passes), paired_stream_gbs);
+                static_cast<long long>(profiled_steps), profiled_ms_per_step, paired_stream_gbs);
     std::printf("           %-14s %9s %7s %10s %8s %8s\n", "phase", "us/step", "share", "weights MB", "GB/s", "of read");
-    for (int p = 0; p < ForwardProfile::kPhases; ++p) {
-      const double s_per_step = profile.seconds[p] / static_cast<double>(profile.passes);
-      const double mb = static_cast<double>(profile.weight_bytes[p]) / static_cast<double>(profile.passes) / 1e6;
-      std::printf("           %-14s %9.1f %6.1f%%", ForwardProfile::name(p), 1e6 * s_per_step,
-                  100 * s_per_step * static_cast<double>(profile.passes) / profiled_s);
-      if (mb > 0 && s_per_step > 0) {
-        const double gbs = mb / 1e3 / s_per_step;
-        std::printf(" %10.2f %8.2f %7.1f%%", mb, gbs, 100 * gbs / paired_stream_gbs);
-      }
+    for (const PhaseRow& row : phase_rows) {
+      std::printf("           %-14s %9.1f %6.1f%%", row.name, row.us_per_step, 100 * row.share);
+      if (row.read_gbs > 0) std::printf(" %10.2f %8.2f %7.1f%%", row.weight_bytes_per_step / 1e6, row.read_gbs, 100 * row.read_gbs / paired_stream_gbs);
       std::printf("\n");
     }
   }
