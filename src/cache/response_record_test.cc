@@ -91,7 +91,7 @@ TEST(ResponseRecordTest, EnvelopeSeparatesRecordsFromKvChunks) {
   ASSERT_TRUE(chunk);
   EXPECT_TRUE(decode_chunk(*chunk, meta));
   ChunkMeta kv = meta;
-  kv.kv_format = "f16-blk16-v1";
+  kv.kv_format = "f16-blk16-v2";
   ChunkError why{};
   EXPECT_FALSE(decode_chunk(*chunk, kv, &why));
   EXPECT_EQ(why, ChunkError::kKvFormatMismatch);

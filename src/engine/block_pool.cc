@@ -1,16 +1,22 @@
 #include "engine/block_pool.h"
 
 #include <cassert>
+#include <cstdlib>
 
 namespace kvstash {
 
 BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_blocks) {
   view_.n_blocks = n_blocks;
-  view_.n_layers = config.n_layers;
+  view_.set_shape(config);
   view_.block_size = block_size;
-  view_.row_elems = config.kv_row_elems();
-  storage_.resize(view_.block_elems() * static_cast<std::size_t>(n_blocks));
-  view_.base = storage_.data();
+  const std::size_t elems = view_.block_elems() * static_cast<std::size_t>(n_blocks);
+  if (std::getenv("KVSTASH_KV_SMALL") == nullptr) storage_ = HugePageBuffer::allocate(elems * sizeof(std::uint16_t));
+  if (storage_.data() != nullptr) {
+    view_.base = reinterpret_cast<std::uint16_t*>(storage_.data());
+  } else {
+    small_storage_.resize(elems);
+    view_.base = small_storage_.data();
+  }
   meta_.resize(static_cast<std::size_t>(n_blocks));
   free_.reserve(static_cast<std::size_t>(n_blocks));
   // Hand out low block numbers first (pop from the back).

@@ -20,6 +20,7 @@
 
 #include "cache/chunk_key.h"
 #include "cache/kv_events.h"
+#include "common/huge_pages.h"
 #include "kvstash/status.h"
 #include "model/model.h"
 
@@ -78,7 +79,8 @@ class BlockPool {
     std::optional<cache::ChunkKey> key;
     std::list<std::int32_t>::iterator lru_pos;  // valid while cached (refs == 0 && key)
   };
-  std::vector<std::uint16_t> storage_;
+  HugePageBuffer storage_;                  // the blocks, in huge pages where the kernel gives them
+  std::vector<std::uint16_t> small_storage_;  // where it gives no mapping at all
   KvPoolView view_;
   std::vector<BlockMeta> meta_;
   std::vector<std::int32_t> free_;

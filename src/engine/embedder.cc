@@ -56,9 +56,8 @@ Expected<std::vector<float>> Embedder::embed(std::span<const TokenId> tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   KvPoolView view;
   view.base = kv_.data();
-  view.n_layers = c.n_layers;
+  view.set_shape(c);
   view.block_size = kBlockSize;
-  view.row_elems = c.kv_row_elems();
   view.n_blocks = static_cast<std::int64_t>(kv_.size() / view.block_elems());
   if (Status st = model_.forward(batch, view, nullptr, *pool_); !st) return st;
 

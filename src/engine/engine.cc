@@ -27,7 +27,7 @@ constexpr int kPrefetchThreads = 2;
 
 Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
     : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
-      kv_format("f16-blk" + std::to_string(o.block_size) + "-v1") {
+      kv_format("f16-blk" + std::to_string(o.block_size) + "-v2") {
   pool.record_key_changes(o.kv_events != nullptr);
   if (o.kv_store && o.prefix_cache) {
     prefetcher = std::make_unique<Prefetcher>(*o.kv_store, kPrefetchThreads, [this] {

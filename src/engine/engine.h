@@ -151,7 +151,8 @@ class Engine {
   const Model& model() const;
   const EngineOptions& options() const;
   // The kv_format of every key and chunk this engine makes: element type and pool layout
-  // ("f16-blk16-v1": f16, blocks of 16 tokens each holding all layers' K then V rows).
+  // ("f16-blk16-v2": f16, blocks of 16 tokens each holding all layers' K then V, each KV head's
+  // 16 rows together; model.h, KvPoolView).
   const std::string& kv_format() const;
 
  private:

@@ -60,8 +60,7 @@ std::vector<double> triattention_scores(const Model& model, const KvPoolView& kv
       double mean = 0, sq = 0;
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         const int slot = candidates[i];
-        const std::uint16_t* row = kv.k_row(table[static_cast<std::size_t>(slot / kv.block_size)], l, slot % kv.block_size) +
-                                   static_cast<std::size_t>(kvh) * c.head_dim;
+        const std::uint16_t* row = kv.k_at(table[static_cast<std::size_t>(slot / kv.block_size)], l, slot % kv.block_size, kvh);
         double s = 0;
         for (int f = 0; f < half; ++f) {
           const auto [a, b] = pair_elems(c.rope_style, f, c.head_dim);
@@ -203,14 +202,16 @@ CompactionResult compact_slots(BlockPool& pool, std::vector<std::int32_t>& table
   }
   // Slide survivors forward (kept[i] >= i, ascending: a source is never overwritten before it is read).
   const KvPoolView& kv = pool.view();
-  const std::size_t row_bytes = static_cast<std::size_t>(kv.row_elems) * sizeof(std::uint16_t);
+  const std::size_t head_bytes = static_cast<std::size_t>(kv.head_dim) * sizeof(std::uint16_t);
   for (int i = first_moved; i < n_kept; ++i) {
     const int from = kept[static_cast<std::size_t>(i)];
     if (from == i) continue;
     const std::int32_t src = table[static_cast<std::size_t>(from / bs)], dst = table[static_cast<std::size_t>(i / bs)];
     for (int l = 0; l < kv.n_layers; ++l) {
-      std::memcpy(kv.k_row(dst, l, i % bs), kv.k_row(src, l, from % bs), row_bytes);
-      std::memcpy(kv.v_row(dst, l, i % bs), kv.v_row(src, l, from % bs), row_bytes);
+      for (int h = 0; h < kv.n_kv_heads; ++h) {
+        std::memcpy(kv.k_at(dst, l, i % bs, h), kv.k_at(src, l, from % bs, h), head_bytes);
+        std::memcpy(kv.v_at(dst, l, i % bs, h), kv.v_at(src, l, from % bs, h), head_bytes);
+      }
     }
   }
   // Blocks past the survivors: released last block first (tail-first, as everywhere).

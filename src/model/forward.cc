@@ -106,7 +106,14 @@ void add_bias(float* rows, int n_rows, const std::vector<float>& bias) {
 }
 
 // The preconditions of forward(), checked before any byte of the pool is written.
-Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, int n_vocab) {
+Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelConfig& c) {
+  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
+    return internal_error("forward: the KV pool is shaped for " + std::to_string(kv.n_layers) + " layers of " +
+                          std::to_string(kv.n_kv_heads) + " KV heads of " + std::to_string(kv.head_dim) +
+                          ", the model has " + std::to_string(c.n_layers) + " of " + std::to_string(c.n_kv_heads) +
+                          " of " + std::to_string(c.head_dim));
+  }
+  const int n_vocab = c.n_vocab;
   std::size_t n_tokens = 0;
   for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
     const BatchSequence& seq = batch.sequences[s];
@@ -223,11 +230,11 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
     const auto scores = [&](int i) { return scores_buffer.data() + static_cast<std::size_t>(i) * n_heads * ctx_max; };
     const auto q_at = [&](int i) { return in.q + (tile.first + i) * q_dim + h0 * hd; };
     const auto out_at = [&](int i) { return in.out + (tile.first + i) * q_dim + h0 * hd; };
-    const std::size_t row_stride = static_cast<std::size_t>(kv.row_elems);
-    // One kernel call per KV block and token: a block's K (and V) rows of a layer are
-    // kv.row_elems apart, and the KV head's part of each kvh * hd values in.
+    const std::size_t row_stride = static_cast<std::size_t>(hd);
+    // One kernel call per KV block and token: the KV head's K (and V) rows of a block and layer
+    // are contiguous, head_dim apart.
     for (int j = 0; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* k_rows = kv.k_row(table[j / kv.block_size], in.layer, 0) + kvh * hd;
+      const std::uint16_t* k_rows = kv.k_head(table[j / kv.block_size], in.layer, kvh);
       for (int i = 0; i < tile.count; ++i) {
         if (j >= n_ctx(i)) continue;  // its context ends before this block
         kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows, row_stride, std::min(kv.block_size, n_ctx(i) - j), hd,
@@ -239,7 +246,7 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
       std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
     }
     for (int j = 0; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* v_rows = kv.v_row(table[j / kv.block_size], in.layer, 0) + kvh * hd;
+      const std::uint16_t* v_rows = kv.v_head(table[j / kv.block_size], in.layer, kvh);
       for (int i = 0; i < tile.count; ++i) {
         if (j >= n_ctx(i)) continue;
         kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, v_rows, row_stride,
@@ -254,7 +261,7 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
 Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(batch.tokens.size());
-  if (Status st = check_batch(batch, kv, c.n_vocab); !st) return st;
+  if (Status st = check_batch(batch, kv, c); !st) return st;
   if (T == 0) return Status::ok();
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
   const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
@@ -302,8 +309,10 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
       for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
       const std::int32_t block = seq.block_table[slot.slot / kv.block_size];
-      kernels::f32_to_f16_row(&k[sz(t, kv_dim)], kv.k_row(block, l, slot.slot % kv.block_size), kv_dim);
-      kernels::f32_to_f16_row(&v[sz(t, kv_dim)], kv.v_row(block, l, slot.slot % kv.block_size), kv_dim);
+      for (int h = 0; h < nkv; ++h) {
+        kernels::f32_to_f16_row(&k[sz(t, kv_dim) + sz(h, hd)], kv.k_at(block, l, slot.slot % kv.block_size, h), hd);
+        kernels::f32_to_f16_row(&v[sz(t, kv_dim) + sz(h, hd)], kv.v_at(block, l, slot.slot % kv.block_size, h), hd);
+      }
     }
     clock.end(Phase::kRopeKv);
     attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, attention_plan, pool);

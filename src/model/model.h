@@ -49,26 +49,45 @@ struct ModelConfig {
 namespace kvstash {
 
 // Where the KV of one token of one layer lives. The pool is an array of blocks; a block holds,
-// for every layer, the K rows then the V rows of `block_size` tokens (f16, row = n_kv_heads *
-// head_dim). So one block is one contiguous byte range holding all of its tokens' KV, which is
-// what lets the engine export a run of tokens as bytes and import it back.
+// for every layer, the K then the V of `block_size` tokens, each head-major: for each KV head its
+// block_size rows of head_dim f16 values (kv_format "f16-blk<B>-v2", docs/chunk-format.md). So one
+// block is one contiguous byte range holding all of its tokens' KV, which is what lets the engine
+// export a run of tokens as bytes and import it back; and a KV head's K (or V) of one block and
+// layer is one contiguous run that attention, a task per KV head, streams. (Version 1 stored rows
+// of all heads token by token: a task then read head_dim values of every n_kv_heads * head_dim,
+// and the prefetchers pulled in the other heads' values too, several times over at long contexts.)
 struct KvPoolView {
   std::uint16_t* base = nullptr;
   std::int64_t n_blocks = 0;
   int n_layers = 0;
   int block_size = 16;
-  int row_elems = 0;  // n_kv_heads * head_dim
+  int n_kv_heads = 0;
+  int head_dim = 0;
 
+  void set_shape(const ModelConfig& c) {
+    n_layers = c.n_layers;
+    n_kv_heads = c.n_kv_heads;
+    head_dim = c.head_dim;
+  }
+  int row_elems() const { return n_kv_heads * head_dim; }  // K (or V) elements per token per layer
   std::size_t block_elems() const {
-    return static_cast<std::size_t>(n_layers) * 2 * block_size * row_elems;
+    return static_cast<std::size_t>(n_layers) * 2 * block_size * row_elems();
   }
   std::size_t block_bytes() const { return block_elems() * sizeof(std::uint16_t); }
-  std::uint16_t* k_row(std::int64_t block, int layer, int slot) const {
-    return base + block * block_elems() +
-           (static_cast<std::size_t>(layer) * 2 * block_size + slot) * row_elems;
+  // KV head kvh's K (V) rows of one block and layer: block_size rows, head_dim apart.
+  std::uint16_t* k_head(std::int64_t block, int layer, int kvh) const {
+    return base + block * block_elems() + static_cast<std::size_t>(layer) * 2 * block_size * row_elems() +
+           static_cast<std::size_t>(kvh) * block_size * head_dim;
   }
-  std::uint16_t* v_row(std::int64_t block, int layer, int slot) const {
-    return k_row(block, layer, slot) + static_cast<std::size_t>(block_size) * row_elems;
+  std::uint16_t* v_head(std::int64_t block, int layer, int kvh) const {
+    return k_head(block, layer, kvh) + static_cast<std::size_t>(block_size) * row_elems();
+  }
+  // One token's K (V) values of one KV head: head_dim values.
+  std::uint16_t* k_at(std::int64_t block, int layer, int slot, int kvh) const {
+    return k_head(block, layer, kvh) + static_cast<std::size_t>(slot) * head_dim;
+  }
+  std::uint16_t* v_at(std::int64_t block, int layer, int slot, int kvh) const {
+    return v_head(block, layer, kvh) + static_cast<std::size_t>(slot) * head_dim;
   }
 };
 

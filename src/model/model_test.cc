@@ -36,9 +36,8 @@ std::vector<TokenId> some_tokens(int n, int n_vocab, int salt = 0) {
 struct TestPool {
   TestPool(const ModelConfig& c, std::int64_t n_blocks) {
     view.n_blocks = n_blocks;
-    view.n_layers = c.n_layers;
+    view.set_shape(c);
     view.block_size = 16;
-    view.row_elems = c.kv_row_elems();
     storage.resize(view.block_elems() * static_cast<std::size_t>(n_blocks));
     view.base = storage.data();
   }
@@ -270,6 +269,47 @@ TEST(Profile, PhasesAccountForTheStepWithoutChangingIt) {
 
 // Regression (issue 8): a block table too short for a sequence's positions made the forward pass
 // read and write past it. It is now refused before any KV is written.
+// The pool's block layout is the stored chunks' payload (docs/chunk-format.md, kv_format
+// "f16-blk16-v2"): for each layer, K then V, each KV head's 16 rows of head_dim together. A prefill
+// of 10 tokens into a marked block must write exactly slots [0, 10) of every head's run there.
+TEST(PoolLayout, EachKvHeadsRowsOfABlockAreOneRunAsDocumented) {
+  auto model = load("tiny", TensorType::kF16);
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  ASSERT_GT(c.n_kv_heads, 1) << "one KV head cannot tell the layouts apart";
+  TestPool pool(c, 2);
+  constexpr std::uint16_t kMarker = 0x7e00;  // f16 NaN: never written by forward
+  std::fill(pool.storage.begin(), pool.storage.end(), kMarker);
+  std::vector<std::int32_t> table{pool.take()};
+  ForwardBatch batch;
+  batch.tokens = some_tokens(10, c.n_vocab, 5);
+  batch.sequences.push_back({table.data(), 1, 0, 10, false, false});
+  ThreadPool threads(2);
+  ASSERT_TRUE(model->forward(batch, pool.view, nullptr, threads));
+  const std::size_t B = 16, hd = static_cast<std::size_t>(c.head_dim), nkv = static_cast<std::size_t>(c.n_kv_heads);
+  std::size_t written = 0;
+  for (std::size_t l = 0; l < static_cast<std::size_t>(c.n_layers); ++l) {
+    for (std::size_t kv = 0; kv < 2; ++kv) {
+      for (std::size_t h = 0; h < nkv; ++h) {
+        for (std::size_t slot = 0; slot < B; ++slot) {
+          const std::size_t at = (((l * 2 + kv) * nkv + h) * B + slot) * hd;  // the documented offset
+          for (std::size_t e = 0; e < hd; ++e) {
+            const bool is_written = pool.storage[at + e] != kMarker;
+            ASSERT_EQ(is_written, slot < 10) << "layer " << l << (kv ? " V" : " K") << " head " << h << " slot " << slot;
+            written += is_written;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(written, static_cast<std::size_t>(c.n_layers) * 2 * nkv * 10 * hd);
+  // The accessors name the same places.
+  EXPECT_EQ(pool.view.k_at(0, 1, 3, 1), pool.storage.data() + (((1 * 2 + 0) * nkv + 1) * B + 3) * hd);
+  EXPECT_EQ(pool.view.v_at(1, 0, 15, 0), pool.storage.data() + pool.view.block_elems() + ((1 * nkv + 0) * B + 15) * hd);
+  // Block 1 was not in the table: untouched.
+  for (std::size_t i = pool.view.block_elems(); i < pool.storage.size(); ++i) ASSERT_EQ(pool.storage[i], kMarker);
+}
+
 TEST(Batching, ShortBlockTableIsAnErrorAndWritesNothing) {
   auto model = load("tiny", TensorType::kF16);
   ASSERT_TRUE(model);

@@ -55,7 +55,7 @@ TEST_F(KvEventsE2E, InfoAndSnapshotNameTheServedPromptsKeys) {
   json info = json::parse(r->body);
   EXPECT_EQ(info["version"], 1);
   EXPECT_EQ(info["model_fingerprint"].get<std::string>().size(), 64u);
-  EXPECT_EQ(info["kv_format"], "f16-blk16-v1");
+  EXPECT_EQ(info["kv_format"], "f16-blk16-v2");
   EXPECT_EQ(info["block_size"], 16);
   EXPECT_EQ(info["chunk_tokens"], 32);
   EXPECT_EQ(info["event_sources"], json::array({"pool", "memory"}));

@@ -28,7 +28,7 @@ namespace kvstash::server {
 // What /v1/kv/info reports besides the log's state. Filled by `kvstash serve`.
 struct KvNodeInfo {
   std::string model_fingerprint;  // 64 hex digits (Model::fingerprint_hex())
-  std::string kv_format;          // Engine::kv_format(), e.g. "f16-blk16-v1"
+  std::string kv_format;          // Engine::kv_format(), e.g. "f16-blk16-v2"
   int block_size = 16;            // tokens per engine block (the pool's keys)
   int chunk_tokens = 0;           // tokens per stored chunk (the tiers' keys); 0 = no store
   bool prefix_cache = true;       // the pool keeps and reports block keys
