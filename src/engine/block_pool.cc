@@ -1,7 +1,6 @@
 #include "engine/block_pool.h"
 
 #include <cassert>
-#include <cstdlib>
 
 namespace kvstash {
 
@@ -10,7 +9,7 @@ BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_b
   view_.set_shape(config);
   view_.block_size = block_size;
   const std::size_t elems = view_.block_elems() * static_cast<std::size_t>(n_blocks);
-  if (std::getenv("KVSTASH_KV_SMALL") == nullptr) storage_ = HugePageBuffer::allocate(elems * sizeof(std::uint16_t));
+  storage_ = HugePageBuffer::allocate(elems * sizeof(std::uint16_t));
   if (storage_.data() != nullptr) {
     view_.base = reinterpret_cast<std::uint16_t*>(storage_.data());
   } else {
