@@ -193,14 +193,19 @@ struct AttentionInput {
 // groups). A token's scores and output do not depend on the plan (the kernels' contract). The
 // same for every layer: made once per forward pass.
 struct AttentionPlan {
-  static constexpr int kTasksPerThread = 4;  // for balance: tasks finish unevenly
+  static constexpr int kTasksPerThread = 4;  // token tiles, for balance: tiles of a causal prompt differ
+  // A group is split only until there is about one task per thread: every task of a group converts
+  // the group's K and V rows again. qwen2.5-0.5b q4_k_m (2 KV heads of 7), decode on 2 threads, at
+  // 4 tasks per thread (a group in 4 parts): 3164-3200 us of attention per step at 2048 tokens of
+  // context, 892 at 512; at 1 (a task per group): 2409-2429 and 659 (BENCHMARKS.md, issue 14).
+  static constexpr int kSplitTasksPerThread = 1;
   static constexpr int kMaxTileTokens = 16;
   int heads_per_task = 1, tasks_per_group = 1, tasks_per_tile = 1;
   std::vector<TokenTile> tiles;
 
   AttentionPlan(const std::vector<TokenSlot>& slots, int n_kv_heads, int group, int threads) {
     const int T = static_cast<int>(slots.size());
-    const int splits = std::clamp((kTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
+    const int splits = std::clamp((kSplitTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
     heads_per_task = (group + splits - 1) / splits;
     tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
     tasks_per_tile = n_kv_heads * tasks_per_group;
