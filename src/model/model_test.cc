@@ -335,6 +335,16 @@ TEST(Batching, ShortBlockTableIsAnErrorAndWritesNothing) {
   batch.sequences[0] = {table.data(), 2, 0, 20, true, false};
   batch.tokens.assign(20, nv);
   EXPECT_EQ(model->forward(batch, pool.view, logits.data(), threads).code(), StatusCode::kInternal);
+  // So is a pool shaped for another model (its blocks would be read and written at other offsets).
+  batch.tokens = some_tokens(20, nv, 3);
+  KvPoolView other = pool.view;
+  other.n_kv_heads *= 2;
+  other.head_dim /= 2;
+  st = model->forward(batch, other, logits.data(), threads);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("the KV pool is shaped for"), std::string::npos) << st.message();
+  for (std::uint16_t v : pool.storage) ASSERT_EQ(v, 0x7e00) << "the pool was written";
+  EXPECT_TRUE(model->forward(batch, pool.view, logits.data(), threads)) << "the same batch on the right pool";
 }
 
 TEST(ModelLoad, FingerprintIsStableAndDependsOnTheWeights) {
