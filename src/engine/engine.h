@@ -100,11 +100,11 @@ struct EngineOptions {
   // any local tier or Redis, well below the prefill it saves.
   std::chrono::milliseconds store_load_timeout{2000};
   // Long generations in a fixed KV budget (off by default); requests may override the budget.
-  KvBudgetOptions kv_budget;
+  KvBudgetOptions kv_budget{};
   // For test harnesses: called on the engine thread at the start of every step with the step's
   // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
   // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
-  std::function<void(std::int64_t step)> on_step;
+  std::function<void(std::int64_t step)> on_step{};
 };
 
 struct EngineStats {

@@ -307,7 +307,7 @@ TEST(BatchInvariance, OneStepChunksAndCacheHitGiveBitIdenticalLogprobs) {
       }
       auto out = generate(**engine, r);
       EXPECT_TRUE(out.has_value());
-      if (warm_prefix) EXPECT_EQ(out->cached_tokens, 256);
+      if (warm_prefix) { EXPECT_EQ(out->cached_tokens, 256); }
       return *out;
     };
     EngineOptions one_step;

@@ -239,7 +239,7 @@ class SchedulerStressTest : public ::testing::Test {
         }
         ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;
         ASSERT_EQ(r.tokens.size(), expected[i].size()) << where;
-        if (exact) ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone";
+        if (exact) { ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone"; }
       }
       preemptions += stats.preemptions;
       pool_hits += stats.prompt_tokens_from_pool;
@@ -248,8 +248,8 @@ class SchedulerStressTest : public ::testing::Test {
     std::printf("config %d: %d seeds from %llu, %lld preemptions, %lld prompt tokens from the pool, %lld from the store\n",
                 static_cast<int>(config), n_seeds, static_cast<unsigned long long>(first_seed),
                 static_cast<long long>(preemptions), static_cast<long long>(pool_hits), static_cast<long long>(store_hits));
-    if (config != Config::kNoPrefixCache) EXPECT_GT(pool_hits, 0) << "no prefix-cache hit: the workload does not exercise the cache";
-    if (config == Config::kPrefixCacheAndStore) EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store";
+    if (config != Config::kNoPrefixCache) { EXPECT_GT(pool_hits, 0) << "no prefix-cache hit: the workload does not exercise the cache"; }
+    if (config == Config::kPrefixCacheAndStore) { EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store"; }
     EXPECT_GT(preemptions, 0) << "no preemption: the harness proved nothing";
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",

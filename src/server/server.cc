@@ -91,7 +91,7 @@ struct Server::Impl : http::Handler {
     std::string status;
     cache::ChunkKey key;
     std::optional<cache::ResponseRecord> record;
-    std::optional<SemanticQuery> query;
+    std::optional<SemanticQuery> query{};
   };
   struct PendingGeneration {
     ParsedRequest parsed;

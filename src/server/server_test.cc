@@ -277,7 +277,7 @@ TEST_F(ServerTest, StreamingMatchesNonStreaming) {
       EXPECT_EQ(events[i]["object"], chat ? "chat.completion.chunk" : "text_completion");
       EXPECT_EQ(events[i]["id"], events[0]["id"]);
       if (chat) {
-        if (i == 0) EXPECT_EQ(c["delta"]["role"], "assistant");
+        if (i == 0) { EXPECT_EQ(c["delta"]["role"], "assistant"); }
         if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
       } else {
         text += c["text"].get<std::string>();
@@ -382,7 +382,7 @@ TEST_F(ServerTest, LogprobsShapes) {
   for (std::size_t i = 0; i < 5; ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(lp["text_offset"][i], layout.next_offset());
-    if (i > 0) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+    if (i > 0) { EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]); }
     EXPECT_LE(lp["text_offset"][i].get<std::size_t>(), text_ref.text.size());
     layout.push(tokenizer().token_to_piece(text_ref.tokens[i]));
     float chosen = lp["token_logprobs"][i].get<float>();
