@@ -3,6 +3,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
+  ccache                     # compiler cache: the three build passes (and later runs) reuse objects
   libopenblas-dev            # sgemm for prefill
   libssl-dev                 # SHA-256 (cache keys, model fingerprints)
   libicu-dev                 # Unicode classes for the tokenizer's pre-tokenizers

@@ -7,6 +7,8 @@
 # KVSTASH_TEST_QUICK=1 runs only the release pass (for a quick local check, never in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout, so clones and worktrees elsewhere share cached objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1
 scripts/install-deps.sh
 scripts/build.sh
 jobs=$(nproc)
