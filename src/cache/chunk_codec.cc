@@ -3,13 +3,15 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 namespace kvstash::cache {
 namespace {
 
-// Byte offsets of the version-1 header; docs/chunk-format.md has the same table.
+// Byte offsets of the header (versions 1 and 2 agree up to kOffKvFormat + L); docs/chunk-format.md
+// has the same table.
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'H', 'U', 'N', 'K'};
 constexpr std::size_t kOffVersion = 8;
 constexpr std::size_t kOffFlags = 10;
@@ -28,7 +30,12 @@ constexpr std::size_t kOffPayloadChecksum = 120;
 constexpr std::size_t kOffKvFormatLength = 128;
 constexpr std::size_t kOffKvFormat = 132;
 constexpr std::size_t kHeaderChecksumSize = 8;
-constexpr std::size_t kMinHeaderSize = kOffKvFormat + kHeaderChecksumSize;
+constexpr std::size_t kMinHeaderSize = kOffKvFormat + kHeaderChecksumSize;  // version 1, L = 0
+// Version 2, after kv_format (at 132 + L): u32 P, the header checksum over [0, 136 + L), P bytes of
+// provenance, and the provenance block's own XXH3 (so damage to it is named as such).
+constexpr std::size_t kV2Extra = 4 + 8;  // P, provenance checksum (the header checksum is v1's)
+constexpr std::size_t kProvenanceFixed = 4;  // trust, n_producers, u16 manifest length
+constexpr std::size_t kMaxProvenanceSize = kProvenanceFixed + 32 * kMaxProvenanceProducers + kMaxProvenanceManifest;
 constexpr std::uint16_t kFlagZstd = 1;
 constexpr std::uint16_t kFlagSalted = 2;
 // A decompressed payload larger than this is refused rather than allocated: a chunk of 256 tokens
@@ -68,30 +75,54 @@ const char* chunk_error_name(ChunkError error) {
     case ChunkError::kShapeMismatch: return "shape mismatch";
     case ChunkError::kPayloadChecksum: return "payload checksum mismatch";
     case ChunkError::kDecompress: return "decompression failed";
+    case ChunkError::kProvenance: return "damaged provenance";
   }
   return "unknown";
 }
 
 std::size_t chunk_header_min_size() { return kMinHeaderSize; }
 
-Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
-                             const EncodeOptions& options) {
-  if (meta.kv_format.size() > kMaxKvFormatLength) return invalid_argument("chunk: kv_format too long");
-  if (payload.size() > kMaxPayloadSize) return invalid_argument("chunk: payload too large");
-  const std::size_t header_size = kMinHeaderSize + meta.kv_format.size();
-  Bytes out(header_size);
-  std::uint16_t flags = meta.salted ? kFlagSalted : 0;
-  if (options.compress) {
-    out.resize(header_size + ZSTD_compressBound(payload.size()));
-    std::size_t n = ZSTD_compress(out.data() + header_size, out.size() - header_size, payload.data(),
-                                  payload.size(), options.compression_level);
-    if (ZSTD_isError(n)) return internal_error(std::string("chunk: zstd: ") + ZSTD_getErrorName(n));
-    out.resize(header_size + n);
-    flags |= kFlagZstd;
-  } else {
-    out.insert(out.end(), payload.begin(), payload.end());
+namespace {
+
+Expected<std::string> encode_provenance(const Provenance& p) {
+  if (p.trust == ChunkTrust::kUnknown || static_cast<int>(p.trust) > static_cast<int>(ChunkTrust::kUnchecked)) {
+    return invalid_argument("chunk: provenance trust state " + std::to_string(static_cast<int>(p.trust)));
   }
-  const std::uint64_t stored = out.size() - header_size;
+  if (p.producers.size() > kMaxProvenanceProducers) return invalid_argument("chunk: too many provenance producers");
+  if (p.manifest.size() > kMaxProvenanceManifest) return invalid_argument("chunk: provenance manifest too long");
+  std::string out(kProvenanceFixed, '\0');
+  out[0] = static_cast<char>(p.trust);
+  out[1] = static_cast<char>(p.producers.size());
+  out[2] = static_cast<char>(p.manifest.size() & 0xff);
+  out[3] = static_cast<char>(p.manifest.size() >> 8);
+  for (const auto& k : p.producers) out.append(reinterpret_cast<const char*>(k.data()), k.size());
+  out += p.manifest;
+  return out;
+}
+
+bool decode_provenance(const std::uint8_t* b, std::size_t n, Provenance& p) {
+  if (n < kProvenanceFixed) return false;
+  const int trust = b[0];
+  if (trust < 1 || trust > static_cast<int>(ChunkTrust::kUnchecked)) return false;
+  const std::size_t producers = b[1], manifest = get_le(b + 2, 2);
+  if (producers > kMaxProvenanceProducers || manifest > kMaxProvenanceManifest) return false;
+  if (n != kProvenanceFixed + 32 * producers + manifest) return false;
+  p.trust = static_cast<ChunkTrust>(trust);
+  p.producers.resize(producers);
+  for (std::size_t i = 0; i < producers; ++i) std::memcpy(p.producers[i].data(), b + kProvenanceFixed + 32 * i, 32);
+  p.manifest.assign(reinterpret_cast<const char*>(b + kProvenanceFixed + 32 * producers), manifest);
+  return true;
+}
+
+// A version-2 header for a stored payload of these sizes and checksum.
+Expected<Bytes> encode_header(const ChunkMeta& meta, std::uint16_t flags, std::uint64_t stored, std::uint64_t payload_size,
+                              std::uint64_t payload_checksum) {
+  if (meta.kv_format.size() > kMaxKvFormatLength) return invalid_argument("chunk: kv_format too long");
+  auto provenance = encode_provenance(meta.provenance);
+  if (!provenance) return provenance.status();
+  const std::size_t fixed = kOffKvFormat + meta.kv_format.size();  // 132 + L
+  const std::size_t header_size = fixed + kV2Extra + kHeaderChecksumSize + provenance->size();
+  Bytes out(header_size);
   std::uint8_t* h = out.data();
   std::memcpy(h, kMagic, sizeof kMagic);
   put_le(h + kOffVersion, kChunkFormatVersion, 2);
@@ -106,12 +137,67 @@ Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t
   put_le(h + kOffHeadDim, meta.head_dim, 4);
   put_le(h + kOffElementType, meta.element_type, 4);
   put_le(h + kOffStoredSize, stored, 8);
-  put_le(h + kOffPayloadSize, payload.size(), 8);
-  put_le(h + kOffPayloadChecksum, XXH3_64bits(h + header_size, stored), 8);
+  put_le(h + kOffPayloadSize, payload_size, 8);
+  put_le(h + kOffPayloadChecksum, payload_checksum, 8);
   put_le(h + kOffKvFormatLength, meta.kv_format.size(), 4);
   std::memcpy(h + kOffKvFormat, meta.kv_format.data(), meta.kv_format.size());
-  const std::size_t checked = header_size - kHeaderChecksumSize;
-  put_le(h + checked, XXH3_64bits(h, checked), 8);
+  put_le(h + fixed, provenance->size(), 4);
+  put_le(h + fixed + 4, XXH3_64bits(h, fixed + 4), 8);
+  std::memcpy(h + fixed + 12, provenance->data(), provenance->size());
+  put_le(h + fixed + 12 + provenance->size(), XXH3_64bits(provenance->data(), provenance->size()), 8);
+  return out;
+}
+
+}  // namespace
+
+std::size_t chunk_header_max_size() {
+  return kMinHeaderSize + kMaxKvFormatLength + kV2Extra + kMaxProvenanceSize;
+}
+
+const char* chunk_trust_name(ChunkTrust trust) {
+  switch (trust) {
+    case ChunkTrust::kUnknown: return "unknown";
+    case ChunkTrust::kComputed: return "computed";
+    case ChunkTrust::kVerified: return "verified";
+    case ChunkTrust::kSpotChecked: return "spot-checked";
+    case ChunkTrust::kUnchecked: return "unchecked";
+  }
+  return "invalid";
+}
+
+bool Provenance::names(const ProducerKey& producer) const {
+  return std::find(producers.begin(), producers.end(), producer) != producers.end();
+}
+
+Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
+                             const EncodeOptions& options) {
+  if (payload.size() > kMaxPayloadSize) return invalid_argument("chunk: payload too large");
+  std::uint16_t flags = meta.salted ? kFlagSalted : 0;
+  Bytes stored;
+  std::span<const std::uint8_t> body = payload;
+  if (options.compress) {
+    stored.resize(ZSTD_compressBound(payload.size()));
+    std::size_t n = ZSTD_compress(stored.data(), stored.size(), payload.data(), payload.size(), options.compression_level);
+    if (ZSTD_isError(n)) return internal_error(std::string("chunk: zstd: ") + ZSTD_getErrorName(n));
+    stored.resize(n);
+    body = stored;
+    flags |= kFlagZstd;
+  }
+  auto out = encode_header(meta, flags, body.size(), payload.size(), XXH3_64bits(body.data(), body.size()));
+  if (!out) return out;
+  out->insert(out->end(), body.begin(), body.end());
+  return out;
+}
+
+Expected<Bytes> with_provenance(std::span<const std::uint8_t> chunk, const Provenance& provenance) {
+  auto header = verify_chunk(chunk);
+  if (!header) return header.status();
+  ChunkMeta meta = header->meta;
+  meta.provenance = provenance;
+  auto out = encode_header(meta, header->flags, header->stored_payload_size, header->payload_size, header->payload_checksum);
+  if (!out) return out;
+  auto body = chunk.subspan(header->header_size);
+  out->insert(out->end(), body.begin(), body.end());
   return out;
 }
 
@@ -122,15 +208,29 @@ Expected<ChunkHeader> parse_chunk_header(std::span<const std::uint8_t> bytes, Ch
   if (bytes.size() < kMinHeaderSize) return fail(ChunkError::kTruncated, why, "short header");
   ChunkHeader header;
   header.version = static_cast<std::uint16_t>(get_le(h + kOffVersion, 2));
-  if (header.version != kChunkFormatVersion) {
+  if (header.version != 1 && header.version != 2) {
     return fail(ChunkError::kBadVersion, why, std::to_string(header.version));
   }
   const std::uint64_t kv_len = get_le(h + kOffKvFormatLength, 4);
   if (kv_len > kMaxKvFormatLength) return fail(ChunkError::kHeaderChecksum, why, "kv_format length");
-  const std::size_t header_size = kMinHeaderSize + kv_len;
-  if (bytes.size() < header_size) return fail(ChunkError::kTruncated, why, "short header");
-  const std::size_t checked = header_size - kHeaderChecksumSize;
-  if (XXH3_64bits(h, checked) != get_le(h + checked, 8)) return fail(ChunkError::kHeaderChecksum, why);
+  const std::size_t fixed = kOffKvFormat + kv_len;  // where v1's checksum, v2's P, begins
+  std::size_t header_size = fixed + kHeaderChecksumSize;
+  Provenance provenance;
+  provenance.trust = ChunkTrust::kUnknown;
+  if (header.version == 1) {
+    if (bytes.size() < header_size) return fail(ChunkError::kTruncated, why, "short header");
+    if (XXH3_64bits(h, fixed) != get_le(h + fixed, 8)) return fail(ChunkError::kHeaderChecksum, why);
+  } else {
+    if (bytes.size() < fixed + 12) return fail(ChunkError::kTruncated, why, "short header");
+    if (XXH3_64bits(h, fixed + 4) != get_le(h + fixed + 4, 8)) return fail(ChunkError::kHeaderChecksum, why);
+    const std::uint64_t p_len = get_le(h + fixed, 4);
+    if (p_len > kMaxProvenanceSize) return fail(ChunkError::kProvenance, why, "provenance length");
+    header_size = fixed + kV2Extra + kHeaderChecksumSize + p_len;
+    if (bytes.size() < header_size) return fail(ChunkError::kTruncated, why, "short provenance");
+    const std::uint8_t* p = h + fixed + 12;
+    if (XXH3_64bits(p, p_len) != get_le(p + p_len, 8)) return fail(ChunkError::kProvenance, why, "checksum");
+    if (!decode_provenance(p, p_len, provenance)) return fail(ChunkError::kProvenance, why, "malformed");
+  }
   // Past the checksum the fields are what the writer wrote; what remains are writer bugs.
   header.flags = static_cast<std::uint16_t>(get_le(h + kOffFlags, 2));
   header.header_size = static_cast<std::uint32_t>(get_le(h + kOffHeaderSize, 4));
@@ -146,6 +246,7 @@ Expected<ChunkHeader> parse_chunk_header(std::span<const std::uint8_t> bytes, Ch
   m.element_type = static_cast<std::uint32_t>(get_le(h + kOffElementType, 4));
   m.kv_format.assign(reinterpret_cast<const char*>(h + kOffKvFormat), kv_len);
   m.salted = (header.flags & kFlagSalted) != 0;
+  m.provenance = std::move(provenance);
   header.stored_payload_size = get_le(h + kOffStoredSize, 8);
   header.payload_size = get_le(h + kOffPayloadSize, 8);
   header.payload_checksum = get_le(h + kOffPayloadChecksum, 8);

@@ -1,7 +1,8 @@
 // The chunk codec: a self-describing header plus the KV payload, as stored in every tier.
 //
-// encode_chunk() writes the header described in docs/chunk-format.md (format version 1) followed by
-// the payload, optionally zstd-compressed. decode_chunk() checks, before it returns any payload
+// encode_chunk() writes the header described in docs/chunk-format.md (format version 2: version 1's
+// fields plus the chunk's provenance) followed by the payload, optionally zstd-compressed. Version-1
+// chunks (written before provenance existed) still decode; their provenance reads as kUnknown. decode_chunk() checks, before it returns any payload
 // byte, that the bytes are a whole chunk (header checksum, magic, version, lengths, payload
 // checksum) and that every header field equals what the reader expects (key, model fingerprint,
 // kv_format, token count, position, shape, element type). Each failure is a distinct ChunkError so
@@ -12,6 +13,7 @@
 // Thread safety: all functions are pure.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,8 +27,42 @@ namespace kvstash::cache {
 
 using Bytes = std::vector<std::uint8_t>;
 
-inline constexpr std::uint16_t kChunkFormatVersion = 1;
+inline constexpr std::uint16_t kChunkFormatVersion = 2;
 inline constexpr std::size_t kMaxKvFormatLength = 256;  // longer names are refused by encode
+
+// Where a chunk's KV comes from and how far it is trusted (docs/chunk-format.md, "Provenance").
+// Trust flows downhill: KV computed on unchecked KV is unchecked.
+enum class ChunkTrust : std::uint8_t {
+  kUnknown = 0,      // a version-1 chunk: no provenance was recorded (treated as unchecked for sharing)
+  kComputed = 1,     // computed by this node from KV it trusts: the only state this node signs
+  kVerified = 2,     // fetched from a trusted producer, its signed manifest verified
+  kSpotChecked = 3,  // fetched from an unknown producer and compared with KV computed here
+  kUnchecked = 4,    // an unknown producer's KV taken unchecked, or KV computed here on top of such KV
+};
+const char* chunk_trust_name(ChunkTrust trust);
+
+using ProducerKey = std::array<std::uint8_t, 32>;  // an ed25519 public key (identity::PublicKey)
+inline constexpr std::size_t kMaxProvenanceProducers = 64;
+inline constexpr std::size_t kMaxProvenanceManifest = 4096;
+
+struct Provenance {
+  // Default: unchecked, so that code which forgets to say where KV came from never has it signed.
+  ChunkTrust trust = ChunkTrust::kUnchecked;
+  // kVerified, kSpotChecked, kUnchecked fetched from a peer: its producer. kUnchecked computed
+  // here: the producers of the unchecked KV it was computed on (at most kMaxProvenanceProducers;
+  // empty when that KV had no recorded producer, e.g. a version-1 chunk). kComputed: empty.
+  std::vector<ProducerKey> producers;
+  // The producer's signed manifest exactly as received (share/manifest.h), for chunks fetched from
+  // a peer; empty otherwise. Served on unchanged: this node never re-signs a chunk it relays.
+  std::string manifest;
+
+  // Computed here, verified or spot-checked: KV this node may build on and share.
+  bool trusted() const {
+    return trust == ChunkTrust::kComputed || trust == ChunkTrust::kVerified || trust == ChunkTrust::kSpotChecked;
+  }
+  bool names(const ProducerKey& producer) const;
+  friend bool operator==(const Provenance&, const Provenance&) = default;
+};
 
 // What a chunk claims to be. A reader fills this from the request it serves and decode checks the
 // stored header against it field by field.
@@ -44,6 +80,9 @@ struct ChunkMeta {
   // bit 1 so that code holding only the bytes (the peer-sharing endpoint) can refuse to let it
   // leave the node. Not compared by decode_chunk (the key already separates namespaces).
   bool salted = false;
+  // Written by encode_chunk, read by parse_chunk_header; not compared by decode_chunk (a reader
+  // decides what it accepts from it).
+  Provenance provenance;
 
   friend bool operator==(const ChunkMeta&, const ChunkMeta&) = default;
 };
@@ -61,6 +100,7 @@ enum class ChunkError {
   kShapeMismatch,      // token count, first position, layers, heads, head_dim or element type
   kPayloadChecksum,
   kDecompress,         // zstd refused the payload or it decompressed to the wrong size
+  kProvenance,         // version 2: the provenance block's checksum fails or it does not parse
 };
 const char* chunk_error_name(ChunkError error);
 
@@ -97,6 +137,13 @@ Expected<Bytes> encode_chunk(const ChunkMeta& meta, std::span<const std::uint8_t
 
 // The fixed-size part of a header is this many bytes; a header is never shorter.
 std::size_t chunk_header_min_size();
+// No header is longer than this (longest kv_format and provenance): reading this many bytes of a
+// chunk always gives parse_chunk_header() the whole header.
+std::size_t chunk_header_max_size();
+
+// The same chunk (its stored payload bytes unchanged) with `provenance` in its header: how a tier
+// that learns where a chunk came from (the peers tier) records it. Fails like verify_chunk().
+Expected<Bytes> with_provenance(std::span<const std::uint8_t> chunk, const Provenance& provenance);
 
 // Parses and checks the header only (magic, version, header checksum), from a prefix of a chunk.
 // It does not need the payload; `why` (optional) receives the reason on failure.

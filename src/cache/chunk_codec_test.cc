@@ -1,6 +1,7 @@
 #include "cache/chunk_codec.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 namespace kvstash::cache {
 namespace {
@@ -36,7 +37,9 @@ TEST(ChunkCodec, RoundTrip) {
   Bytes payload = test_payload(1000);
   auto bytes = encode_chunk(test_meta(), payload);
   ASSERT_TRUE(bytes.has_value());
-  EXPECT_EQ(bytes->size(), chunk_header_min_size() + 6 + payload.size());
+  // Version 2: v1's 140 + L, then P (4), the provenance checksum (8) and the provenance itself
+  // (4 bytes for an unchecked chunk with no producer and no manifest).
+  EXPECT_EQ(bytes->size(), chunk_header_min_size() + 6 + 12 + 4 + payload.size());
   auto view = decode_chunk(*bytes, test_meta());
   ASSERT_TRUE(view.has_value()) << view.status().to_string();
   EXPECT_EQ(view->header.meta, test_meta());
@@ -83,7 +86,7 @@ TEST(ChunkCodec, StructuralErrorsAreDistinct) {
   b[0] = 'X';
   EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kBadMagic);
   b = good;
-  b[8] = 2;  // version 2
+  b[8] = 3;  // version 3
   EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kBadVersion);
   EXPECT_EQ(decode_chunk(b, test_meta()).status().code(), StatusCode::kUnsupported);
   b = good;
@@ -122,7 +125,7 @@ TEST(ChunkCodec, EveryBitFlipDetected) {
 
 TEST(ChunkCodec, HeaderParsesFromPrefix) {
   const Bytes good = *encode_chunk(test_meta(), test_payload(4096));
-  auto header = parse_chunk_header(std::span(good).first(chunk_header_min_size() + 6));
+  auto header = parse_chunk_header(std::span(good).first(chunk_header_min_size() + 6 + 12 + 4));
   ASSERT_TRUE(header.has_value());
   EXPECT_EQ(header->meta, test_meta());
   EXPECT_EQ(header->total_size(), good.size());
@@ -133,6 +136,142 @@ TEST(ChunkCodec, RejectsOverlongKvFormat) {
   ChunkMeta m = test_meta();
   m.kv_format = std::string(kMaxKvFormatLength + 1, 'x');
   EXPECT_EQ(encode_chunk(m, test_payload(4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+Provenance relayed_provenance() {
+  Provenance p;
+  p.trust = ChunkTrust::kVerified;
+  ProducerKey producer{};
+  for (int i = 0; i < 32; ++i) producer[i] = static_cast<std::uint8_t>(200 - i);
+  p.producers = {producer};
+  p.manifest = std::string("KVSMANIF") + std::string(300, '\x5a');  // opaque here
+  return p;
+}
+
+// Version-1 bytes as docs/chunk-format.md's table has them (this build no longer writes them).
+Bytes encode_v1(const ChunkMeta& meta, const Bytes& payload) {
+  Bytes v2 = *encode_chunk(meta, payload);
+  const std::size_t fixed = 132 + meta.kv_format.size();
+  Bytes out(v2.begin(), v2.begin() + static_cast<std::ptrdiff_t>(fixed));
+  out[8] = 1;
+  const std::size_t header_size = fixed + 8;
+  for (int i = 0; i < 4; ++i) out[12 + i] = static_cast<std::uint8_t>(header_size >> (8 * i));
+  const std::uint64_t checksum = XXH3_64bits(out.data(), fixed);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(checksum >> (8 * i)));
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+TEST(ChunkProvenance, RoundTripsEveryTrustState) {
+  for (ChunkTrust trust : {ChunkTrust::kComputed, ChunkTrust::kVerified, ChunkTrust::kSpotChecked, ChunkTrust::kUnchecked}) {
+    ChunkMeta m = test_meta();
+    m.provenance = relayed_provenance();
+    m.provenance.trust = trust;
+    for (bool compress : {false, true}) {
+      auto bytes = encode_chunk(m, test_payload(500), {.compress = compress});
+      ASSERT_TRUE(bytes.has_value()) << bytes.status().to_string();
+      auto view = decode_chunk(*bytes, test_meta());  // provenance is not an expectation
+      ASSERT_TRUE(view.has_value()) << view.status().to_string();
+      EXPECT_EQ(view->header.version, kChunkFormatVersion);
+      EXPECT_EQ(view->header.meta.provenance, m.provenance) << chunk_trust_name(trust);
+      EXPECT_EQ(view->header.meta.provenance.trusted(), trust != ChunkTrust::kUnchecked);
+      EXPECT_TRUE(view->header.meta.provenance.names(m.provenance.producers[0]));
+    }
+  }
+}
+
+TEST(ChunkProvenance, DefaultIsUncheckedSoNothingIsSignedByAccident) {
+  auto view = decode_chunk(*encode_chunk(test_meta(), test_payload(8)), test_meta());
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->header.meta.provenance.trust, ChunkTrust::kUnchecked);
+  EXPECT_FALSE(view->header.meta.provenance.trusted());
+}
+
+TEST(ChunkProvenance, WithProvenanceKeepsThePayloadBytes) {
+  for (bool compress : {false, true}) {
+    const Bytes payload = test_payload(3000);
+    const Bytes original = *encode_chunk(test_meta(), payload, {.compress = compress});
+    auto rewritten = with_provenance(original, relayed_provenance());
+    ASSERT_TRUE(rewritten.has_value()) << rewritten.status().to_string();
+    auto before = verify_chunk(original);
+    auto after = verify_chunk(*rewritten);
+    ASSERT_TRUE(before && after);
+    EXPECT_EQ(after->meta.provenance, relayed_provenance());
+    EXPECT_EQ(after->payload_checksum, before->payload_checksum);
+    EXPECT_EQ(Bytes(rewritten->begin() + after->header_size, rewritten->end()),
+              Bytes(original.begin() + before->header_size, original.end()));
+    auto view = decode_chunk(*rewritten, test_meta());
+    ASSERT_TRUE(view.has_value());
+    EXPECT_EQ(Bytes(view->payload.begin(), view->payload.end()), payload);
+  }
+  Bytes damaged = *encode_chunk(test_meta(), test_payload(64));
+  damaged.back() ^= 1;
+  EXPECT_FALSE(with_provenance(damaged, relayed_provenance()).has_value());
+}
+
+TEST(ChunkProvenance, DamagedProvenanceIsNamedAsSuch) {
+  ChunkMeta m = test_meta();
+  m.provenance = relayed_provenance();
+  const Bytes good = *encode_chunk(m, test_payload(64));
+  auto header = verify_chunk(good);
+  ASSERT_TRUE(header.has_value());
+  const std::size_t fixed = 132 + m.kv_format.size();
+  const std::size_t first = fixed + 12, end = header->header_size;  // provenance, then its checksum
+  for (std::size_t at = first; at < end; ++at) {
+    Bytes b = good;
+    b[at] ^= 0x10;
+    ChunkError why = ChunkError::kNone;
+    EXPECT_FALSE(decode_chunk(b, test_meta(), &why).has_value()) << "byte " << at;
+    EXPECT_EQ(why, ChunkError::kProvenance) << "byte " << at;
+    EXPECT_EQ(decode_chunk(b, test_meta()).status().code(), StatusCode::kCorrupt);
+  }
+  EXPECT_STREQ(chunk_error_name(ChunkError::kProvenance), "damaged provenance");
+  // The provenance length is under the header checksum: damage there is a header error.
+  Bytes b = good;
+  b[fixed] ^= 1;
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kHeaderChecksum);
+}
+
+TEST(ChunkProvenance, EncodeRefusesWhatCannotBeRecorded) {
+  ChunkMeta m = test_meta();
+  m.provenance.trust = ChunkTrust::kUnknown;  // only a version-1 chunk reads as unknown
+  EXPECT_EQ(encode_chunk(m, test_payload(4)).status().code(), StatusCode::kInvalidArgument);
+  m.provenance.trust = ChunkTrust::kUnchecked;
+  m.provenance.producers.resize(kMaxProvenanceProducers + 1);
+  EXPECT_EQ(encode_chunk(m, test_payload(4)).status().code(), StatusCode::kInvalidArgument);
+  m.provenance.producers.clear();
+  m.provenance.manifest.assign(kMaxProvenanceManifest + 1, 'm');
+  EXPECT_EQ(encode_chunk(m, test_payload(4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkProvenance, VersionOneChunksReadAsUnknown) {
+  const Bytes payload = test_payload(200);
+  const Bytes v1 = encode_v1(test_meta(), payload);
+  auto view = decode_chunk(v1, test_meta());
+  ASSERT_TRUE(view.has_value()) << view.status().to_string();
+  EXPECT_EQ(view->header.version, 1);
+  EXPECT_EQ(view->header.meta.provenance.trust, ChunkTrust::kUnknown);
+  EXPECT_FALSE(view->header.meta.provenance.trusted());
+  EXPECT_EQ(Bytes(view->payload.begin(), view->payload.end()), payload);
+  // A reader that learns its provenance rewrites it as version 2.
+  auto upgraded = with_provenance(v1, relayed_provenance());
+  ASSERT_TRUE(upgraded.has_value());
+  auto header = verify_chunk(*upgraded);
+  ASSERT_TRUE(header.has_value());
+  EXPECT_EQ(header->version, kChunkFormatVersion);
+  EXPECT_EQ(header->meta.provenance, relayed_provenance());
+}
+
+TEST(ChunkProvenance, MaxHeaderSizeCoversTheLongestHeader) {
+  ChunkMeta m = test_meta();
+  m.kv_format.assign(kMaxKvFormatLength, 'k');
+  m.provenance.producers.resize(kMaxProvenanceProducers);
+  m.provenance.manifest.assign(kMaxProvenanceManifest, 'm');
+  auto bytes = encode_chunk(m, test_payload(16));
+  ASSERT_TRUE(bytes.has_value());
+  auto header = parse_chunk_header(std::span(*bytes).first(chunk_header_max_size()));
+  ASSERT_TRUE(header.has_value()) << header.status().to_string();
+  EXPECT_EQ(header->header_size, chunk_header_max_size());
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ Status DiskTier::scan() {
     std::int64_t mtime_ns;
   };
   std::vector<Found> found;
-  const std::uint64_t header_prefix = chunk_header_min_size() + kMaxKvFormatLength;
+  const std::uint64_t header_prefix = chunk_header_max_size();
   for (const FileInfo& shard : *shards) {
     if (!shard.is_dir || !is_shard_name(shard.name)) continue;
     const std::string shard_dir = options_.dir + "/" + shard.name;

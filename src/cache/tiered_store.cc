@@ -310,6 +310,11 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
         rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
         continue;
       }
+      if (!acceptable(view->header)) {  // e.g. derived from a banned producer: a miss, and erased
+        (void)tiers_[t]->erase(meta.key);
+        rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       chunk.view = std::move(*view);
       chunk.use_tokens = chunk.view.header.meta.token_count;
       out.push_back(std::move(chunk));
@@ -384,6 +389,20 @@ void TieredStore::enqueue_readable(const ChunkKey& key, std::shared_ptr<const By
   if (!enqueue(0, {key, bytes, std::move(touch_after)})) forget_pending(key, bytes.get());
 }
 
+void TieredStore::set_chunk_filter(std::function<bool(const ChunkHeader&)> accept) {
+  std::lock_guard lock(filter_mu_);
+  filter_ = std::make_shared<const std::function<bool(const ChunkHeader&)>>(std::move(accept));
+}
+
+bool TieredStore::acceptable(const ChunkHeader& header) {
+  std::shared_ptr<const std::function<bool(const ChunkHeader&)>> filter;
+  {
+    std::lock_guard lock(filter_mu_);
+    filter = filter_;
+  }
+  return !filter || !*filter || (*filter)(header);
+}
+
 std::optional<LoadedChunk> TieredStore::follow_alias(const AliasTarget& target, const ChunkMeta& expected,
                                                      const std::vector<bool>& skipped) {
   ChunkMeta meta = expected;
@@ -397,7 +416,7 @@ std::optional<LoadedChunk> TieredStore::follow_alias(const AliasTarget& target, 
     chunk.bytes = std::move(*got);
     chunk.tier_index = t;
     auto view = decode_chunk(*chunk.bytes, meta);
-    if (!view) {
+    if (!view || !acceptable(view->header)) {
       (void)tiers_[t]->erase(meta.key);
       rejected_by_tier_[t].fetch_add(1, std::memory_order_relaxed);
       continue;

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -167,6 +168,11 @@ class TieredStore {
   Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
                std::span<const ChunkKey> predecessors = {}, std::span<const ChunkKey> leading_block_keys = {});
 
+  // A chunk that decodes but for which `accept` returns false is treated like a damaged one: a
+  // miss, erased from the tier that served it, counted as rejected. Peer sharing uses it so that a
+  // chunk derived from a banned producer is never loaded (share/share_node.h). Safe to set any time.
+  void set_chunk_filter(std::function<bool(const ChunkHeader&)> accept);
+
   // Blocks until every write-behind queue is empty and its writer idle (tests, shutdown).
   void flush();
 
@@ -213,8 +219,12 @@ class TieredStore {
   // After a load of keys tail_first (reversed): promotions queued, then touches, per tier.
   void after_load(const std::vector<LoadedChunk>& out, std::span<const ChunkMeta> expected);
 
+  bool acceptable(const ChunkHeader& header);
+
   const std::vector<std::unique_ptr<Tier>> tiers_;
   const TieredStoreOptions options_;
+  std::mutex filter_mu_;  // guards filter_ (copied out, never held while it runs)
+  std::shared_ptr<const std::function<bool(const ChunkHeader&)>> filter_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> rejected_by_tier_;
   std::atomic<std::uint64_t> chunks_loaded_{0}, tier_skips_{0}, writes_queued_{0};
   std::atomic<std::uint64_t> writes_dropped_{0}, write_errors_{0}, plans_{0}, load_deadlines_{0}, aliases_followed_{0};

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <vector>
 
 #include "cache/kv_events.h"
@@ -458,6 +459,8 @@ int serve_main(int argc, char** argv) {
       return 1;
     }
     if (*share_options) {
+      // Bans survive restarts, next to the identity key (the node's state).
+      (*share_options)->ban_file = (identity_path.empty() ? default_identity_path().string() : identity_path) + ".banned";
       auto started = share::ShareNode::start(**share_options, server_options.identity, server_options.trust);
       if (!started) {
         log_line("serve: peer sharing: " + started.status().to_string());
@@ -515,6 +518,8 @@ int serve_main(int argc, char** argv) {
     }
     if (share_node) {
       share_node->attach_store(store.get());
+      // A chunk derived from a banned producer is a miss wherever a load meets it (redis included).
+      store->set_chunk_filter([node = share_node.get()](const cache::ChunkHeader& h) { return node->chunk_acceptable(h); });
       server_options.share_handler = share_node;
       server_options.extra_metrics = [node = share_node.get()] { return node->render_metrics(); };
     }
@@ -534,11 +539,35 @@ int serve_main(int argc, char** argv) {
              " needs --response-cache SIZE");
     return 1;
   }
+  // A ban reaches the engine's prefix cache through this holder, emptied before the engine goes
+  // (a ban may come from the store's peers writer while the engine shuts down).
+  struct BanSink {
+    std::mutex mu;
+    Engine* engine = nullptr;
+  };
+  auto ban_sink = std::make_shared<BanSink>();
+  if (share_node) {
+    share_node->on_ban([ban_sink](const identity::PublicKey& producer) {
+      std::lock_guard lock(ban_sink->mu);
+      if (ban_sink->engine) ban_sink->engine->forget_producer(producer);
+    });
+  }
   Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);
   if (!engine) {
     log_line("serve: " + engine.status().to_string());
     return 1;
   }
+  {
+    std::lock_guard lock(ban_sink->mu);
+    ban_sink->engine = engine->get();
+  }
+  struct DetachBans {
+    std::shared_ptr<BanSink> sink;
+    ~DetachBans() {
+      std::lock_guard lock(sink->mu);
+      sink->engine = nullptr;
+    }
+  } detach_bans{ban_sink};
   if (kv_events) {
     server_options.kv_events = kv_events.get();
     server_options.kv_info.model_fingerprint = (*model)->fingerprint_hex();

@@ -1,5 +1,7 @@
 #include "engine/block_pool.h"
 
+#include <algorithm>
+
 #include <cassert>
 
 namespace kvstash {
@@ -38,6 +40,7 @@ Expected<std::int32_t> BlockPool::allocate() {
     return resource_exhausted("KV block pool is full (" + std::to_string(n_blocks()) + " blocks in use)");
   }
   meta_[static_cast<std::size_t>(block)].refs = 1;
+  meta_[static_cast<std::size_t>(block)].taint.reset();
   return block;
 }
 
@@ -88,6 +91,47 @@ void BlockPool::unregister(std::int32_t block) {
   key_changed(false, *m.key);
   by_key_.erase(*m.key);
   m.key.reset();
+}
+
+std::int64_t BlockPool::forget_derived_from(const cache::ProducerKey& producer) {
+  std::int64_t forgotten = 0;
+  for (std::size_t b = 0; b < meta_.size(); ++b) {
+    BlockMeta& m = meta_[b];
+    if (!m.key || !m.taint || std::find(m.taint->begin(), m.taint->end(), producer) == m.taint->end()) continue;
+    key_changed(false, *m.key);
+    by_key_.erase(*m.key);
+    m.key.reset();
+    if (m.refs == 0) {  // cached: free now
+      lru_.erase(m.lru_pos);
+      free_.push_back(static_cast<std::int32_t>(b));
+    }
+    ++forgotten;
+  }
+  return forgotten;
+}
+
+KvTaint merge_taint(const KvTaint& a, const KvTaint& b) {
+  if (!b || a == b) return a;
+  if (!a) return b;
+  auto merged = std::make_shared<std::vector<cache::ProducerKey>>(*a);
+  for (const auto& k : *b) {
+    if (merged->size() >= cache::kMaxProvenanceProducers) break;
+    if (std::find(merged->begin(), merged->end(), k) == merged->end()) merged->push_back(k);
+  }
+  if (merged->size() == a->size()) return a;
+  return merged;
+}
+
+KvTaint taint_of(const cache::Provenance& provenance) {
+  if (provenance.trusted()) return nullptr;
+  return std::make_shared<const std::vector<cache::ProducerKey>>(provenance.producers);
+}
+
+cache::Provenance provenance_of(const KvTaint& taint) {
+  cache::Provenance p;
+  p.trust = taint ? cache::ChunkTrust::kUnchecked : cache::ChunkTrust::kComputed;
+  if (taint) p.producers = *taint;
+  return p;
 }
 
 std::span<std::uint8_t> BlockPool::block_bytes(std::int32_t block) {

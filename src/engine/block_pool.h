@@ -7,17 +7,23 @@
 // cached — its KV intact and findable by key — until the pool needs room, and then the least
 // recently used cached block is evicted. Unregistered blocks return to the free list at once.
 //
+// Each block also carries its KV's taint (KvTaint): null when the KV was computed here from trusted
+// KV or loaded trusted; else the unchecked producers it derives from (cache/chunk_codec.h
+// Provenance). Trust flows downhill: a block computed after tainted blocks gets their taint.
+//
 // Thread safety: not thread safe; owned and used by the engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "cache/chunk_codec.h"
 #include "cache/chunk_key.h"
 #include "cache/kv_events.h"
 #include "common/huge_pages.h"
@@ -25,6 +31,16 @@
 #include "model/model.h"
 
 namespace kvstash {
+
+// Null: trusted. Otherwise the KV is unchecked and derives from these producers (possibly none
+// known, e.g. a version-1 chunk); at most cache::kMaxProvenanceProducers. Immutable once shared.
+using KvTaint = std::shared_ptr<const std::vector<cache::ProducerKey>>;
+// The taint of KV computed on both (a union; a when b adds nothing).
+KvTaint merge_taint(const KvTaint& a, const KvTaint& b);
+// The taint recorded in a chunk's provenance: null when it is trusted.
+KvTaint taint_of(const cache::Provenance& provenance);
+// The provenance of a chunk this engine stores from KV of this taint.
+cache::Provenance provenance_of(const KvTaint& taint);
 
 class BlockPool {
  public:
@@ -67,6 +83,14 @@ class BlockPool {
   // Whether the block is registered under a prefix key (its KV must then stay that prefix's).
   bool is_registered(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].key.has_value(); }
 
+  // The block's taint (reset to null when allocate() hands it out), and setting it.
+  const KvTaint& taint(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].taint; }
+  void set_taint(std::int32_t block, KvTaint taint) { meta_[static_cast<std::size_t>(block)].taint = std::move(taint); }
+  // The prefix cache forgets every block whose taint names `producer` (a banned producer): cached
+  // ones go back to the free list, referenced ones lose their key (their holders finish with them,
+  // never registered again). Returns how many blocks it forgot.
+  std::int64_t forget_derived_from(const cache::ProducerKey& producer);
+
   // KV events: while on, every key the pool starts or stops holding (register, eviction,
   // unregister) is appended to a list that take_key_changes() hands over (the engine publishes it
   // once per step). Off by default.
@@ -78,6 +102,7 @@ class BlockPool {
     int refs = 0;
     std::optional<cache::ChunkKey> key;
     std::list<std::int32_t>::iterator lru_pos;  // valid while cached (refs == 0 && key)
+    KvTaint taint;
   };
   HugePageBuffer storage_;                  // the blocks, in huge pages where the kernel gives them
   std::vector<std::uint16_t> small_storage_;  // where it gives no mapping at all

@@ -150,5 +150,69 @@ TEST(BlockPool, RecordsEveryKeyItStartsOrStopsHolding) {
   EXPECT_TRUE(quiet.take_key_changes().empty());
 }
 
+cache::ProducerKey producer(int n) {
+  cache::ProducerKey k{};
+  k[0] = static_cast<std::uint8_t>(n);
+  return k;
+}
+
+TEST(KvTaint, MergesAsAUnionAndMapsToProvenance) {
+  const KvTaint none;
+  const KvTaint x = std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(1)});
+  const KvTaint y = std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(2), producer(1)});
+  EXPECT_EQ(merge_taint(none, none), nullptr);
+  EXPECT_EQ(merge_taint(none, x), x);
+  EXPECT_EQ(merge_taint(x, none), x);
+  EXPECT_EQ(merge_taint(x, x), x);
+  const KvTaint xy = merge_taint(x, y);
+  ASSERT_TRUE(xy);
+  EXPECT_EQ(*xy, (std::vector{producer(1), producer(2)}));
+  EXPECT_EQ(provenance_of(none).trust, cache::ChunkTrust::kComputed);
+  const cache::Provenance p = provenance_of(xy);
+  EXPECT_EQ(p.trust, cache::ChunkTrust::kUnchecked);
+  EXPECT_EQ(p.producers, *xy);
+  ASSERT_TRUE(taint_of(p));
+  EXPECT_EQ(*taint_of(p), *xy);
+  cache::Provenance verified;
+  verified.trust = cache::ChunkTrust::kVerified;
+  verified.producers = {producer(3)};
+  EXPECT_EQ(taint_of(verified), nullptr);  // a trusted producer's KV taints nothing
+  cache::Provenance legacy;
+  legacy.trust = cache::ChunkTrust::kUnknown;  // a version-1 chunk: unchecked, no producer known
+  ASSERT_TRUE(taint_of(legacy));
+  EXPECT_TRUE(taint_of(legacy)->empty());
+}
+
+TEST(BlockPool, ForgetsTheBlocksDerivedFromABannedProducer) {
+  BlockPool pool(small_config(), 16, 4);
+  const KvTaint x = std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(7)});
+  std::vector<std::int32_t> table;
+  for (int i = 0; i < 3; ++i) {
+    auto b = pool.allocate();
+    ASSERT_TRUE(b);
+    table.push_back(*b);
+    pool.register_block(*b, key(i));
+  }
+  pool.set_taint(table[1], x);  // blocks 1 and 2 derive from producer 7; block 0 is clean
+  pool.set_taint(table[2], x);
+  const std::int32_t held = table[2];
+  pool.retain(held);  // still referenced by a running sequence after the table goes
+  pool.release_table(table);
+  EXPECT_EQ(pool.n_cached(), 2);
+  EXPECT_EQ(pool.forget_derived_from(producer(9)), 0);
+  EXPECT_EQ(pool.forget_derived_from(producer(7)), 2);
+  EXPECT_TRUE(pool.contains(key(0)));
+  EXPECT_FALSE(pool.contains(key(1)));
+  EXPECT_FALSE(pool.contains(key(2)));
+  EXPECT_EQ(pool.n_cached(), 1);           // block 1 went back to the free list
+  EXPECT_EQ(pool.n_available(), 3);        // free (3: never used; 1) + cached (0)
+  EXPECT_FALSE(pool.is_registered(held));  // its holder finishes with it; it is freed on release
+  pool.release(held);
+  EXPECT_EQ(pool.n_available(), 4);
+  auto again = pool.allocate();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(pool.taint(*again), nullptr);  // a block handed out again starts clean
+}
+
 }  // namespace
 }  // namespace kvstash

@@ -148,6 +148,14 @@ Expected<std::uint64_t> Engine::submit(GenerationRequest request, TokenCallback 
   return id;
 }
 
+void Engine::forget_producer(const std::array<std::uint8_t, 32>& producer) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->forget.push_back(producer);
+  }
+  impl_->wake.notify_one();
+}
+
 void Engine::cancel(std::uint64_t request_id) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -161,7 +169,8 @@ void Engine::Impl::loop() {
     {
       std::unique_lock<std::mutex> lock(mu);
       auto ready = [&] {
-        return stopping || load_finished || !incoming.empty() || !cancels.empty() || !waiting.empty() || !running.empty();
+        return stopping || load_finished || !incoming.empty() || !cancels.empty() || !forget.empty() || !waiting.empty() ||
+               !running.empty();
       };
       if (loading.empty()) {
         wake.wait(lock, ready);
@@ -191,10 +200,17 @@ void Engine::Impl::loop() {
 void Engine::Impl::take_new_work() {
   std::vector<std::uint64_t> to_cancel;
   std::deque<std::unique_ptr<Sequence>> arrived;
+  std::vector<cache::ProducerKey> to_forget;
   {
     std::lock_guard<std::mutex> lock(mu);
     arrived.swap(incoming);
     to_cancel.swap(cancels);
+    to_forget.swap(forget);
+  }
+  // Before anything is admitted: no new request reuses a banned producer's KV from the pool.
+  for (const auto& producer : to_forget) {
+    blocks_forgotten += pool.forget_derived_from(producer);
+    banned_producers.push_back(producer);
   }
   // Arrivals start their store prefetch now (the store and the pool are looked up once, here).
   for (auto& s : arrived) enqueue_for_admission(std::move(s), false);
@@ -227,10 +243,14 @@ bool Engine::Impl::admit(Sequence& seq) {
   // the last prompt token's forward pass gives the logits of the first generated token.
   int hits = count_pool_hits(seq);
   const int pool_hits = hits;
+  seq.taint.reset();  // rebuilt from what it reuses (a preempted sequence may reuse other KV now)
   // Admit only if the rest of the prompt (plus the first generated token) fits beside what the
   // running sequences need for their next token.
   // (Retaining a cached hit block takes it out of n_available(), so the check below is exact.)
-  for (int i = 0; i < hits; ++i) seq.block_table.push_back(*pool.lookup(seq.block_keys[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < hits; ++i) {
+    seq.block_table.push_back(*pool.lookup(seq.block_keys[static_cast<std::size_t>(i)]));
+    seq.taint = merge_taint(seq.taint, pool.taint(seq.block_table.back()));
+  }
   const int needed = ceil_div(n_tokens + 1, bs) - hits;
   if (pool.n_available() < needed + static_cast<std::int64_t>(running.size())) {
     pool.release_table(seq.block_table);
@@ -286,13 +306,23 @@ void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   ++stats.preemptions;
 }
 
+bool Engine::Impl::derives_from_banned(const Sequence& seq) const {
+  if (!seq.taint || banned_producers.empty()) return false;
+  for (const auto& producer : *seq.taint) {
+    if (std::find(banned_producers.begin(), banned_producers.end(), producer) != banned_producers.end()) return true;
+  }
+  return false;
+}
+
 void Engine::Impl::register_full_blocks(Sequence& seq) {
   if (!options.prefix_cache || seq.kv.compacted) return;  // compacted KV is not its prefix's
+  if (derives_from_banned(seq)) return;
   const int bs = pool.block_size();
   const int full = seq.num_computed_tokens / bs;
   extend_block_keys(seq, full);
   for (; seq.num_registered_blocks < full; ++seq.num_registered_blocks) {
     const auto i = static_cast<std::size_t>(seq.num_registered_blocks);
+    pool.set_taint(seq.block_table[i], seq.taint);  // computed on everything before it
     pool.register_block(seq.block_table[i], seq.block_keys[i]);
   }
 }
@@ -306,6 +336,7 @@ void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reaso
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.num_cached_tokens;
   ev.ttft_s = seq.ttft_s;
+  ev.unchecked = seq.taint != nullptr;
   seq.on_token(ev);
 }
 
@@ -317,6 +348,7 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string&
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.num_cached_tokens;
   ev.ttft_s = seq.ttft_s;
+  ev.unchecked = seq.taint != nullptr;
   seq.on_token(ev);
 }
 

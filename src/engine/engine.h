@@ -9,6 +9,7 @@
 // Thread safety: submit(), cancel() and stats() are safe from any thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,9 @@ struct TokenEvent {
   int prompt_tokens = 0;   // filled on every event
   int cached_tokens = 0;   // prompt tokens whose KV was reused (not prefilled)
   double ttft_s = 0.0;     // seconds from submit to the first token
+  // The KV this token was computed on includes unchecked KV (an unknown peer's, taken without a
+  // spot check, or KV computed on such): the answer must never be signed or cached as a record.
+  bool unchecked = false;
 };
 
 using TokenCallback = std::function<void(const TokenEvent&)>;
@@ -147,6 +151,9 @@ class Engine {
   Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token);
   // Ends a request early (its final event has FinishReason::kCancelled); frees its blocks.
   void cancel(std::uint64_t request_id);
+  // A producer was banned: the prefix cache forgets every block derived from its KV (on the engine
+  // thread, before its next step). Safe from any thread.
+  void forget_producer(const std::array<std::uint8_t, 32>& producer);
   EngineStats stats() const;
   const Model& model() const;
   const EngineOptions& options() const;
@@ -171,6 +178,7 @@ struct GenerationResult {
   int cached_tokens = 0;
   double ttft_s = 0.0;
   double total_s = 0.0;
+  bool unchecked = false;  // some event was computed on unchecked KV (TokenEvent::unchecked)
 };
 
 // Submits `request` and blocks until it finishes. `on_token`, if set, sees each token as it comes

@@ -39,6 +39,7 @@ struct Engine::Impl {
   // Guarded by mu:
   std::deque<std::unique_ptr<Sequence>> incoming;
   std::vector<std::uint64_t> cancels;
+  std::vector<cache::ProducerKey> forget;  // banned producers whose blocks the pool must drop
   bool stopping = false;
   bool load_finished = false;  // a prefetch job completed since the engine last looked
   std::uint64_t next_id = 1;
@@ -51,6 +52,11 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;
   std::vector<float> logits;
   std::int64_t step_number = 0;
+  std::int64_t blocks_forgotten = 0;  // pool blocks dropped for a banned producer (log only)
+  std::vector<cache::ProducerKey> banned_producers;  // forget_producer()'s, so far
+  // A sequence whose KV derives from a banned producer (admitted before the ban): its blocks are
+  // never registered nor stored again.
+  bool derives_from_banned(const Sequence& seq) const;
   std::shared_ptr<const QueryStats> query_stats;  // calibrated at the first compaction
   std::vector<cache::KvChange> unpublished_changes;  // pool key changes the event log has not taken yet
 

@@ -130,8 +130,12 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   // false when the payload is not this pool's layout or the pool is out of blocks.
   const std::size_t block_bytes = pool.view().block_bytes();
   // Only the first n_use of them are installed (a whole last chunk: all but the last token's block).
-  auto install = [&](std::span<const std::uint8_t> payload, int at, int n_blocks, int n_use) {
+  // Trust flows downhill: the chunk's own taint (its provenance) joins the sequence's, and each block
+  // installed carries the sequence's (the KV it attends to is everything before it).
+  auto install = [&](const cache::ChunkView& view, int at, int n_blocks, int n_use) {
+    const std::span<const std::uint8_t> payload = view.payload;
     if (payload.size() != block_bytes * static_cast<std::size_t>(n_blocks)) return false;  // a miss
+    seq.taint = merge_taint(seq.taint, taint_of(view.header.meta.provenance));
     for (int j = 0; j < n_use; ++j) {
       const int g = at + j;
       if (g < hits) continue;  // the pool already had this block
@@ -139,13 +143,14 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
       if (!b) return false;
       std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
       seq.block_table.push_back(*b);
+      pool.set_taint(*b, seq.taint);
       pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
       hits = g + 1;
     }
     return true;
   };
   for (std::size_t i = 0; i < job->chunks.size(); ++i) {
-    if (!install(job->chunks[i].view.payload, (first + static_cast<int>(i)) * bpc, bpc, bpc)) return hits;
+    if (!install(job->chunks[i].view, (first + static_cast<int>(i)) * bpc, bpc, bpc)) return hits;
   }
   // The tail continues the loaded run (or the pool's blocks, if they reach into it).
   if (job->tail && hits >= (first + static_cast<int>(job->chunks.size())) * bpc) {
@@ -155,7 +160,7 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
     const int use_blocks = static_cast<int>(job->tail->use_tokens) / bs;
     const int max_blocks = (static_cast<int>(seq.tokens.size()) - 1) / bs;  // the last token is computed
     const int tail_start = (first + static_cast<int>(job->chunks.size())) * bpc, tail_chunk = tail_start / bpc;
-    if (install(job->tail->view.payload, tail_start, n_blocks, std::min(use_blocks, max_blocks - tail_start)) && use_blocks == bpc) {
+    if (install(job->tail->view, tail_start, n_blocks, std::min(use_blocks, max_blocks - tail_start)) && use_blocks == bpc) {
       // A whole chunk the store holds already: not stored again once its last token is computed.
       seq.num_stored_chunks = std::max(seq.num_stored_chunks, tail_chunk + 1);
     }
@@ -177,6 +182,7 @@ void Engine::Impl::store_tail(Sequence& seq) {
 
 bool Engine::Impl::store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks,
                                 int n_predecessors) {
+  if (derives_from_banned(seq)) return false;
   const std::size_t block_bytes = pool.view().block_bytes();
   std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(n_blocks));
   for (int j = 0; j < n_blocks; ++j) {
@@ -190,7 +196,10 @@ bool Engine::Impl::store_blocks(const Sequence& seq, const cache::ChunkMeta& met
   if (n_blocks > 1 && static_cast<int>(seq.block_keys.size()) >= first_block + n_blocks - 1) {
     leading = std::span<const cache::ChunkKey>(seq.block_keys.data() + first_block, static_cast<std::size_t>(n_blocks - 1));
   }
-  if (!options.kv_store->store(meta, payload, predecessors, leading).is_ok()) return false;
+  // Its provenance: computed here, and unchecked when any KV it was computed on is (seq.taint).
+  cache::ChunkMeta stored = meta;
+  stored.provenance = provenance_of(seq.taint);
+  if (!options.kv_store->store(stored, payload, predecessors, leading).is_ok()) return false;
   std::lock_guard<std::mutex> lock(mu);
   ++stats.chunks_stored;
   return true;

@@ -22,6 +22,7 @@ Expected<GenerationResult> generate(Engine& engine, GenerationRequest request, s
     result.prompt_tokens = ev.prompt_tokens;
     result.cached_tokens = ev.cached_tokens;
     result.ttft_s = ev.ttft_s;
+    result.unchecked = result.unchecked || ev.unchecked;
     if (ev.finish != FinishReason::kNone) {
       result.finish = ev.finish;
       result.error = ev.error;

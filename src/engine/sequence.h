@@ -9,6 +9,7 @@
 
 #include "cache/chunk_key.h"
 #include "engine/engine.h"
+#include "engine/block_pool.h"
 #include "engine/kv_compactor.h"
 #include "engine/prefetcher.h"
 #include "engine/sampler.h"
@@ -40,6 +41,9 @@ struct Sequence {
   int kv_budget = 0;            // KV slots this sequence may hold; 0 = no budget
   KvCompactionState kv;         // with a budget: slot positions, query statistics
   int num_cached_tokens = 0;    // prompt tokens whose KV was reused, not computed
+  // The taint of every KV this sequence attends to (block_pool.h): null while all of it is
+  // trusted. Set at admission from its pool hits and loaded chunks; what it computes inherits it.
+  KvTaint taint;
   // Prefix keys of the leading full blocks (block_keys[i] names tokens [0, (i+1) * block_size)),
   // each registered in the pool once computed.
   std::vector<cache::ChunkKey> block_keys;

@@ -60,6 +60,7 @@ void Generation::apply(const TokenEvent& event, Delta& delta) {
   outcome_.cached_tokens = event.cached_tokens;
   if (event.ttft_s > 0) outcome_.ttft_s = event.ttft_s;
   if (event.finish != FinishReason::kNone) engine_finished_ = true;
+  if (event.unchecked) unchecked_ = true;
 
   if (event.token >= 0) {
     ++outcome_.completion_tokens;

@@ -71,6 +71,9 @@ class Generation {
   // Keep a copy of every event applied (off by default): the response cache stores them.
   void record_events() { recording_ = true; }
   const std::vector<TokenEvent>& applied_events() const { return applied_; }
+  // Some event was computed on unchecked KV (TokenEvent::unchecked): the answer is never signed
+  // nor stored as a response record (trust flows downhill).
+  bool computed_on_unchecked() const { return unchecked_; }
   bool done() const { return !outcome_.finish_reason.empty(); }
   // The client went away: cancels the engine's side; done() becomes true ("cancelled").
   void abandon();
@@ -92,6 +95,7 @@ class Generation {
   std::optional<std::uint64_t> request_id_;
   bool engine_finished_ = false;  // the final event arrived
   bool recording_ = false;
+  bool unchecked_ = false;
   std::vector<TokenEvent> applied_;  // when recording_
   Outcome outcome_;
 };

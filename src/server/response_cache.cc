@@ -189,6 +189,10 @@ std::optional<cache::ResponseRecord> ResponseCache::fetch(const cache::ChunkKey&
 void ResponseCache::store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs,
                           bool salted) {
   if (!self_) return;  // nothing to sign with: records are never stored unsigned
+  if (gen.computed_on_unchecked()) {  // this node signs only what it computed from KV it trusts
+    not_stored_unchecked_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const std::vector<TokenEvent>& events = gen.applied_events();
   if (events.empty()) return;
   cache::ResponseRecord r;
@@ -266,6 +270,9 @@ std::string ResponseCache::render_metrics() const {
   out += "# HELP kvstash_response_cache_expired_records_total Records older than --response-cache-ttl (misses).\n";
   out += "# TYPE kvstash_response_cache_expired_records_total counter\n";
   out += "kvstash_response_cache_expired_records_total " + v(expired_) + "\n";
+  out += "# HELP kvstash_response_cache_unchecked_total Answers not stored: computed on unchecked KV.\n";
+  out += "# TYPE kvstash_response_cache_unchecked_total counter\n";
+  out += "kvstash_response_cache_unchecked_total " + v(not_stored_unchecked_) + "\n";
   out += "# HELP kvstash_response_cache_stores_total Records signed and queued for the tiers.\n";
   out += "# TYPE kvstash_response_cache_stores_total counter\n";
   out += "kvstash_response_cache_stores_total " + v(stores_) + "\n";

@@ -108,7 +108,8 @@ class ResponseCache {
   // The index's entries (tests, logs).
   std::size_t semantic_entries() const { return semantic_ ? semantic_->size() : 0; }
 
-  // Signs and queues the record of a finished answer (its applied events, outcome and text).
+  // Signs and queues the record of a finished answer (its applied events, outcome and text); an
+  // answer computed on unchecked KV (Generation::computed_on_unchecked) is never stored.
   // `salted`: the request had a cache salt; the envelope says so, and peer sharing keeps such
   // records on this node unless --share-salted.
   void store(const cache::ChunkKey& key, const Generation& gen, const std::string& text, bool logprobs,
@@ -143,6 +144,7 @@ class ResponseCache {
 
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, bypasses_{0}, expired_{0}, stores_{0}, store_errors_{0};
   std::atomic<std::uint64_t> bytes_served_{0}, bytes_stored_{0};
+  std::atomic<std::uint64_t> not_stored_unchecked_{0};  // answers computed on unchecked KV
   std::atomic<std::uint64_t> rejected_[kRejectionKinds] = {};
   std::unique_ptr<SemanticIndex> semantic_;  // null: semantic cache off
   std::atomic<std::uint64_t> semantic_hits_{0}, semantic_refused_literals_{0}, semantic_not_indexed_{0};

@@ -382,6 +382,10 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   if (store_answer) {
     task->set_answer_callback([cache = options.response_cache, key = cached->key, want_logprobs, salted,
                                query = std::move(cached->query)](const Generation& g, const std::string& text) {
+      if (g.computed_on_unchecked()) {  // counted by store(); no semantic entry for it either
+        cache->store(key, g, text, want_logprobs, salted);
+        return;
+      }
       cache->store(key, g, text, want_logprobs, salted);
       if (query) cache->store_semantic(key, *query);
     });

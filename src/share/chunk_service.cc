@@ -70,7 +70,14 @@ void ShareNode::serve_chunk(const std::string& key_hex, http::Exchange& exchange
     counters_.refused_salted.fetch_add(1, std::memory_order_relaxed);
     return exchange.respond(plain(403, "chunk " + key->hex() + " is salted (a tenant's namespace): not shared"));
   }
-  auto manifest = manifest_for(*key, *chunk, *header);
+  // Only what this node computed from KV it trusts goes out under its signature; a relayed chunk
+  // goes out under its producer's manifest exactly as received; nothing unchecked leaves at all.
+  const cache::Provenance& provenance = header->meta.provenance;
+  if (!shareable(provenance) || derives_from_banned(provenance)) {
+    counters_.refused_unchecked.fetch_add(1, std::memory_order_relaxed);
+    return exchange.respond(plain(404, "chunk " + key->hex() + " is not held here"));
+  }
+  Expected<std::string> manifest = signed_here(provenance) ? manifest_for(*key, *chunk, *header) : provenance.manifest;
   if (!manifest) return exchange.respond(plain(500, "chunk " + key->hex() + ": " + manifest.status().message()));
   http::Response r;
   r.content_type = "application/octet-stream";
@@ -114,11 +121,17 @@ void ShareNode::serve_response(const std::string& key_hex, http::Exchange& excha
 
 Expected<std::string> ShareNode::manifest_for(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk,
                                               const cache::ChunkHeader& header) {
+  // The only signature this node makes: over a chunk whose stored provenance says it computed it
+  // from KV it trusts. Anything else (relayed, unchecked, a version-1 chunk of unknown origin) has
+  // no manifest of ours, whatever this node remembers or forgets.
+  if (!signed_here(header.meta.provenance)) {
+    return invalid_argument("chunk " + key.hex() + " was not computed here (" +
+                               cache::chunk_trust_name(header.meta.provenance.trust) + "): not signed");
+  }
   {
     std::lock_guard lock(mu_);
     auto it = manifests_.find(key);
-    // The remembered manifest holds only for the bytes it was checked with: a chunk recomputed
-    // here since (other floats) gets this node's own signature instead.
+    // A cache of this node's own signatures, for the bytes they were made over.
     if (it != manifests_.end() && it->second.payload_checksum == header.payload_checksum) return it->second.bytes;
   }
   auto own = make_manifest(chunk, *identity_);

@@ -47,6 +47,7 @@ std::vector<std::string> ShareNode::directory() {
 void ShareNode::place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk,
                                 const cache::ChunkHeader& header) {
   if (!options_.erasure || (header.meta.salted && !options_.share_salted)) return;
+  if (!signed_here(header.meta.provenance)) return;  // fragments carry this node's signature: only its own KV
   const ErasureScheme scheme = *options_.erasure;
   std::vector<std::string> peers = directory();
   if (peers.empty()) {

@@ -113,17 +113,20 @@ Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
       refused.push_back(urls[i]);
       continue;
     }
-    if (!node_->trusts(manifest.producer) && !admit_unknown(key, manifest, fetched->chunk)) {
+    const bool trusted = node_->trusts(manifest.producer);
+    if (!trusted && !admit_unknown(key, manifest, fetched->chunk)) {
       counters_.miss();
       return not_found("peers: chunk " + key_hex + " taken for a spot check");
     }
-    const auto header = cache::parse_chunk_header(fetched->chunk);  // checked whole by check_chunk
-    node_->remember_manifest(manifest, header->payload_checksum);
-    node_->announce(key, *header);
+    auto recorded = with_fetched_provenance(fetched->chunk, manifest, fetched->manifest, trusted);
+    if (!recorded) {
+      refused.push_back(urls[i]);
+      continue;
+    }
     c.fetches_ok.fetch_add(1, std::memory_order_relaxed);
     c.fetched_bytes.fetch_add(fetched->chunk.size(), std::memory_order_relaxed);
-    counters_.hit(fetched->chunk.size(), Clock::now() - start);
-    return std::move(fetched->chunk);
+    counters_.hit(recorded->size(), Clock::now() - start);
+    return std::move(*recorded);
   }
   if (!refused.empty()) {  // the next lookup of this key skips the providers that failed it
     std::lock_guard lock(mu_);
@@ -198,13 +201,30 @@ Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const 
     counters_.rejected();
     return not_found("peers: reconstructed chunk rejected");
   }
-  if (!node_->trusts(checked.producer) && !admit_unknown(key, checked, *chunk)) return not_found("peers: taken for a spot check");
-  const auto header = cache::parse_chunk_header(*chunk);
-  node_->remember_manifest(checked, header->payload_checksum);
-  node_->announce(key, *header);
+  const bool trusted = node_->trusts(checked.producer);
+  if (!trusted && !admit_unknown(key, checked, *chunk)) return not_found("peers: taken for a spot check");
+  auto recorded = with_fetched_provenance(*chunk, checked, manifest, trusted);
+  if (!recorded) return not_found("peers: " + recorded.status().message());
   c.chunks_reconstructed.fetch_add(1, std::memory_order_relaxed);
   c.fetched_bytes.fetch_add(chunk->size(), std::memory_order_relaxed);
-  return chunk;
+  return recorded;
+}
+
+Expected<cache::Bytes> PeersTier::with_fetched_provenance(std::span<const std::uint8_t> chunk, const Manifest& manifest,
+                                                          const std::string& manifest_bytes, bool trusted) {
+  // What the sender's header says about provenance is its claim, never ours: replaced here by what
+  // this node checked. The manifest is kept exactly as received, to be served on unchanged.
+  cache::Provenance provenance;
+  provenance.trust = trusted ? cache::ChunkTrust::kVerified : cache::ChunkTrust::kUnchecked;
+  provenance.producers = {manifest.producer};
+  provenance.manifest = manifest_bytes;
+  auto recorded = cache::with_provenance(chunk, provenance);
+  if (!recorded) return recorded;
+  if (trusted) {
+    const auto header = cache::parse_chunk_header(*recorded);
+    node_->announce(manifest.meta.key, *header);  // an unchecked chunk is never announced
+  }
+  return recorded;
 }
 
 bool PeersTier::admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk) {

@@ -12,8 +12,11 @@
 // the next holder of an index when one fails): the first fragment set that verifies and names a
 // trusted producer fixes every fragment's SHA-256, a fragment that does not match is refused
 // (counted, reason "fragment") and another index is used; any K good ones are decoded and the
-// result goes through check_chunk() like a fetched chunk. A verified chunk's manifest is
-// remembered and the chunk is announced with this node as a provider too.
+// result goes through check_chunk() like a fetched chunk. The chunk returned carries its provenance
+// in its own header (cache/chunk_codec.h): verified (trusted producer) or unchecked, the producer,
+// and the producer's manifest exactly as received, so every tier keeps it across restarts and the
+// chunk endpoint serves it under that manifest, never re-signed. Only a verified chunk is
+// announced with this node as a provider too.
 //
 // Under --trust any, a chunk whose producer is not on the trust list goes through a spot check
 // with probability --spot-check (spot_check.h): get() reports it missing so that the engine
@@ -73,6 +76,11 @@ class PeersTier final : public cache::Tier {
   // True when the chunk may be used now; false when it was taken for a spot check.
   bool admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk);
   void finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours);
+  // The fetched chunk with its provenance recorded in its header (kVerified for a trusted producer,
+  // else kUnchecked; the producer and its manifest as received), announced when trusted. Every
+  // tier the store promotes it into then keeps where it came from.
+  Expected<cache::Bytes> with_fetched_provenance(std::span<const std::uint8_t> chunk, const Manifest& manifest,
+                                                 const std::string& manifest_bytes, bool trusted);
 
   std::mutex mu_;
   std::unordered_map<cache::ChunkKey, Providers> known_;  // guarded by mu_

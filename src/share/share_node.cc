@@ -9,6 +9,7 @@
 #include "cache/log.h"
 #include "cache/prefix_alias.h"
 #include "cache/response_record.h"
+#include "cache/semantic_entry.h"
 #include "share/peers_tier.h"
 #include "share/response_peers_tier.h"
 
@@ -33,6 +34,7 @@ Expected<std::shared_ptr<ShareNode>> ShareNode::start(const ShareOptions& option
   std::shared_ptr<ShareNode> node(new ShareNode(options, std::move(identity), std::move(trust)));
   node->dht_ = std::move(*dht);
   node->peer_url_ = options.peer_url;
+  node->load_bans();
   node->reannouncer_ = std::thread([raw = node.get()] { raw->reannounce_loop(); });
   cache::log_info("peer sharing: dht node " + node->dht_->node_id() + " on udp port " +
                    std::to_string(node->dht_->port()) + (options.dht.bootstrap.empty() ? " (first node)" : ", bootstrap " +
@@ -47,6 +49,16 @@ std::unique_ptr<cache::Tier> ShareNode::make_peers_tier() { return std::make_uni
 
 std::unique_ptr<cache::Tier> ShareNode::make_response_peers_tier() {
   return std::make_unique<ResponsePeersTier>(shared_from_this());
+}
+
+bool signed_here(const cache::Provenance& provenance) {
+  return provenance.trust == cache::ChunkTrust::kComputed && provenance.producers.empty() && provenance.manifest.empty();
+}
+
+bool shareable(const cache::Provenance& provenance) {
+  if (signed_here(provenance)) return true;
+  return (provenance.trust == cache::ChunkTrust::kVerified || provenance.trust == cache::ChunkTrust::kSpotChecked) &&
+         !provenance.manifest.empty();
 }
 
 std::string response_topic(const cache::ChunkKey& key) { return "kvstash-response-v1:" + key.hex(); }
@@ -125,9 +137,7 @@ TrustPolicy ShareNode::trust_policy() const {
   p.trusted = [trust = trust_, any = options_.trust_any](const identity::PublicKey& k) { return any || trust->trusts(k); };
   p.banned = [self = weak_from_this()](const identity::PublicKey& k) {
     auto node = self.lock();
-    if (!node) return false;
-    std::lock_guard lock(node->mu_);
-    return node->banned_.count(k) != 0;
+    return node && node->banned(k);
   };
   return p;
 }
@@ -147,13 +157,123 @@ void ShareNode::ban(const identity::PublicKey& producer) {
       announced_.erase(key);
     }
     store = store_;
+    purge_pending_ = true;  // the walk for what derives from it runs on the re-announce thread
   }
+  wake_.notify_all();
+  save_bans();
   cache::log_warning("peer sharing: producer " + identity::to_hex(producer) + " failed a spot check: banned; " +
                      std::to_string(drop.size()) + " of its chunks dropped");
   for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
     if (store->tier(t).name() == "peers") continue;
     for (const auto& key : drop) (void)store->tier(t).erase(key);
   }
+  for (const auto& callback : ban_callbacks_) callback(producer);
+}
+
+bool ShareNode::banned(const identity::PublicKey& producer) const {
+  std::lock_guard lock(mu_);
+  return banned_.count(producer) != 0;
+}
+
+bool ShareNode::derives_from_banned(const cache::Provenance& provenance) const {
+  if (provenance.producers.empty()) return false;
+  std::lock_guard lock(mu_);
+  for (const auto& producer : provenance.producers) {
+    if (banned_.count(producer)) return true;
+  }
+  return false;
+}
+
+void ShareNode::on_ban(std::function<void(const identity::PublicKey&)> callback) {
+  ban_callbacks_.push_back(std::move(callback));
+}
+
+void ShareNode::load_bans() {
+  if (options_.ban_file.empty()) return;
+  auto text = cache::posix_file_system()->read_file(options_.ban_file, std::uint64_t{1} << 24);
+  if (!text) return;  // none yet
+  std::istringstream in(std::string(text->begin(), text->end()));
+  std::string line;
+  std::size_t loaded = 0;
+  std::lock_guard lock(mu_);
+  while (std::getline(in, line)) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto key = identity::parse_public_key(line);
+    if (!key) {
+      cache::log_warning("peer sharing: " + options_.ban_file + ": ignored a line that is not a key");
+      continue;
+    }
+    loaded += banned_.insert(*key).second ? 1 : 0;
+  }
+  purge_pending_ = !banned_.empty();  // chunks and records kept from before the restart
+  if (loaded > 0) cache::log_info("peer sharing: " + std::to_string(loaded) + " banned producers from " + options_.ban_file);
+}
+
+void ShareNode::save_bans() {
+  if (options_.ban_file.empty()) return;
+  std::lock_guard write_lock(ban_mu_);
+  std::string text = "# producers banned by this kvstash node (failed spot checks); one ed25519 key a line\n";
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& k : banned_) text += identity::to_hex(k) + "\n";
+  }
+  // Written whole then renamed over the old list: a crash leaves the old list or the new one.
+  auto* fs = cache::posix_file_system();
+  const std::string tmp = options_.ban_file + ".tmp";
+  Status st = fs->write_file_synced(tmp, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+  if (st) st = fs->rename(tmp, options_.ban_file);
+  if (!st) cache::log_warning("peer sharing: cannot save the ban list to " + options_.ban_file + ": " + st.message());
+}
+
+bool ShareNode::derives_from_banned_bytes(std::span<const std::uint8_t> bytes, bool records) const {
+  auto header = cache::parse_chunk_header(bytes);
+  if (!header) return false;
+  if (!records) return derives_from_banned(header->meta.provenance);
+  const bool record = header->meta.kv_format == cache::kResponseKvFormat;
+  if (!record && header->meta.kv_format != cache::kSemanticKvFormat) return false;
+  auto view = cache::decode_chunk(bytes, header->meta);
+  if (!view) return false;
+  if (record) {
+    auto r = cache::decode_response_record(view->payload);
+    return r && banned(r->producer);
+  }
+  auto e = cache::decode_semantic_entry(view->payload);
+  return e && banned(e->producer);
+}
+
+void ShareNode::purge_banned(cache::TieredStore* store, bool records) {
+  {
+    std::lock_guard lock(mu_);
+    if (banned_.empty()) return;
+  }
+  std::uint64_t purged = 0;
+  for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
+    cache::Tier& tier = store->tier(t);
+    const std::string name = tier.name();
+    if (name != "memory" && name != "disk") continue;  // redis: the load filter, when read
+    auto keys = tier.list_keys();
+    if (!keys) continue;
+    auto* disk = records ? nullptr : dynamic_cast<cache::DiskTier*>(&tier);
+    for (const auto& key : *keys) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+      }
+      bool derived = false;
+      if (disk) {  // a chunk's provenance is in its header: no need to read megabytes of KV
+        auto prefix = cache::posix_file_system()->read_file(disk->path_of(key), cache::chunk_header_max_size());
+        derived = prefix && derives_from_banned_bytes(*prefix, false);
+      } else if (auto bytes = tier.get_shared(key); bytes && *bytes) {
+        derived = derives_from_banned_bytes(**bytes, records);
+      }
+      if (derived && tier.erase(key)) ++purged;
+    }
+  }
+  if (purged == 0) return;
+  (records ? counters_.purged_records : counters_.purged_chunks).fetch_add(purged, std::memory_order_relaxed);
+  cache::log_warning("peer sharing: " + std::to_string(purged) + (records ? " response records" : " chunks") +
+                     " derived from banned producers erased");
 }
 
 void ShareNode::remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key) {
@@ -168,6 +288,10 @@ void ShareNode::announce(const cache::ChunkKey& key, const cache::ChunkHeader& h
   if (header.meta.kv_format == cache::kAliasKvFormat) return;
   if (header.meta.salted && !options_.share_salted) {
     counters_.kept_salted.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!shareable(header.meta.provenance) || derives_from_banned(header.meta.provenance)) {
+    counters_.kept_unchecked.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   std::string url;
@@ -198,7 +322,7 @@ void ShareNode::remember_manifest(const Manifest& manifest, std::uint64_t payloa
 
 void ShareNode::announce_disk(cache::TieredStore* store, bool records) {
   const std::size_t batch = std::max<std::size_t>(1, options_.startup_announce_per_second / 10);
-  const std::uint64_t header_bytes = cache::chunk_header_min_size() + cache::kMaxKvFormatLength;
+  const std::uint64_t header_bytes = cache::chunk_header_max_size();
   std::size_t announced = 0;
   for (std::size_t t = 0; store && t < store->tier_count(); ++t) {
     auto* disk = dynamic_cast<cache::DiskTier*>(&store->tier(t));
@@ -247,15 +371,21 @@ std::vector<bool> ShareNode::held_locally(cache::TieredStore* store, const std::
 void ShareNode::reannounce_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_ || walk_pending_; });
+    wake_.wait_for(lock, options_.reannounce_interval, [this] { return stopping_ || walk_pending_ || purge_pending_; });
     if (stopping_) return;
-    if (walk_pending_) {
+    if (walk_pending_ || purge_pending_) {
+      const bool walk = walk_pending_;
       walk_pending_ = false;
+      purge_pending_ = false;
       cache::TieredStore* store = store_;
       cache::TieredStore* response_store = response_store_;
       lock.unlock();
-      announce_disk(store, false);
-      announce_disk(response_store, true);
+      purge_banned(store, false);  // first: a purged chunk is not announced
+      purge_banned(response_store, true);
+      if (walk) {
+        announce_disk(store, false);
+        announce_disk(response_store, true);
+      }
       lock.lock();
       continue;
     }
@@ -389,6 +519,14 @@ std::string ShareNode::render_metrics() const {
     o << "kvstash_share_response_rejections_total{reason=\"" << kResponseRejectionNames[r] << "\"} "
       << value(counters_.response_rejected[r]) << "\n";
   }
+  counter("kvstash_share_refused_unchecked_total", "Chunk requests refused: unchecked, computed on unchecked KV or of unknown origin",
+          value(counters_.refused_unchecked));
+  counter("kvstash_share_kept_unchecked_total", "Chunks stored here and not announced: not shareable (unchecked provenance)",
+          value(counters_.kept_unchecked));
+  counter("kvstash_share_purged_chunks_total", "Chunks erased because they derive from a banned producer",
+          value(counters_.purged_chunks));
+  counter("kvstash_share_purged_records_total", "Response records and semantic entries of banned producers erased",
+          value(counters_.purged_records));
   counter("kvstash_share_startup_announced_total", "Chunks and response records found on disk at start and announced",
           value(counters_.startup_announced));
   counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",

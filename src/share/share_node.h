@@ -3,9 +3,14 @@
 // and backs the peers tier (share/peers_tier.h), the slowest tier of the TieredStore.
 //
 //   GET /v1/kv/chunks/{key}  the chunk as this node holds it (memory or disk tier) and, in the
-//                            X-Kvstash-Manifest header, its signed manifest: the original
-//                            producer's when the chunk was fetched from a peer, else one this node
-//                            signs. 404: not held; 403: a salted chunk without --share-salted.
+//                            X-Kvstash-Manifest header, its signed manifest, chosen by the
+//                            provenance stored in the chunk itself (cache/chunk_codec.h): the
+//                            producer's manifest exactly as received for a chunk fetched verified
+//                            (or spot-checked); this node's own signature only for a chunk it
+//                            computed from KV it trusts. 404: not held, or not shareable (unchecked,
+//                            computed on unchecked KV, a version-1 chunk of unknown origin, or
+//                            derived from a banned producer); 403: a salted chunk without
+//                            --share-salted.
 //   PUT /v1/kv/fragments/{key}/{i}  a fragment of an erasure-coded chunk to hold (accepted when its
 //                            signed fragment set verifies, its producer is trusted and its hash
 //                            matches); GET returns it with its set and the chunk's manifest.
@@ -18,7 +23,16 @@
 //
 // Announcing: every chunk the store writes (the peers tier's put(), called by the store's
 // write-behind queue) and every chunk fetched and verified from a peer is announced as
-// `key → peer_url`, unless it is salted and --share-salted is off. A thread re-announces every
+// `key → peer_url`, unless it is salted and --share-salted is off, or its provenance is not
+// shareable (see GET above): unchecked KV is never announced.
+//
+// Bans (a producer whose spot check failed) are kept in ShareOptions::ban_file and reloaded at
+// start. A ban purges what derives from the producer: at once, the unchecked chunks remembered from
+// it; then, on the re-announce thread, every chunk of the local tiers (memory, disk) whose
+// provenance names it and every response record or semantic entry it signed (also walked on the
+// disk tiers at start, for bans from before a restart); the engine's prefix-cache blocks through
+// the on_ban callbacks; and, lazily, any other chunk a load meets (chunk_acceptable(), the store's
+// filter: redis and whatever the walk missed is a miss and erased when read). A thread re-announces every
 // `reannounce_interval` the announced chunks that a local tier still holds and forgets the rest.
 //
 // Response records (with --response-cache): the record store gets a response peers tier
@@ -41,6 +55,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,7 +95,17 @@ struct ShareOptions {
   bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
   double spot_check = 0.1;                            // --spot-check P: share of their chunks recomputed
   std::uint64_t max_fragment_bytes = std::uint64_t{256} << 20;  // fragments held for peers, 256 MiB
+  // Banned producers, one hex key a line, rewritten at each ban; "" = bans last until exit.
+  // `kvstash serve` keeps it next to the node's identity key (IDENTITY.banned).
+  std::string ban_file;
 };
+
+// Provenance (cache/chunk_codec.h) as peer sharing reads it. A chunk this node signs: computed here
+// from KV it trusts. A chunk it may serve or announce: one it signs, or one fetched verified or
+// spot-checked whose producer's manifest it kept. Everything else (unchecked, computed on unchecked
+// KV, version-1 chunks of unknown origin) stays on this node.
+bool signed_here(const cache::Provenance& provenance);
+bool shareable(const cache::Provenance& provenance);
 
 // What /metrics shows (kvstash_share_*). Counters only grow.
 struct ShareCounters {
@@ -102,6 +127,11 @@ struct ShareCounters {
   std::atomic<std::uint64_t> response_refused_salted{0}, response_kept_salted{0};
   std::atomic<std::uint64_t> response_rejected[4]{};  // by ResponseRejection
   std::atomic<std::uint64_t> startup_announced{0};  // chunks and records found on disk at start
+  // Provenance (issue 31).
+  std::atomic<std::uint64_t> refused_unchecked{0};  // chunk requests refused: not shareable here
+  std::atomic<std::uint64_t> kept_unchecked{0};     // chunks stored and not announced: not shareable
+  std::atomic<std::uint64_t> purged_chunks{0};      // chunks erased because they derive from a banned producer
+  std::atomic<std::uint64_t> purged_records{0};     // response records and semantic entries of banned producers
 };
 
 // Why a record fetched from a peer was refused.
@@ -149,12 +179,23 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   void announce(const cache::ChunkKey& key, const cache::ChunkHeader& header);
   // Announces a response record (its envelope header says whether its request was salted).
   void announce_response(const cache::ChunkKey& key, const cache::ChunkHeader& header);
-  // Remembers the verified manifest of a chunk fetched from a peer, to serve it on.
+  // Remembers a manifest this node signed over a chunk it computed (a cache of its signatures;
+  // relayed chunks carry their producer's manifest in their own header instead).
   void remember_manifest(const Manifest& manifest, std::uint64_t payload_checksum);
   // Bans `producer` (spot check failed): its chunks are refused from now on, and those accepted from
   // it unchecked (remember_unchecked) are erased from the local tiers.
+  // The ban is written to ShareOptions::ban_file and purges what derives from the producer (see
+  // the file comment).
   void ban(const identity::PublicKey& producer);
   void remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key);
+  bool banned(const identity::PublicKey& producer) const;
+  // False when the chunk's provenance names a banned producer: the store's load filter, and what
+  // serving and announcing ask.
+  bool chunk_acceptable(const cache::ChunkHeader& header) const { return !derives_from_banned(header.meta.provenance); }
+  bool derives_from_banned(const cache::Provenance& provenance) const;
+  // Runs `callback` (on the banning thread) for every ban from now on: the engine forgets its
+  // prefix-cache blocks derived from the producer. Register before the node is in use.
+  void on_ban(std::function<void(const identity::PublicKey&)> callback);
   bool trusts(const identity::PublicKey& producer) const { return trust_->trusts(producer); }
   // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
   // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
@@ -180,6 +221,13 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   // when stop() runs.
   void announce_disk(cache::TieredStore* store, bool records);
   static std::vector<bool> held_locally(cache::TieredStore* store, const std::vector<cache::ChunkKey>& keys);
+  // Erases from the local tiers (memory, disk) of `store` the chunks whose provenance names a
+  // banned producer (records: the response records and semantic entries they signed).
+  void purge_banned(cache::TieredStore* store, bool records);
+  // Whether these bytes (a chunk, or a record store's envelope) derive from a banned producer.
+  bool derives_from_banned_bytes(std::span<const std::uint8_t> bytes, bool records) const;
+  void load_bans();
+  void save_bans();  // under ban_mu_, never mu_
 
   const ShareOptions options_;
   const std::shared_ptr<const identity::NodeIdentity> identity_;
@@ -212,6 +260,9 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::chrono::steady_clock::time_point directory_expires_{};          // guarded by mu_
   bool stopping_ = false;                                         // guarded by mu_
   bool walk_pending_ = false;  // set_peer_url() ran: the startup walk is due; guarded by mu_
+  bool purge_pending_ = false;  // a ban since the last purge walk; guarded by mu_
+  std::vector<std::function<void(const identity::PublicKey&)>> ban_callbacks_;  // set before use
+  std::mutex ban_mu_;  // serialises writes of the ban file (never held with mu_)
   std::thread reannouncer_;
 };
 
