@@ -124,7 +124,7 @@ TEST_F(ShareE2ETest, UncheckedKvAndWhatIsComputedOnItNeverLeaveAsTheRelaysOwnEve
   EXPECT_EQ(tokens_of(d_doc), truth) << text_of(d_doc);
   json d_longer = d->complete(longer, kMaxTokens);
   EXPECT_EQ(cached_of(d_doc), 0);
-  EXPECT_EQ(cached_of(d_longer), 0);
+  EXPECT_LE(cached_of(d_longer), static_cast<int>(doc.size()));  // its own pool's doc, nothing more
   EXPECT_LE(d->metric(kPeerHits), 0);
   EXPECT_LE(d->metric(kRecordFetches), 0);
   // The honest answer to the longer prompt: A's, computed from its own KV.
@@ -134,13 +134,15 @@ TEST_F(ShareE2ETest, UncheckedKvAndWhatIsComputedOnItNeverLeaveAsTheRelaysOwnEve
 }
 
 TEST_F(ShareE2ETest, ABanPurgesWhatDerivesFromTheProducerAndSurvivesRestarts) {
+  auto boot = node("b", {});  // the DHT's bootstrap node, up throughout (E comes and goes)
+  dht_port_ = dht_port_of(*boot);
+  ASSERT_GT(dht_port_, 0) << boot->log();
   Relay relay;  // X, as above
   relay.mode(Relay::kTamperedAndResigned);
   auto a = node("a", {"--peer-url", relay.url()});
   ASSERT_TRUE(a->ready());
   relay.target(a->port());
-  dht_port_ = dht_port_of(*a);
-  ASSERT_GT(dht_port_, 0) << a->log();
+  ASSERT_GE(a->wait_metric("kvstash_share_dht_nodes", 1), 1) << a->log();
   const std::string disk = dir_.path() + "/e-disk";
   auto e_args = [&](const char* spot_check) {
     return std::vector<std::string>{"--trust", "any", "--spot-check", spot_check, "--cache-disk", disk};
@@ -152,7 +154,7 @@ TEST_F(ShareE2ETest, ABanPurgesWhatDerivesFromTheProducerAndSurvivesRestarts) {
   const auto truth1 = produce(*a, doc1);
   {
     auto e = node("e", e_args("0"));
-    ASSERT_GE(e->wait_metric("kvstash_share_dht_nodes", 1), 1) << e->log();
+    ASSERT_GE(e->wait_metric("kvstash_share_dht_nodes", 2), 2) << e->log();
     json got = e->complete(longer1, kMaxTokens);
     ASSERT_FALSE(got.is_null()) << e->last_error();
     EXPECT_GE(cached_of(got), kFullChunks * 256) << e->log();
@@ -167,7 +169,7 @@ TEST_F(ShareE2ETest, ABanPurgesWhatDerivesFromTheProducerAndSurvivesRestarts) {
   const auto truth2 = produce(*a, doc2);
   {
     auto e = node("e", e_args("1"), 1);
-    ASSERT_GE(e->wait_metric("kvstash_share_dht_nodes", 1), 1) << e->log();
+    ASSERT_GE(e->wait_metric("kvstash_share_dht_nodes", 2), 2) << e->log();
     json got2 = e->complete(doc2, kMaxTokens);
     EXPECT_EQ(tokens_of(got2), truth2) << text_of(got2);
     ASSERT_GE(e->wait_metric("kvstash_share_banned_producers", 1), 1) << e->log();
@@ -186,6 +188,7 @@ TEST_F(ShareE2ETest, ABanPurgesWhatDerivesFromTheProducerAndSurvivesRestarts) {
   // 3. After a restart the ban holds (X's chunks are refused outright) and E computes doc1 itself.
   auto e = node("e", e_args("1"), 2);
   EXPECT_EQ(e->metric("kvstash_share_banned_producers"), 1) << e->log();
+  ASSERT_GE(e->wait_metric("kvstash_share_dht_nodes", 2), 2) << e->log();
   const auto doc3 = document(83);
   const auto truth3 = produce(*a, doc3);
   json got3 = e->complete(doc3, kMaxTokens);
