@@ -355,5 +355,66 @@ TEST_F(EngineStoreTest, LoadPastItsDeadlineRecomputesWithTheSameOutput) {
   EXPECT_EQ(b->stats().store_loads_timed_out, 1);
 }
 
+// Trust flows downhill (issue 31): chunks loaded with unchecked provenance taint the sequence; its
+// answer is reported unchecked and every chunk it computes on them is stored unchecked, naming the
+// producer; KV computed from trusted KV only is stored as computed here.
+TEST_F(EngineStoreTest, KvComputedOnUncheckedKvIsUncheckedAndSaysSo) {
+  auto store = memory_store();
+  cache::Tier& memory = store->tier(0);
+  auto chunks_at = [&](std::uint32_t first_position) {
+    std::vector<cache::ChunkHeader> out;
+    const auto keys = memory.list_keys();
+    for (const auto& key : *keys) {
+      auto bytes = memory.get(key);
+      auto header = bytes ? cache::verify_chunk(*bytes) : Expected<cache::ChunkHeader>(not_found(""));
+      if (header && header->meta.kv_format != cache::kAliasKvFormat && header->meta.first_position == first_position &&
+          header->meta.token_count == 64) {
+        out.push_back(*header);
+      }
+    }
+    return out;
+  };
+  const GenerationRequest first = request(200, 5);
+  {
+    auto engine = make_engine(store.get());
+    auto r = generate(*engine, first);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_FALSE(r->unchecked);
+  }
+  store->flush();
+  ASSERT_EQ(chunks_at(64).size(), 1u);
+  EXPECT_EQ(chunks_at(64)[0].meta.provenance.trust, cache::ChunkTrust::kComputed);
+
+  // Chunks 0 and 1 now read as an unknown producer's, taken unchecked.
+  cache::Provenance theirs;
+  theirs.trust = cache::ChunkTrust::kUnchecked;
+  theirs.producers = {cache::ProducerKey{}};
+  theirs.producers[0][0] = 0x77;
+  for (std::uint32_t at : {0u, 64u}) {
+    const cache::ChunkKey key = chunks_at(at).at(0).meta.key;
+    auto rewritten = cache::with_provenance(*memory.get(key), theirs);
+    ASSERT_TRUE(rewritten.has_value());
+    ASSERT_TRUE(memory.put(key, *rewritten));
+  }
+
+  const GenerationRequest longer = request(300, 5);  // the same 200 tokens, then chunk 3 and more
+  auto engine = make_engine(store.get());
+  auto r = generate(*engine, longer);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GE(r->cached_tokens, 192);
+  EXPECT_TRUE(r->unchecked);
+  EXPECT_EQ(r->tokens, uncached(longer));  // unchecked is a trust state; these floats are right
+  store->flush();
+  const auto derived = chunks_at(192);
+  ASSERT_EQ(derived.size(), 1u);
+  EXPECT_EQ(derived[0].meta.provenance.trust, cache::ChunkTrust::kUnchecked);
+  EXPECT_EQ(derived[0].meta.provenance.producers, theirs.producers);
+
+  // The pool's blocks keep the taint: the same prompt again, from the pool alone, is unchecked.
+  auto again = generate(*engine, first);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->unchecked);
+}
+
 }  // namespace
 }  // namespace kvstash
