@@ -44,15 +44,16 @@ void put_chunk(cache::TieredStore& store, const cache::ChunkMeta& meta) {
 // A response record in its envelope, said to be produced by `producer` (the purge reads the
 // producer; the signature is the response cache's to check).
 void put_record(cache::TieredStore& store, int n, const identity::PublicKey& producer) {
+  static const std::string kStop = "stop", kText = "x";  // copied: GCC 12 misreads short literals (-Wrestrict)
   cache::ResponseRecord r;
   r.request_key.bytes[0] = static_cast<std::uint8_t>(n);
   r.request_key.bytes[1] = 0xee;
   r.producer = producer;
   r.prompt_tokens = 3;
   r.completion_tokens = 1;
-  r.finish_reason = "stop";
+  r.finish_reason = kStop;
   r.tokens = {5};
-  r.text = "x";
+  r.text = kText;
   auto body = cache::encode_response_record(r);
   ASSERT_TRUE(body.has_value()) << body.status().to_string();
   auto bytes = cache::encode_chunk(cache::response_envelope_meta(r.request_key, r.model_fingerprint), *body);
