@@ -29,6 +29,14 @@ void add_share_flags(CLI::App& app, ShareFlags& f) {
                  "With --trust any: the share of an unknown producer's chunks this node recomputes and compares "
                  "(a mismatch bans the producer); 0..1")
       ->capture_default_str();
+  app.add_option("--spot-check-pending-max", f.spot_check_pending_max,
+                 "Spot checks waiting for this node's own KV at once; while full, unknown producers' chunks are not "
+                 "used at all")
+      ->capture_default_str();
+  app.add_option("--spot-check-expiry-ms", f.spot_check_expiry_ms,
+                 "How long a chunk held for a spot check waits for this node's own KV before the check is dropped "
+                 "(counted as expired)")
+      ->capture_default_str();
   app.add_option("--peer-reannounce-s", f.reannounce_s, "Seconds between re-announcements of held chunks (< 600, the TTL)")
       ->capture_default_str();
 }
@@ -67,6 +75,11 @@ Expected<std::optional<share::ShareOptions>> share_options_from(const ShareFlags
   if (f.spot_check < 0 || f.spot_check > 1) return invalid_argument("--spot-check must be in [0, 1]");
   o.trust_any = f.trust == "any";
   o.spot_check = f.spot_check;
+  if (f.spot_check_pending_max < 1 || f.spot_check_expiry_ms < 1) {
+    return invalid_argument("--spot-check-pending-max and --spot-check-expiry-ms must be positive");
+  }
+  o.spot_checks.max_pending = static_cast<std::size_t>(f.spot_check_pending_max);
+  o.spot_checks.expiry = std::chrono::milliseconds(f.spot_check_expiry_ms);
   if (!f.erasure.empty()) {
     auto scheme = share::parse_erasure_scheme(f.erasure);
     if (!scheme) return invalid_argument("--erasure: " + scheme.status().message());

@@ -2,7 +2,7 @@
 //
 //   --dht-port 4222  --dht-bootstrap HOST:PORT[,HOST:PORT...]  --peer-url http://HOST:PORT
 //   --share-salted  --peer-lookup-timeout-ms 500  --peer-fetch-timeout-ms 2000  --erasure 4+2
-//   --trust keys|any  --spot-check 0.1
+//   --trust keys|any  --spot-check 0.1  --spot-check-pending-max 256  --spot-check-expiry-ms 60000
 //
 // Sharing is on when --dht-port is given. Thread safety: plain values and pure functions.
 #pragma once
@@ -28,6 +28,8 @@ struct ShareFlags {
   std::string erasure;            // "K+M"; "" = whole chunks only
   std::string trust = "keys";     // "keys": --trust-keys only; "any": unknown producers too, spot-checked
   double spot_check = 0.1;
+  long long spot_check_pending_max = 256;
+  long long spot_check_expiry_ms = 60000;
 };
 
 void add_share_flags(CLI::App& app, ShareFlags& flags);

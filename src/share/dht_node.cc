@@ -11,7 +11,9 @@ namespace {
 // The value type of provider announcements: its expiration is the announcement's TTL. Every
 // kvstash node registers it, so a storing node expires values as their producer intended.
 constexpr dht::ValueType::Id kProviderType = 0x6b76;
-constexpr std::size_t kMaxUrlLength = 256;  // a longer "URL" in the DHT is junk and is skipped
+// A longer value in the DHT is junk and is skipped: the longest kvstash puts is a signed directory
+// entry (directory_entry.h: 124 bytes and a URL of up to 256); provider URLs are at most 256.
+constexpr std::size_t kMaxValueLength = 512;
 
 // The value id of an announcement: the same for every refresh, distinct per provider.
 dht::Value::Id value_id(const std::string& value) {
@@ -131,7 +133,7 @@ std::vector<DhtNode::Lookup> DhtNode::get(std::span<const std::string> topics, s
           std::lock_guard lock(state->mu);
           auto& providers = state->results[i].providers;
           for (const auto& v : values) {
-            if (!v || v->type != kProviderType || v->data.empty() || v->data.size() > kMaxUrlLength) continue;
+            if (!v || v->type != kProviderType || v->data.empty() || v->data.size() > kMaxValueLength) continue;
             std::string url(v->data.begin(), v->data.end());
             if (std::find(providers.begin(), providers.end(), url) == providers.end()) providers.push_back(std::move(url));
           }

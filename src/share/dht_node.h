@@ -67,7 +67,7 @@ class DhtNode {
   void put(const std::string& topic, const std::string& value, std::function<void(bool)> done = {});
 
   struct Lookup {
-    std::vector<std::string> providers;  // peer URLs, as announced (unvalidated)
+    std::vector<std::string> providers;  // the values as put (peer URLs, signed entries), unvalidated
     bool completed = false;              // the DHT search finished before the timeout
   };
   // The providers of each key, searched in parallel; returns when every search is done or at

@@ -1,10 +1,12 @@
 // ShareNode's erasure-coded side (share_node.h): placing a produced chunk's fragments on peers,
 // holding the fragments peers place here, and the node directory that says who the peers are.
 //
-// DHT topics: "kvstash-nodes-v1" → every node's peer URL (the directory placement picks from);
+// DHT topics: "kvstash-nodes-v1" → every node's signed directory entry (directory_entry.h; the
+// directory placement picks from, trusted keys only);
 // "kvstash-fragments-v1:" + hex(key) → "INDEX URL" for each held fragment of that chunk.
 #include <algorithm>
 #include <future>
+#include <map>
 
 #include "cache/log.h"
 #include "share/share_node.h"
@@ -25,6 +27,18 @@ http::Response answer(int status, const std::string& message) {
 
 std::string fragment_topic(const cache::ChunkKey& key) { return "kvstash-fragments-v1:" + key.hex(); }
 
+void ShareNode::put_directory_entry(const std::string& url) {
+  // Valid as long as the DHT keeps the value (re-put every reannounce_interval, which is shorter):
+  // a copy of it replayed later is refused once expired.
+  const auto lifetime = std::chrono::duration_cast<std::chrono::seconds>(options_.dht.value_ttl);
+  auto entry = make_directory_entry(*identity_, url, unix_now_s(), lifetime);
+  if (!entry) {
+    cache::log_warning("peer sharing: no directory entry for " + url + ": " + entry.status().message());
+    return;
+  }
+  dht_->put(kDirectoryTopic, encode_directory_entry(*entry));
+}
+
 std::vector<std::string> ShareNode::directory() {
   const auto now = std::chrono::steady_clock::now();
   {
@@ -34,10 +48,27 @@ std::vector<std::string> ShareNode::directory() {
   const std::string topic = kDirectoryTopic;
   auto found = dht_->get(std::span<const std::string>(&topic, 1), options_.lookup_timeout);
   const std::string self = peer_url();
-  std::vector<std::string> urls;
-  for (const auto& u : found.front().providers) {
-    if (u != self && parse_peer_url(u)) urls.push_back(u);
+  const std::uint64_t unix_now = unix_now_s();
+  // The newest verified entry of each trusted key (a node re-signs its entry every re-announce
+  // and after a restart, and the DHT keeps the older ones until they lapse).
+  std::map<identity::PublicKey, DirectoryEntry> newest;
+  for (const auto& value : found.front().providers) {
+    DirectoryEntryError why = DirectoryEntryError::kNone;
+    auto entry = check_directory_entry(value, unix_now, &why);
+    if (entry && !trust_->trusts(entry->node)) why = DirectoryEntryError::kUntrusted;
+    if (why != DirectoryEntryError::kNone) {
+      counters_.directory_ignored[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (entry->node == identity_->public_key() || entry->url == self || !parse_peer_url(entry->url)) continue;
+    auto [it, inserted] = newest.try_emplace(entry->node, *entry);
+    if (!inserted && entry->issued_at > it->second.issued_at) it->second = *entry;
   }
+  std::vector<std::string> urls;
+  for (const auto& [key, entry] : newest) {
+    if (std::find(urls.begin(), urls.end(), entry.url) == urls.end()) urls.push_back(entry.url);
+  }
+  counters_.directory_nodes.store(urls.size(), std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   directory_ = urls;
   directory_expires_ = now + kDirectoryTtl;

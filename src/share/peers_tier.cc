@@ -15,6 +15,11 @@ namespace {
 // Remembered lookups at most; past it the expired ones go, then (a flood of distinct keys) all.
 constexpr std::size_t kMaxRemembered = 1 << 16;
 
+bool is_alias(std::span<const std::uint8_t> chunk) {
+  auto header = cache::parse_chunk_header(chunk);
+  return header && header->meta.kv_format == cache::kAliasKvFormat;
+}
+
 }  // namespace
 
 std::vector<PeersTier::Providers> PeersTier::providers(std::span<const cache::ChunkKey> keys) {
@@ -102,6 +107,12 @@ Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
     auto fetched = fetch_chunk(urls[i], key_hex, node_->options().fetch);
     if (!fetched) {
       c.fetch_errors.fetch_add(1, std::memory_order_relaxed);
+      refused.push_back(urls[i]);
+      continue;
+    }
+    if (is_alias(fetched->chunk)) {  // aliases stay local: none from a peer is followed
+      c.aliases_refused.fetch_add(1, std::memory_order_relaxed);
+      counters_.rejected();
       refused.push_back(urls[i]);
       continue;
     }
@@ -194,6 +205,11 @@ Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const 
   }
   auto chunk = erasure_decode(set->scheme, good, set->chunk_size);
   if (!chunk) return not_found("peers: " + chunk.status().message());
+  if (is_alias(*chunk)) {
+    c.aliases_refused.fetch_add(1, std::memory_order_relaxed);
+    counters_.rejected();
+    return not_found("peers: a prefix alias from peers is refused");
+  }
   Manifest checked;
   ManifestError why = ManifestError::kNone;
   if (!check_chunk(manifest, *chunk, key, policy, &checked, &why)) {
@@ -228,37 +244,35 @@ Expected<cache::Bytes> PeersTier::with_fetched_provenance(std::span<const std::u
 }
 
 bool PeersTier::admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk) {
+  ShareCounters& c = node_->counters();
+  SpotChecks& checks = node_->spot_checks();
+  const auto now = SpotChecks::Clock::now();
+  // While the set is full nothing unknown is used, checked or not: filling it (with checks whose
+  // KV never comes) must not open a window in which chunks go in unchecked.
+  if (checks.full(now)) {
+    c.spot_checks_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const bool check = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < node_->options().spot_check;
   if (!check) {
     node_->remember_unchecked(manifest.producer, key);
-    node_->counters().unchecked_accepted.fetch_add(1, std::memory_order_relaxed);
+    c.unchecked_accepted.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   auto view = cache::decode_chunk(chunk, manifest.meta);  // checked by check_chunk already
   if (!view) return false;
-  constexpr std::size_t kMaxPendingChecks = 256;  // a bound; beyond it a check is skipped, not queued
-  std::lock_guard lock(mu_);
-  if (pending_checks_.size() < kMaxPendingChecks) {
-    pending_checks_[key] = PendingCheck{manifest.producer, cache::Bytes(view->payload.begin(), view->payload.end())};
+  SpotChecks::Check held;
+  held.meta = view->header.meta;
+  held.producer = manifest.producer;
+  held.payload.assign(view->payload.begin(), view->payload.end());
+  if (checks.hold(std::move(held), now) == SpotChecks::Hold::kFull) {  // filled by another thread since
+    c.spot_checks_dropped.fetch_add(1, std::memory_order_relaxed);
   }
-  return false;
+  return false;  // queued (or already waiting): the engine computes it, put() compares
 }
 
-void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours) {
-  PendingCheck pending;
-  {
-    std::lock_guard lock(mu_);
-    auto it = pending_checks_.find(key);
-    if (it == pending_checks_.end()) return;
-    pending = std::move(it->second);
-    pending_checks_.erase(it);
-  }
-  auto header = cache::parse_chunk_header(ours);
-  if (!header) return;
-  auto view = cache::decode_chunk(ours, header->meta);
-  if (!view) return;
-  const KvComparison cmp = kv_close(view->payload, pending.payload, header->meta.element_type);
+void PeersTier::record_spot_check(const identity::PublicKey& producer, const KvComparison& cmp) {
   ShareCounters& c = node_->counters();
   std::uint32_t bits = 0;
   std::memcpy(&bits, &cmp.max_abs_diff, sizeof bits);  // non-negative floats order as their bits
@@ -269,15 +283,55 @@ void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const st
     c.spot_checks_passed.fetch_add(1, std::memory_order_relaxed);
   } else {
     c.spot_checks_failed.fetch_add(1, std::memory_order_relaxed);
-    node_->ban(pending.producer);
+    node_->ban(producer);
   }
+}
+
+void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours,
+                                  const cache::ChunkHeader& header) {
+  SpotChecks& checks = node_->spot_checks();
+  const auto now = SpotChecks::Clock::now();
+  auto pending = checks.take(key, now);
+  const bool keep = checks.may_resolve(header.meta, now);  // an alias may name this chunk next
+  if (!pending && !keep) return;
+  auto view = cache::decode_chunk(ours, header.meta);
+  if (!view) {  // our own chunk does not decode: nothing to compare with; the check waits on
+    if (pending) checks.restore(std::move(*pending), now);
+    return;
+  }
+  if (pending) {
+    // The same key: the same tokens at the same positions, so the same shape (else not close).
+    const KvComparison cmp = pending->meta.token_count == header.meta.token_count
+                                 ? kv_close(view->payload, pending->payload, header.meta.element_type)
+                                 : KvComparison{};
+    record_spot_check(pending->producer, cmp);
+  }
+  if (keep) checks.keep_own(header.meta, std::make_shared<const cache::Bytes>(view->payload.begin(), view->payload.end()));
+}
+
+void PeersTier::finish_spot_check_by_alias(const cache::ChunkKey& key, std::span<const std::uint8_t> alias,
+                                           const cache::ChunkHeader& header) {
+  SpotChecks& checks = node_->spot_checks();
+  const auto now = SpotChecks::Clock::now();
+  auto pending = checks.take(key, now);
+  if (!pending) return;
+  const auto target = cache::decode_alias(alias, header.meta);
+  const auto own = target ? checks.own(target->key) : std::nullopt;
+  if (!own) {  // the chunk it names was not kept (written long before): the check waits, or expires
+    checks.restore(std::move(*pending), now);
+    return;
+  }
+  record_spot_check(pending->producer, kv_prefix_close(own->meta, *own->payload, pending->meta, pending->payload));
 }
 
 Status PeersTier::put(const cache::ChunkKey& key, std::span<const std::uint8_t> bytes) {
   auto header = cache::parse_chunk_header(bytes);
   if (!header || header->meta.key != key) return invalid_argument("peers: not a chunk of key " + key.hex());
-  if (header->meta.kv_format == cache::kAliasKvFormat) return Status::ok();  // prefix aliases stay local
-  finish_spot_check(key, bytes);  // the engine's own KV of a chunk held back for a check
+  if (header->meta.kv_format == cache::kAliasKvFormat) {  // prefix aliases stay local (never announced)
+    finish_spot_check_by_alias(key, bytes, *header);
+    return Status::ok();
+  }
+  finish_spot_check(key, bytes, *header);  // the engine's own KV of a chunk held back for a check
   node_->announce(key, *header);
   node_->place_fragments(key, bytes, *header);  // --erasure only
   return Status::ok();

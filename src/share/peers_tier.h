@@ -18,9 +18,15 @@
 // chunk endpoint serves it under that manifest, never re-signed. Only a verified chunk is
 // announced with this node as a provider too.
 //
+// Prefix aliases (cache/prefix_alias.h) never come from peers: an alias names another chunk whose
+// first tokens stand for the key, which no manifest vouches for, so one fetched (whole or
+// rebuilt) is refused (kvstash_share_rejections_total{reason="alias"}) and the next provider tried.
+//
 // Under --trust any, a chunk whose producer is not on the trust list goes through a spot check
 // with probability --spot-check (spot_check.h): get() reports it missing so that the engine
-// computes it, and put() of the engine's own chunk compares the two.
+// computes it, and put() of the engine's own chunk (or of its alias naming a longer own chunk)
+// compares the two. A chunk is held back only when its check was queued; while the pending set
+// is full no unknown producer's chunk is used (a miss, counted "dropped").
 //
 // put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
 // chunks private), since the store writes every new chunk to every tier. erase() forgets the
@@ -35,6 +41,7 @@
 
 #include "cache/tier.h"
 #include "share/share_node.h"
+#include "share/spot_check.h"
 
 namespace kvstash::share {
 
@@ -67,15 +74,17 @@ class PeersTier final : public cache::Tier {
 
   const std::shared_ptr<ShareNode> node_;
   cache::TierCounters counters_;
-  // A chunk of an unknown producer held back for a spot check (spot_check.h) until the engine's
-  // own KV of it arrives through put().
-  struct PendingCheck {
-    identity::PublicKey producer;
-    cache::Bytes payload;  // theirs, decoded
-  };
-  // True when the chunk may be used now; false when it was taken for a spot check.
+  // True when the chunk may be used now; false when it was held back for a spot check (queued in
+  // node_->spot_checks()) or refused because the pending set is full.
   bool admit_unknown(const cache::ChunkKey& key, const Manifest& manifest, std::span<const std::uint8_t> chunk);
-  void finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours);
+  // The engine's own chunk `ours` (a real chunk, not an alias) was stored: completes the check
+  // waiting for its key, and keeps it if an alias may name it for another waiting check.
+  void finish_spot_check(const cache::ChunkKey& key, std::span<const std::uint8_t> ours, const cache::ChunkHeader& header);
+  // The engine stored an alias under `key` for the first tokens of one of its own chunks.
+  void finish_spot_check_by_alias(const cache::ChunkKey& key, std::span<const std::uint8_t> alias,
+                                  const cache::ChunkHeader& header);
+  // Counts and acts on a comparison (a failure bans the producer).
+  void record_spot_check(const identity::PublicKey& producer, const KvComparison& cmp);
   // The fetched chunk with its provenance recorded in its header (kVerified for a trusted producer,
   // else kUnchecked; the producer and its manifest as received), announced when trusted. Every
   // tier the store promotes it into then keeps where it came from.
@@ -84,7 +93,6 @@ class PeersTier final : public cache::Tier {
 
   std::mutex mu_;
   std::unordered_map<cache::ChunkKey, Providers> known_;  // guarded by mu_
-  std::unordered_map<cache::ChunkKey, PendingCheck> pending_checks_;  // guarded by mu_
 };
 
 }  // namespace kvstash::share

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -67,6 +68,7 @@ class Relay : public http::Handler {
     if (started) server_ = std::move(*started);
   }
   ~Relay() override {
+    hold(false);  // a held handler would keep stop() waiting
     if (server_) server_->stop();
   }
   int port() const { return server_ ? server_->port() : 0; }
@@ -77,6 +79,13 @@ class Relay : public http::Handler {
   int served() const { return served_.load(); }
   void corrupt_fragments(bool on) { corrupt_fragments_ = on; }
   int corrupted() const { return corrupted_.load(); }
+  // While on, chunk requests wait (at most 60 s) until it is turned off; held() counts them, ever.
+  void hold(bool on) {
+    std::lock_guard lock(gate_mu_);
+    hold_ = on;
+    if (!on) gate_.notify_all();
+  }
+  int held() const { return held_.load(); }
 
   void handle(http::Request req, std::shared_ptr<http::Exchange> exchange) override {
     static const std::regex kChunk(R"(/v1/kv/chunks/([0-9a-f]{64}))");
@@ -103,6 +112,13 @@ class Relay : public http::Handler {
 
  private:
   void relay_chunk(const std::string& key_hex, http::Response& r) {
+    {
+      std::unique_lock lock(gate_mu_);
+      if (hold_) {
+        held_.fetch_add(1);
+        gate_.wait_for(lock, std::chrono::seconds(60), [this] { return !hold_; });
+      }
+    }
     auto real = fetch_chunk(target_url(), key_hex, {});
     if (!real) {
       r.status = 404;
@@ -157,6 +173,10 @@ class Relay : public http::Handler {
   std::atomic<int> served_{0};
   std::atomic<bool> corrupt_fragments_{false};
   std::atomic<int> corrupted_{0};
+  std::mutex gate_mu_;
+  std::condition_variable gate_;
+  bool hold_ = false;  // guarded by gate_mu_
+  std::atomic<int> held_{0};
 };
 
 class ShareE2ETest : public ::testing::Test {

@@ -22,7 +22,9 @@ TEST_F(ShareE2ETest, FourPlusTwoFragmentsSurviveACorruptHolderAndTwoKilledOnes) 
     holders.push_back(node("h" + std::to_string(i), args));
     if (i == 4) relay.target(holders.back()->port());
   }
-  auto p = node("p", {"--erasure", "4+2"});
+  // Fragments go only to nodes whose signed directory entry names a key P trusts.
+  write_trust("trust-h", {"h1", "h2", "h3", "h4", "h5", "h6"});
+  auto p = node("p", {"--erasure", "4+2", "--trust-keys", dir_.path() + "/trust-h"});
   for (auto& h : holders) ASSERT_GE(h->wait_metric("kvstash_share_dht_nodes", 2), 2) << h->log();
   ASSERT_GE(p->wait_metric("kvstash_share_dht_nodes", 2), 2) << p->log();
 

@@ -16,7 +16,10 @@ namespace kvstash::share {
 
 ShareNode::ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
                      std::shared_ptr<const identity::TrustList> trust)
-    : options_(std::move(options)), identity_(std::move(identity)), trust_(std::move(trust)) {}
+    : options_(std::move(options)),
+      identity_(std::move(identity)),
+      trust_(std::move(trust)),
+      spot_checks_(std::make_unique<SpotChecks>(options_.spot_checks)) {}
 
 Expected<std::shared_ptr<ShareNode>> ShareNode::start(const ShareOptions& options,
                                                       std::shared_ptr<const identity::NodeIdentity> identity,
@@ -126,7 +129,7 @@ void ShareNode::set_peer_url(const std::string& url) {
   }
   wake_.notify_all();
   cache::log_info("peer sharing: announcing chunks as " + announced_url);
-  dht_->put(kDirectoryTopic, announced_url);
+  put_directory_entry(announced_url);
   for (const auto& key : pending) put_announcement(key, announced_url);
   for (const auto& key : pending_responses) put_response_announcement(key, announced_url);
 }
@@ -290,7 +293,7 @@ void ShareNode::reannounce_loop() {
     const std::string url = peer_url_;
     lock.unlock();
     if (!url.empty()) {
-      dht_->put(kDirectoryTopic, url);
+      put_directory_entry(url);
       for (const auto& [key, index] : held_fragments) dht_->put(fragment_topic(key), std::to_string(index) + " " + url);
     }
     // Which announced chunks and records a local tier still holds (tier locks, never ours).
@@ -358,6 +361,7 @@ std::string ShareNode::render_metrics() const {
   }
   o << "kvstash_share_rejections_total{reason=\"fragment\"} " << value(counters_.fragments_rejected) << "\n";
   o << "kvstash_share_rejections_total{reason=\"spot_check\"} " << value(counters_.spot_checks_failed) << "\n";
+  o << "kvstash_share_rejections_total{reason=\"alias\"} " << value(counters_.aliases_refused) << "\n";
   counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
           value(counters_.fragments_placed));
   counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
@@ -366,10 +370,25 @@ std::string ShareNode::render_metrics() const {
           value(counters_.fragments_accepted));
   counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
           value(counters_.fragments_refused));
-  o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers recomputed and compared (--trust any)\n"
+  o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers held for a spot check (--trust any), by "
+       "result; dropped: refused unchecked while the pending set was full\n"
        "# TYPE kvstash_share_spot_checks_total counter\n"
     << "kvstash_share_spot_checks_total{result=\"passed\"} " << value(counters_.spot_checks_passed) << "\n"
-    << "kvstash_share_spot_checks_total{result=\"failed\"} " << value(counters_.spot_checks_failed) << "\n";
+    << "kvstash_share_spot_checks_total{result=\"failed\"} " << value(counters_.spot_checks_failed) << "\n"
+    << "kvstash_share_spot_checks_total{result=\"expired\"} " << spot_checks_->expired() << "\n"
+    << "kvstash_share_spot_checks_total{result=\"dropped\"} " << value(counters_.spot_checks_dropped) << "\n";
+  o << "# HELP kvstash_share_spot_checks_pending Spot checks waiting for this node's own KV of the chunk\n"
+       "# TYPE kvstash_share_spot_checks_pending gauge\nkvstash_share_spot_checks_pending "
+    << spot_checks_->pending(SpotChecks::Clock::now()) << "\n";
+  o << "# HELP kvstash_share_directory_nodes Trusted, verified node directory entries (fragment holders)\n"
+       "# TYPE kvstash_share_directory_nodes gauge\nkvstash_share_directory_nodes " << value(counters_.directory_nodes)
+    << "\n";
+  o << "# HELP kvstash_share_directory_ignored_total Node directory entries read and ignored, by reason\n"
+       "# TYPE kvstash_share_directory_ignored_total counter\n";
+  for (int r = 1; r < kDirectoryEntryErrors; ++r) {
+    o << "kvstash_share_directory_ignored_total{reason=\"" << directory_entry_error_name(static_cast<DirectoryEntryError>(r))
+      << "\"} " << value(counters_.directory_ignored[r]) << "\n";
+  }
   counter("kvstash_share_unchecked_chunks_total", "Chunks of unknown producers accepted without a spot check",
           value(counters_.unchecked_accepted));
   {

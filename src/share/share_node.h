@@ -70,9 +70,11 @@
 #include "http/http_server.h"
 #include "identity/identity.h"
 #include "share/dht_node.h"
+#include "share/directory_entry.h"
 #include "share/erasure.h"
 #include "share/manifest.h"
 #include "share/peer_client.h"
+#include "share/spot_check.h"
 
 namespace kvstash::share {
 
@@ -94,6 +96,7 @@ struct ShareOptions {
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
   bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
   double spot_check = 0.1;                            // --spot-check P: share of their chunks recomputed
+  SpotCheckOptions spot_checks;                       // --spot-check-pending-max 256, --spot-check-expiry-ms 60000
   std::uint64_t max_fragment_bytes = std::uint64_t{256} << 20;  // fragments held for peers, 256 MiB
   // Banned producers, one hex key a line, rewritten at each ban; "" = bans last until exit.
   // `kvstash serve` keeps it next to the node's identity key (IDENTITY.banned).
@@ -119,6 +122,11 @@ struct ShareCounters {
   std::atomic<std::uint64_t> fragments_rejected{0};       // fetched fragments whose hash or set failed
   std::atomic<std::uint64_t> chunks_reconstructed{0};
   std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
+  std::atomic<std::uint64_t> spot_checks_dropped{0};  // unknown producers' chunks refused: pending set full
+  std::atomic<std::uint64_t> aliases_refused{0};      // prefix alias records fetched from peers (never used)
+  // Directory entries read from the DHT and not used, by DirectoryEntryError (index 0 unused).
+  std::atomic<std::uint64_t> directory_ignored[kDirectoryEntryErrors]{};
+  std::atomic<std::uint64_t> directory_nodes{0};      // trusted, verified entries in the last directory read
   std::atomic<std::uint32_t> spot_check_max_diff_bits{0};  // max |ours - theirs| seen (a float's bits)
   // Response-cache records (kvstash_share_response_*).
   std::atomic<std::uint64_t> response_announcements_ok{0}, response_announcements_failed{0};
@@ -138,8 +146,8 @@ struct ShareCounters {
 enum class ResponseRejection { kRecord = 0, kKey, kSignature, kUntrusted };
 inline constexpr const char* kResponseRejectionNames[4] = {"record", "key", "signature", "untrusted"};
 
-// DHT topics besides chunk_topic() (dht_node.h): every node's peer URL, and a chunk's fragment
-// holders (values "INDEX URL").
+// DHT topics besides chunk_topic() (dht_node.h): every node's signed directory entry
+// (directory_entry.h: its peer URL under its key), and a chunk's fragment holders ("INDEX URL").
 inline constexpr const char* kDirectoryTopic = "kvstash-nodes-v1";
 std::string fragment_topic(const cache::ChunkKey& key);
 // A response record's providers: "kvstash-response-v1:" + hex(key).
@@ -200,8 +208,12 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
   // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
   void place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk, const cache::ChunkHeader& header);
-  // Other nodes' peer URLs, from the DHT's node directory (remembered for a few seconds).
+  // Other nodes' peer URLs from the DHT's node directory (remembered for a few seconds): only those
+  // of entries whose signature verifies, that have not expired and whose key is on the trust list
+  // (--trust-keys; never widened by --trust any). The rest are counted by reason and ignored.
   std::vector<std::string> directory();
+  // The spot checks waiting for the engine's KV (spot_check.h).
+  SpotChecks& spot_checks() { return *spot_checks_; }
 
  private:
   ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
@@ -215,6 +227,8 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
                                      const cache::ChunkHeader& header);
   void put_announcement(const cache::ChunkKey& key, const std::string& url);
   void put_response_announcement(const cache::ChunkKey& key, const std::string& url);
+  // Puts this node's signed directory entry for `url` (fresh timestamp, valid for the DHT value TTL).
+  void put_directory_entry(const std::string& url);
   void reannounce_loop();
   // Per key: does a local tier (memory, disk) of `store` hold it (all false without a store).
   // The startup walk of one store's disk tier (records: a response record store). Stops early
@@ -234,6 +248,7 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   const std::shared_ptr<const identity::TrustList> trust_;
   std::unique_ptr<DhtNode> dht_;
   ShareCounters counters_;
+  const std::unique_ptr<SpotChecks> spot_checks_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;                  // the re-announce thread's sleep; stop wakes it
