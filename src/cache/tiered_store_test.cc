@@ -108,10 +108,12 @@ struct Stack {
   std::unique_ptr<TieredStore> store;
 };
 
-Stack make_stack(TieredStoreOptions options = patient()) {
+// slow_is_remote: the slow tier plays a peers tier (Tier::remote()).
+Stack make_stack(TieredStoreOptions options = patient(), bool slow_is_remote = false) {
   auto memory = std::make_unique<MemoryTier>(1 << 24);
   auto mid = std::make_unique<GatedTier>("mid");
   auto slow = std::make_unique<GatedTier>("slow");
+  slow->remote_ = slow_is_remote;
   Stack s{memory.get(), mid.get(), slow.get(), nullptr};
   std::vector<std::unique_ptr<Tier>> tiers;
   tiers.push_back(std::move(memory));
@@ -776,8 +778,7 @@ TEST(TieredStore, AStalledRemoteTierNeverDelaysLocalLoads) {
   o.remote_queue = 1;
   o.remote_lane_threads = 1;
   o.remote_lane_queue = 0;
-  Stack s = make_stack(o);
-  s.slow->remote_ = true;
+  Stack s = make_stack(o, /*slow_is_remote=*/true);
   auto local = prefix_metas(4, "local");
   auto remote = prefix_metas(4, "remote");
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.memory->put(local[i].key, test_chunk(local[i])).is_ok());

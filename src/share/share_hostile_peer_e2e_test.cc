@@ -111,6 +111,8 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalHit) {
       const std::uint64_t rss_after = rss_bytes(v->pid());
       // At most the peer threads' answers at the cap (4 x 4 MiB, twice over for buffer growth)
       // plus a margin for the documents V computed meanwhile.
+      std::printf("victim RSS %.1f MiB before the endless bodies, %.1f MiB after\n", rss_before / 1048576.0,
+                  rss_after / 1048576.0);
       EXPECT_LT(rss_after, rss_before + std::uint64_t{32 + 64} * (1 << 20))
           << "RSS grew from " << rss_before << " to " << rss_after;
       EXPECT_GT(hostile.stats()["bytes_sent"].get<long>(), 4L << 20) << "the hostile peer did send an endless body";
@@ -119,6 +121,8 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalHit) {
     }
   }
   ASSERT_EQ(attack_ms.size(), 6u);
+  std::printf("local hit TTFT: median %.1f ms alone, %.1f ms under attack; cached tokens %d\n", median(base_ms),
+              median(attack_ms), base_cached.front());
   for (int c : attack_cached) EXPECT_EQ(c, base_cached.front()) << "a local hit keeps its cached tokens";
   EXPECT_LE(median(attack_ms), median(base_ms) + 50)
       << "local hit TTFT: " << median(base_ms) << " ms alone, " << median(attack_ms) << " ms under attack";
@@ -177,6 +181,8 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalResponseCacheHit) {
     attack_ms.push_back(ms);
   }
   for (auto& t : stalled) t.join();
+  std::printf("response-cache hit: median %.1f ms alone, %.1f ms under attack; stalled lookups took at most %.0f ms\n",
+              median(base_ms), median(attack_ms), *std::max_element(stalled_ms.begin(), stalled_ms.end()));
   EXPECT_LE(median(attack_ms), median(base_ms) + 50)
       << "response-cache hit: " << median(base_ms) << " ms alone, " << median(attack_ms) << " ms under attack";
   // A lookup that went to the hostile peer waited at most the peer deadline (4 s), then V
@@ -208,6 +214,7 @@ TEST_F(HostilePeerE2ETest, AHolderTricklingItsPutAnswerNeverBlocksTheWriter) {
   const double ms = ms_since(computed);
   EXPECT_GE(announced, kFullChunks + 1) << v->log();
   EXPECT_LT(ms, 2500) << "the writer waited on a fragment PUT";
+  std::printf("all %d chunks announced %.0f ms after the answer (one peer deadline: 3000 ms)\n", kFullChunks + 1, ms);
   EXPECT_GE(hostile.wait_stat("fragment-put", 1), 1) << "V placed fragments on the hostile holder";
   EXPECT_GT(v->wait_metric(kDeadlineHits, 1, 10000), 0) << "the trickled PUT answers ended at the deadline";
 }
