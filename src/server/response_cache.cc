@@ -340,6 +340,16 @@ std::string ResponseCache::render_metrics() const {
   out += "# TYPE kvstash_response_cache_bytes_total counter\n";
   out += "kvstash_response_cache_bytes_total{direction=\"served\"} " + v(bytes_served_) + "\n";
   out += "kvstash_response_cache_bytes_total{direction=\"stored\"} " + v(bytes_stored_) + "\n";
+  if (store_->has_remote_tiers()) {  // the peers: their lookups' queue (TieredStore::run_remote)
+    const cache::StoreStats st = store_->stats();
+    out += "# HELP kvstash_response_cache_peer_queue Peer record gets and peer lookups waiting for a thread.\n";
+    out += "# TYPE kvstash_response_cache_peer_queue gauge\n";
+    out += "kvstash_response_cache_peer_queue " + std::to_string(st.remote_queued) + "\n";
+    out += "# HELP kvstash_response_cache_peer_dropped_total Peer lookups and gets refused (queue full): misses, not waits.\n";
+    out += "# TYPE kvstash_response_cache_peer_dropped_total counter\n";
+    out += "kvstash_response_cache_peer_dropped_total{what=\"get\"} " + std::to_string(st.remote_dropped) + "\n";
+    out += "kvstash_response_cache_peer_dropped_total{what=\"lookup\"} " + std::to_string(st.remote_lane_dropped) + "\n";
+  }
   out += "# HELP kvstash_response_cache_tier_entries Records held per tier (0 where unknown: redis).\n";
   out += "# TYPE kvstash_response_cache_tier_entries gauge\n";
   const std::vector<cache::TierReport> tiers = store_->tier_stats();

@@ -127,6 +127,9 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalHit) {
   EXPECT_LE(median(attack_ms), median(base_ms) + 50)
       << "local hit TTFT: " << median(base_ms) << " ms alone, " << median(attack_ms) << " ms under attack";
   EXPECT_GT(hostile.stats()["chunk"].get<long>(), 0);
+  // The documents that pushed the prefix out of V's pool came while every peer thread was held:
+  // their peer lookups were refused at once (counted), not queued behind the stalled ones.
+  EXPECT_GT(v->metric(metric_with("kvstash_kv_store_remote_dropped_total", "what", "load")), 0);
 }
 
 TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalResponseCacheHit) {
@@ -189,6 +192,8 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalResponseCacheHit) {
   // answered it itself: never a 30 s stall.
   for (double ms : stalled_ms) EXPECT_LT(ms, 15000);
   EXPECT_GT(hostile.stats()["response"].get<long>(), 0);
+  // 12 lookups for 4 peer threads: the rest were misses at once, counted.
+  EXPECT_GT(v->metric(metric_with("kvstash_response_cache_peer_dropped_total", "what", "lookup")), 0);
 }
 
 TEST_F(HostilePeerE2ETest, AHolderTricklingItsPutAnswerNeverBlocksTheWriter) {
