@@ -72,6 +72,24 @@ TEST(PeerClient, AnEndlessBodyIsCutAtTheByteCap) {
   EXPECT_EQ(counters.deadline_hit.load(), 0u);
 }
 
+// Chunked bodies: a well-formed one is decoded (a chunk extension ignored), an endless one ends at
+// the cap.
+TEST(PeerClient, ChunkedBodiesAreDecodedAndCapped) {
+  HostilePeer peer;
+  ASSERT_TRUE(peer.mode("chunked"));
+  FetchLimits limits;
+  auto got = fetch_response_record(peer.url(), kKey, limits);
+  ASSERT_TRUE(got) << got.status().to_string();
+  EXPECT_EQ(std::string(got->begin(), got->end()), "hello, bounded world");
+  ASSERT_TRUE(peer.mode("chunked-endless"));
+  PeerIoCounters counters;
+  limits.max_bytes = 1 << 20;
+  limits.timeout = std::chrono::milliseconds(20000);
+  limits.counters = &counters;
+  EXPECT_FALSE(fetch_response_record(peer.url(), kKey, limits));
+  EXPECT_EQ(counters.cap_hit.load(), 1u);
+}
+
 // A real server with a well-formed answer: within the cap it is read whole, one byte past the cap
 // (headers counted) it is refused.
 TEST(PeerClient, TheCapCountsTheHeaders) {

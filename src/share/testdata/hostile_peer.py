@@ -8,6 +8,8 @@ on the wire, per the current mode:
   trickle-body     a complete head (Content-Length 1 MB, under any cap) then one body byte every 100 ms
   endless          a complete head without a length (close-delimited), then 64 KiB blocks as fast
                    as the client reads, forever
+  chunked          a well-formed chunked answer: "hello, bounded world" in three chunks
+  chunked-endless  a chunked answer whose chunks never end
   notfound         404 at once (well behaved)
 Control (from the test): GET /__mode/<mode> sets the mode; GET /__stats answers JSON counters:
 open (connections being answered now), by kind (chunk, response, fragment-get, fragment-put)
@@ -80,6 +82,17 @@ def misbehave(conn, mode):
             conn.sendall(b"x")
             count("bytes_sent")
             time.sleep(0.1)
+        return
+    if mode == "chunked":
+        conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n"
+                     b"7\r\nhello, \r\n8;ext=1\r\nbounded \r\n5\r\nworld\r\n0\r\n\r\n")
+        return
+    if mode == "chunked-endless":
+        conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+        block = b"10000\r\n" + b"z" * 65536 + b"\r\n"
+        while time.time() < deadline:
+            conn.sendall(block)
+            count("bytes_sent", len(block))
         return
     if mode == "endless":
         conn.sendall(head + b"Connection: close\r\n\r\n")
