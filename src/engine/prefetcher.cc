@@ -89,7 +89,9 @@ bool Prefetcher::load(const std::shared_ptr<PrefetchJob>& job) {
     }
     if (run && !stopping && !job->abandoned.load(std::memory_order_relaxed) && now < job->deadline) {
       // 80% of the time left: the job is done before the engine gives up on it at its deadline.
-      const auto deadline = now + (job->deadline - now) * 4 / 5;
+      const auto deadline = job->deadline == std::chrono::steady_clock::time_point::max()
+                                ? job->deadline  // no deadline (a time_point this far out overflows arithmetic)
+                                : now + (job->deadline - now) * 4 / 5;
       load_plan(*job, store_, store_.plan_load(keys, tails), deadline);
     }
     job->done.store(true, std::memory_order_release);
