@@ -96,6 +96,10 @@ class Tier {
   // their own victims (redis evicts by its own policy) ignore it.
   virtual void touch(std::span<const ChunkKey> keys) {}
   virtual TierStats stats() const = 0;
+  // True for a tier on other machines that strangers run (the peers tiers): the TieredStore runs
+  // its gets on a bounded pool of their own and plans local-only loads without it, so a stalled
+  // remote tier never delays the local ones (tiered_store.h).
+  virtual bool remote() const { return false; }
 
   // Maintenance (the `kvstash cache` command), not the request path: every key held, and removal
   // of every kvstash chunk this tier holds.

@@ -44,13 +44,15 @@ struct PendingGet {
 
 }  // namespace
 
-// A fixed set of threads running queued jobs in order. Jobs queued when the pool is destroyed are
-// dropped (their load() calls have all returned by then: a store is not destroyed under a call).
+// A fixed set of threads running queued jobs in order, at most max_queued waiting for a thread
+// (post() refuses more: with max_queued 0, a job runs at once on an idle thread or not at all). Jobs queued when the pool is destroyed are dropped (their load() calls have all returned
+// by then: a store is not destroyed under a call), or run with `false` (run_remote()'s jobs).
 // Not common/thread_pool.h: that one is fork-join for kernels (one run at a time, spinning
 // workers); these jobs block on i/o and come from many load() calls at once.
 class TieredStore::GetPool {
  public:
-  explicit GetPool(std::size_t threads) {
+  explicit GetPool(std::size_t threads, std::size_t max_queued = static_cast<std::size_t>(-1))
+      : max_queued_(max_queued) {
     for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
   }
   ~GetPool() {
@@ -60,24 +62,40 @@ class TieredStore::GetPool {
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
+    for (auto& job : jobs_) {
+      if (job.on_drop) job.on_drop();
+    }
   }
 
-  // Runs get() on a pool thread; the walk waits on the returned entry.
+  // Runs get() on a pool thread; the walk waits on the returned entry. Null when the queue is full.
   std::shared_ptr<PendingGet> submit(std::function<Expected<SharedBytes>()> get) {
     auto pending = std::make_shared<PendingGet>();
+    const bool queued = post([pending, get = std::move(get)] {
+      TimedGet got = pending->cancelled.load(std::memory_order_relaxed)
+                         ? TimedGet{not_found("cancelled"), {}}
+                         : timed(get);
+      std::lock_guard done(pending->mu);
+      pending->result.emplace(std::move(got));
+      pending->cv.notify_all();
+    });
+    return queued ? pending : nullptr;
+  }
+
+  // Queues job; false when max_queued jobs wait already. on_drop runs instead of job when the
+  // pool is destroyed first.
+  bool post(std::function<void()> job, std::function<void()> on_drop = nullptr) {
     {
       std::lock_guard lock(mu_);
-      jobs_.push_back([pending, get = std::move(get)] {
-        TimedGet got = pending->cancelled.load(std::memory_order_relaxed)
-                           ? TimedGet{not_found("cancelled"), {}}
-                           : timed(get);
-        std::lock_guard done(pending->mu);
-        pending->result.emplace(std::move(got));
-        pending->cv.notify_all();
-      });
+      if (max_queued_ != static_cast<std::size_t>(-1) && jobs_.size() + busy_ >= threads_.size() + max_queued_) return false;
+      jobs_.push_back({std::move(job), std::move(on_drop)});
     }
     cv_.notify_one();
-    return pending;
+    return true;
+  }
+
+  std::size_t queued() const {
+    std::lock_guard lock(mu_);
+    return jobs_.size();
   }
 
  private:
@@ -86,17 +104,25 @@ class TieredStore::GetPool {
     for (;;) {
       cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
       if (stop_) return;
-      std::function<void()> job = std::move(jobs_.front());
+      std::function<void()> job = std::move(jobs_.front().run);
       jobs_.pop_front();
+      ++busy_;
       lock.unlock();
       job();
+      job = nullptr;
       lock.lock();
+      --busy_;
     }
   }
 
-  std::mutex mu_;
+  struct Job {
+    std::function<void()> run, on_drop;
+  };
+  const std::size_t max_queued_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  std::deque<Job> jobs_;  // guarded by mu_
+  std::size_t busy_ = 0;  // threads running a job; guarded by mu_
   bool stop_ = false;                       // guarded by mu_
   std::vector<std::thread> threads_;
 };
@@ -132,9 +158,16 @@ TieredStore::TieredStore(std::vector<std::unique_ptr<Tier>> tiers, TieredStoreOp
   if (options_.load_threads > 0 && options_.load_depth > 0 && !tiers_.empty()) {
     get_pool_ = std::make_unique<GetPool>(options_.load_threads);
   }
+  for (const auto& tier : tiers_) has_remote_ = has_remote_ || tier->remote();
+  if (has_remote_) {
+    remote_pool_ = std::make_unique<GetPool>(std::max<std::size_t>(1, options_.remote_threads), options_.remote_queue);
+    remote_lane_ = std::make_unique<GetPool>(std::max<std::size_t>(1, options_.remote_lane_threads), options_.remote_lane_queue);
+  }
 }
 
 TieredStore::~TieredStore() {
+  // The remote lane first: its running jobs use the whole store; queued ones run as job(false).
+  remote_lane_.reset();
   for (auto& q : queues_) {
     std::lock_guard lock(q->mu);
     q->stop = true;
@@ -143,7 +176,7 @@ TieredStore::~TieredStore() {
   for (auto& q : queues_) q->writer.join();
 }
 
-std::vector<std::size_t> TieredStore::fastest_holders(std::span<const ChunkKey> keys) {
+std::vector<std::size_t> TieredStore::fastest_holders(std::span<const ChunkKey> keys, PlanScope scope) {
   std::vector<std::size_t> tier_of(keys.size(), kNoTier);
   if (!tiers_.empty()) {
     std::lock_guard lock(pending_mu_);  // queued for tier 0 but not yet written: tier 0 has them
@@ -153,6 +186,7 @@ std::vector<std::size_t> TieredStore::fastest_holders(std::span<const ChunkKey> 
   }
   // Tier by tier, each asked once, about the keys no faster tier holds: chunk i may live anywhere.
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
+    if (scope == PlanScope::kLocal && tiers_[t]->remote()) continue;
     std::vector<std::size_t> unclaimed;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (tier_of[i] == kNoTier) unclaimed.push_back(i);
@@ -169,7 +203,8 @@ std::vector<std::size_t> TieredStore::fastest_holders(std::span<const ChunkKey> 
   return tier_of;
 }
 
-LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates) {
+LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates,
+                                PlanScope scope) {
   plans_.fetch_add(1, std::memory_order_relaxed);
   // One round per tier for the full chunks and the tails after the last of them; a second only
   // when the run breaks earlier and some tail could continue it there (at most a chunk's blocks).
@@ -181,8 +216,9 @@ LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const 
       asked.push_back(c);
     }
   }
-  std::vector<std::size_t> tier_of = fastest_holders(ask);
+  std::vector<std::size_t> tier_of = fastest_holders(ask, scope);
   LoadPlan plan;
+  plan.scope = scope;
   while (plan.full_chunks < keys.size() && tier_of[plan.full_chunks] != kNoTier) {
     plan.keys.push_back(keys[plan.full_chunks]);
     plan.tiers.push_back(tier_of[plan.full_chunks]);
@@ -200,7 +236,7 @@ LoadPlan TieredStore::plan_load(std::span<const ChunkKey> keys, std::span<const 
       }
     }
     if (!ask.empty()) {
-      tier_of = fastest_holders(ask);
+      tier_of = fastest_holders(ask, scope);
       for (std::size_t j = 0; j < asked.size(); ++j) tail_tier[asked[j]] = tier_of[j];
     }
   }
@@ -247,13 +283,22 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
     }
   };
   bool past_deadline = false;
+  // A remote tier's get, on the remote pool (null, counted: its queue is full, a miss).
+  auto remote_submit = [&](std::size_t t, const ChunkKey& key) {
+    auto pending = remote_pool_->submit([this, t, key] { return tier_get(t, key); });
+    if (!pending) remote_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return pending;
+  };
 
   for (std::size_t i = 0; i < n && !past_deadline; ++i) {
-    if (get_pool_) {
-      for (; issued < n && issued < i + options_.load_depth; ++issued) {
-        const std::size_t t = plan.tiers[issued];
-        const ChunkKey key = expected[issued].key;
-        if (!skipped[t]) ahead[issued] = get_pool_->submit([this, t, key] { return tier_get(t, key); });
+    for (; issued < n && issued < i + std::max<std::size_t>(1, options_.load_depth); ++issued) {
+      const std::size_t t = plan.tiers[issued];
+      const ChunkKey key = expected[issued].key;
+      if (skipped[t]) continue;
+      if (tiers_[t]->remote()) {
+        ahead[issued] = remote_submit(t, key);
+      } else if (get_pool_) {
+        ahead[issued] = get_pool_->submit([this, t, key] { return tier_get(t, key); });
       }
     }
     const ChunkMeta& meta = expected[i];
@@ -264,7 +309,7 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
     }
     bool found = false;
     for (std::size_t t : order) {
-      if (skipped[t]) continue;
+      if (skipped[t] || (plan.scope == PlanScope::kLocal && tiers_[t]->remote())) continue;
       if (Clock::now() >= deadline) {
         past_deadline = true;
         break;
@@ -278,8 +323,17 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
           break;
         }
         ahead[i].reset();
+      } else if (tiers_[t]->remote()) {  // never on this thread: on the remote pool, until the deadline
+        auto now_get = remote_submit(t, meta.key);
+        if (!now_get) continue;  // its queue is full: a miss, not a wait
+        waited = now_get->wait_until(deadline);
+        if (!waited) {
+          now_get->cancelled.store(true, std::memory_order_relaxed);
+          past_deadline = true;
+          break;
+        }
       }
-      TimedGet got = from_ahead ? std::move(*waited) : timed([&] { return tier_get(t, meta.key); });
+      TimedGet got = waited ? std::move(*waited) : timed([&] { return tier_get(t, meta.key); });
       const bool slow = got.elapsed > options_.tier_timeout;
       auto& bytes = got.bytes;
       if (!bytes) {
@@ -295,7 +349,7 @@ std::vector<LoadedChunk> TieredStore::load(std::span<const ChunkMeta> expected, 
       auto view = decode_chunk(*chunk.bytes, meta);
       if (!view) {
         if (auto alias = decode_alias(*chunk.bytes, meta)) {  // a tail stored as an alias: its chunk's head
-          auto target = follow_alias(*alias, meta, skipped);
+          auto target = follow_alias(*alias, meta, skipped, deadline);
           if (!target) {
             (void)tiers_[t]->erase(meta.key);  // its chunk is gone: the alias leads nowhere
             continue;
@@ -404,13 +458,28 @@ bool TieredStore::acceptable(const ChunkHeader& header) {
 }
 
 std::optional<LoadedChunk> TieredStore::follow_alias(const AliasTarget& target, const ChunkMeta& expected,
-                                                     const std::vector<bool>& skipped) {
+                                                     const std::vector<bool>& skipped, Clock::time_point deadline) {
   ChunkMeta meta = expected;
   meta.key = target.key;
   meta.token_count = target.token_count;
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     if (skipped[t]) continue;
-    auto got = tier_get(t, meta.key);
+    Expected<SharedBytes> got = not_found("not asked");
+    if (tiers_[t]->remote()) {  // on the remote pool, waited for until the deadline at most
+      auto pending = remote_pool_->submit([this, t, key = meta.key] { return tier_get(t, key); });
+      if (!pending) {
+        remote_dropped_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      auto waited = pending->wait_until(deadline);
+      if (!waited) {
+        pending->cancelled.store(true, std::memory_order_relaxed);
+        return std::nullopt;
+      }
+      got = std::move(waited->bytes);
+    } else {
+      got = tier_get(t, meta.key);
+    }
     if (!got) continue;
     LoadedChunk chunk;
     chunk.bytes = std::move(*got);
@@ -435,6 +504,26 @@ Expected<SharedBytes> TieredStore::tier_get(std::size_t t, const ChunkKey& key) 
     if (auto it = pending_.find(key); it != pending_.end()) return it->second;
   }
   return tiers_[t]->get_shared(key);
+}
+
+bool TieredStore::run_remote(std::function<void(bool run)> job) {
+  if (!remote_lane_) {
+    job(true);  // no remote tier: nothing to wait on, run it here
+    return true;
+  }
+  auto shared = std::make_shared<std::function<void(bool)>>(std::move(job));
+  if (remote_lane_->post([shared] { (*shared)(true); }, [shared] { (*shared)(false); })) return true;
+  remote_lane_dropped_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool plan_is_complete(const LoadPlan& plan, std::size_t n_keys, std::span<const TailCandidate> tails) {
+  if (plan.full_chunks < n_keys) return false;
+  std::optional<std::size_t> longest;  // the last candidate after the last key: the longest
+  for (std::size_t c = 0; c < tails.size(); ++c) {
+    if (tails[c].at == n_keys) longest = c;
+  }
+  return !longest || plan.tail == longest;
 }
 
 SharedBytes TieredStore::queued(const ChunkKey& key) {
@@ -519,6 +608,10 @@ StoreStats TieredStore::stats() const {
   s.plans = plans_.load(std::memory_order_relaxed);
   s.load_deadlines = load_deadlines_.load(std::memory_order_relaxed);
   s.aliases_followed = aliases_followed_.load(std::memory_order_relaxed);
+  s.remote_dropped = remote_dropped_.load(std::memory_order_relaxed);
+  s.remote_lane_dropped = remote_lane_dropped_.load(std::memory_order_relaxed);
+  if (remote_pool_) s.remote_queued += remote_pool_->queued();
+  if (remote_lane_) s.remote_queued += remote_lane_->queued();
   for (const auto& q : queues_) {
     std::lock_guard lock(q->mu);
     s.queue_bytes += q->bytes;

@@ -29,6 +29,15 @@
 // load() find it in tier 0's queue (read-your-writes: a prefix stored, or loaded from a slower
 // tier, is found by the next request at once and never fetched from that slower tier again).
 //
+// Remote tiers (Tier::remote(): the peers tiers, machines strangers run) never delay the local
+// ones: their gets run on a pool of their own (remote_threads), at most remote_queue of them
+// waiting; a get that finds that queue full is a miss at once (remote_dropped), never a wait, and a
+// load's walk waits on a remote get only until the load's deadline. plan_load(..., kLocal) plans
+// without asking remote tiers at all (no DHT lookup), and run_remote() runs a caller's job that
+// plans and loads with them on a small lane of its own (bounded too; refused when full), so the
+// threads that serve local hits (the engine's prefetcher, the response cache's workers) never
+// wait on a peer: they plan locally first and hand what the local tiers lack to that lane.
+//
 // Thread safety: every public method is safe from many threads (the engine thread and prefetch
 // threads alike). The tiers are owned by the store. Lock order: no two of the store's locks (each
 // queue's mutex, pending_mu_, the I/O pool's) are ever held together; tiers lock themselves.
@@ -62,7 +71,19 @@ struct TieredStoreOptions {
   // 0.70-0.88 GB/s on the dev VM (BENCHMARKS.md, issue 4).
   std::size_t load_threads = 4;
   std::size_t load_depth = 8;  // gets in flight per load() call (bounds the memory read ahead)
+  // Remote tiers (Tier::remote()): threads running their gets, and gets waiting at most (one
+  // more is a miss at once, counted in remote_dropped).
+  std::size_t remote_threads = 4;
+  std::size_t remote_queue = 32;
+  // run_remote(): jobs running at once, and jobs waiting for a thread at most (one more is
+  // refused). 0 waiting: a job that would wait behind stalled ones is refused at once instead.
+  std::size_t remote_lane_threads = 4;
+  std::size_t remote_lane_queue = 0;
 };
+
+
+// What plan_load() asks: every tier, or only the local ones (no remote tier, so no peer lookup).
+enum class PlanScope { kAll, kLocal };
 
 // One loaded chunk. view.payload points into *bytes (or into view.owned when compressed); bytes is
 // never null and may be shared with the memory tier (immutable: read, never write through it).
@@ -93,6 +114,8 @@ struct LoadPlan {
   // Index, among the tail candidates passed to plan_load(), of the tail found (then keys.back());
   // empty if none was. Its `at` is full_chunks.
   std::optional<std::size_t> tail;
+  // kLocal: made without the remote tiers; load() then asks no remote tier either.
+  PlanScope scope = PlanScope::kAll;
   std::size_t size() const { return keys.size(); }
   bool empty() const { return keys.empty(); }
 };
@@ -113,7 +136,14 @@ struct StoreStats {
   std::uint64_t plans = 0;            // plan_load() calls (lookup() and the one-argument load() included)
   std::uint64_t load_deadlines = 0;   // loads cut short by their deadline
   std::uint64_t aliases_followed = 0; // tails loaded through a prefix alias
+  std::uint64_t remote_queued = 0;    // remote-tier gets and run_remote() jobs waiting now
+  std::uint64_t remote_dropped = 0;   // remote-tier gets that found their queue full (misses)
+  std::uint64_t remote_lane_dropped = 0;  // run_remote() jobs refused (lane full)
 };
+
+// Whether `plan` (from plan_load(keys, tails)) already has everything any tier could add: every
+// full chunk, and the longest tail candidate after the last one (if any was offered).
+bool plan_is_complete(const LoadPlan& plan, std::size_t n_keys, std::span<const TailCandidate> tails);
 
 class TieredStore {
  public:
@@ -134,7 +164,9 @@ class TieredStore {
   // round, only when the run ends there. The
   // plan's size is what a load may return; the load may still return fewer (chunks evicted or
   // damaged since, an alias whose chunk is gone).
-  LoadPlan plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates = {});
+  // scope kLocal: remote tiers are not asked (no DHT lookup, nothing planned from peers).
+  LoadPlan plan_load(std::span<const ChunkKey> keys, std::span<const TailCandidate> tail_candidates = {},
+                     PlanScope scope = PlanScope::kAll);
 
   // Loads the chunks of `plan`, each verified against expected[i] (its key included; a tail found
   // as a prefix alias is verified as an alias, then its chunk against expected[i] with the
@@ -181,6 +213,14 @@ class TieredStore {
   // is announced to peers by the slowest tier's writer, possibly before tier 0's has run.
   SharedBytes queued(const ChunkKey& key);
 
+  // Whether some tier is remote (Tier::remote()).
+  bool has_remote_tiers() const { return has_remote_; }
+  // Runs job(true) on the remote lane (a few threads of the store's own, bounded queue): the place
+  // for a plan and load that may wait on remote tiers. False (counted, job not run) when the lane's
+  // queue is full. A job still queued when the store is destroyed runs as job(false) (the store is
+  // going: finish without touching it).
+  bool run_remote(std::function<void(bool run)> job);
+
   std::size_t tier_count() const { return tiers_.size(); }
   Tier& tier(std::size_t i) { return *tiers_[i]; }
   // Per tier, fastest first, with the rejections this store made added to the tier's own.
@@ -204,10 +244,11 @@ class TieredStore {
   static constexpr std::size_t kNoTier = static_cast<std::size_t>(-1);
   // For each key, the fastest tier holding it (tier 0's queue counts as tier 0), or kNoTier: one
   // Tier::holds() per tier, each about the keys no faster tier holds.
-  std::vector<std::size_t> fastest_holders(std::span<const ChunkKey> keys);
+  std::vector<std::size_t> fastest_holders(std::span<const ChunkKey> keys, PlanScope scope);
   // The chunk a prefix alias found for `expected` names, from the fastest tier that has it whole
   // and verified; nothing if it is gone or damaged everywhere.
-  std::optional<LoadedChunk> follow_alias(const AliasTarget& target, const ChunkMeta& expected, const std::vector<bool>& skipped);
+  std::optional<LoadedChunk> follow_alias(const AliasTarget& target, const ChunkMeta& expected, const std::vector<bool>& skipped,
+                                          Clock::time_point deadline);
   // Puts `bytes` under key into every tier's queue (tier 0's pending_ included).
   void queue_put(const ChunkKey& key, std::shared_ptr<const Bytes> bytes, std::shared_ptr<const std::vector<ChunkKey>> touch_after);
   // Queues the put of `bytes` under key for tier 0 and, until its writer has put it, serves it
@@ -235,6 +276,10 @@ class TieredStore {
   std::vector<std::unique_ptr<WriteQueue>> queues_;
   // Declared after tiers_, so destroyed (its threads joined) before the tiers they read.
   std::unique_ptr<GetPool> get_pool_;  // null when load_threads or load_depth is 0
+  std::unique_ptr<GetPool> remote_pool_;  // remote tiers' gets; null without a remote tier
+  std::unique_ptr<GetPool> remote_lane_;  // run_remote() jobs; null without a remote tier
+  bool has_remote_ = false;
+  std::atomic<std::uint64_t> remote_dropped_{0}, remote_lane_dropped_{0};
 };
 
 }  // namespace kvstash::cache

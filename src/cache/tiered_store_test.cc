@@ -47,6 +47,8 @@ class GatedTier final : public Tier {
   }
 
   std::string name() const override { return name_; }
+  bool remote() const override { return remote_; }
+  bool remote_ = false;  // plays a peers tier (Tier::remote())
   std::size_t contains(std::span<const ChunkKey> keys) override { return down ? 0 : inner_.contains(keys); }
   std::vector<bool> holds(std::span<const ChunkKey> keys) override {
     ++holds_calls;
@@ -106,10 +108,12 @@ struct Stack {
   std::unique_ptr<TieredStore> store;
 };
 
-Stack make_stack(TieredStoreOptions options = patient()) {
+// slow_is_remote: the slow tier plays a peers tier (Tier::remote()).
+Stack make_stack(TieredStoreOptions options = patient(), bool slow_is_remote = false) {
   auto memory = std::make_unique<MemoryTier>(1 << 24);
   auto mid = std::make_unique<GatedTier>("mid");
   auto slow = std::make_unique<GatedTier>("slow");
+  slow->remote_ = slow_is_remote;
   Stack s{memory.get(), mid.get(), slow.get(), nullptr};
   std::vector<std::unique_ptr<Tier>> tiers;
   tiers.push_back(std::move(memory));
@@ -757,6 +761,76 @@ TEST(TieredStore, PromotedChunkIsReadFromTierZerosQueueBeforeItIsWritten) {
   EXPECT_EQ(front_ptr->inner().stats().entries, 2u);
   EXPECT_EQ(store.load(metas).size(), 2u);
   EXPECT_EQ(slow_ptr->gets.load(), 2);
+}
+
+}  // namespace
+}  // namespace kvstash::cache
+
+namespace kvstash::cache {
+namespace {
+
+// Issue 31: a remote tier (the peers) whose gets hang never delays a load from the local tiers,
+// a local-only plan never asks it, and when its bounded queue is full a get of it is a miss at
+// once, not a wait.
+TEST(TieredStore, AStalledRemoteTierNeverDelaysLocalLoads) {
+  TieredStoreOptions o = patient();
+  o.remote_threads = 1;
+  o.remote_queue = 1;
+  o.remote_lane_threads = 1;
+  o.remote_lane_queue = 0;
+  Stack s = make_stack(o, /*slow_is_remote=*/true);
+  auto local = prefix_metas(4, "local");
+  auto remote = prefix_metas(4, "remote");
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.memory->put(local[i].key, test_chunk(local[i])).is_ok());
+  for (const auto& m : remote) ASSERT_TRUE(s.slow->inner().put(m.key, test_chunk(m)).is_ok());
+  s.slow->hold_gets();
+
+  // Loads that wait on the remote tier: the first takes its one thread, the next its queue slot.
+  const auto deadline = TieredStore::Clock::now() + std::chrono::seconds(20);
+  std::vector<std::future<std::size_t>> stalled;
+  for (int i = 0; i < 2; ++i) {
+    stalled.push_back(std::async(std::launch::async, [&, i] {
+      std::vector<ChunkMeta> one = {remote[static_cast<std::size_t>(i)]};
+      return s.store->load(one, s.store->plan_load(std::vector<ChunkKey>{one[0].key}), deadline).size();
+    }));
+  }
+  for (int i = 0; i < 500 && (s.slow->gets.load() < 1 || s.store->stats().remote_queued != 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(s.store->stats().remote_queued, 1u);
+
+  // A local load meanwhile: whole, at once (the gets are held for 60 s).
+  const auto start = TieredStore::Clock::now();
+  EXPECT_EQ(s.store->load(local).size(), 4u);
+  // A local-only plan never asks the remote tier.
+  const int holds_before = s.slow->holds_calls.load();
+  std::vector<ChunkKey> keys;
+  for (const auto& m : remote) keys.push_back(m.key);
+  EXPECT_TRUE(s.store->plan_load(keys, {}, PlanScope::kLocal).empty());
+  EXPECT_EQ(s.slow->holds_calls.load(), holds_before);
+  // The remote queue is full: a load planned on the remote tier is a miss at once.
+  std::vector<ChunkMeta> third = {remote[2]};
+  EXPECT_EQ(s.store->load(third, s.store->plan_load(std::vector<ChunkKey>{third[0].key}), deadline).size(), 0u);
+  EXPECT_GE(s.store->stats().remote_dropped, 1u);
+  // The remote lane has one thread and no queue: a second job is refused, not queued.
+  std::promise<void> release_lane;
+  auto lane_held = release_lane.get_future().share();
+  std::atomic<int> ran{0};
+  EXPECT_TRUE(s.store->run_remote([lane_held, &ran](bool run) {
+    if (run) lane_held.wait();
+    ++ran;
+  }));
+  for (int i = 0; i < 500 && s.store->stats().remote_queued > 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the lane's thread took the job
+  EXPECT_FALSE(s.store->run_remote([&ran](bool) { ++ran; }));
+  EXPECT_EQ(s.store->stats().remote_lane_dropped, 1u);
+  EXPECT_LT(std::chrono::duration<double>(TieredStore::Clock::now() - start).count(), 5.0);
+
+  release_lane.set_value();
+  s.slow->release_gets();
+  for (auto& f : stalled) EXPECT_EQ(f.get(), 1u);  // the held gets do finish once released
+  for (int i = 0; i < 500 && ran.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(ran.load(), 1);
 }
 
 }  // namespace

@@ -267,6 +267,7 @@ Status open_response_cache(const std::string& size_text, const std::string& ttl_
   options.engine_config = answer_config(engine);
   // Each local miss may wait on a bounded DHT lookup (--dht-port): more workers keep misses flowing.
   if (share_node) options.lookup_threads = 8;
+  if (share_node) options.peer_timeout = share_node->options().fetch.timeout;  // peers: never waited on longer
   if (semantic_threshold > 0.0f) {
     options.semantic.threshold = semantic_threshold;
     auto embedder = std::make_shared<Embedder>(model);

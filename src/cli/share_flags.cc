@@ -1,5 +1,7 @@
 #include "cli/share_flags.h"
 
+#include "cache/store_options.h"
+
 namespace kvstash::cli {
 
 void add_share_flags(CLI::App& app, ShareFlags& f) {
@@ -13,7 +15,14 @@ void add_share_flags(CLI::App& app, ShareFlags& f) {
                "Also share chunks of requests with a cache_salt (a tenant's namespace; default: they never leave this node)");
   app.add_option("--peer-lookup-timeout-ms", f.lookup_timeout_ms, "Longest wait for the DHT to name a prefix's providers")
       ->capture_default_str();
-  app.add_option("--peer-fetch-timeout-ms", f.fetch_timeout_ms, "Longest fetch of one chunk from one peer")
+  app.add_option("--peer-fetch-timeout-ms", f.fetch_timeout_ms,
+                 "Wall-clock deadline of every request to a peer (connect, headers and body together)")
+      ->capture_default_str();
+  app.add_option("--peer-fetch-max-bytes", f.fetch_max_bytes,
+                 "Byte cap of every answer from a peer, headers included; larger ones are abandoned at the cap")
+      ->capture_default_str();
+  app.add_option("--fragment-holders", f.fragment_holders,
+                 "With --erasure: peers tried in turn for one fragment before it counts as not placed")
       ->capture_default_str();
   app.add_option("--peer-negative-ttl-ms", f.negative_ttl_ms, "How long \"no peer has this chunk\" is remembered")
       ->capture_default_str();
@@ -70,6 +79,11 @@ Expected<std::optional<share::ShareOptions>> share_options_from(const ShareFlags
   o.share_salted = f.share_salted;
   o.lookup_timeout = std::chrono::milliseconds(f.lookup_timeout_ms);
   o.fetch.timeout = std::chrono::milliseconds(f.fetch_timeout_ms);
+  auto cap = cache::parse_byte_size(f.fetch_max_bytes);
+  if (!cap || *cap < 4096) return invalid_argument("--peer-fetch-max-bytes: a size of at least 4KiB (e.g. 64MiB)");
+  o.fetch.max_bytes = *cap;
+  if (f.fragment_holders < 1) return invalid_argument("--fragment-holders must be at least 1");
+  o.max_fragment_holders = static_cast<std::size_t>(f.fragment_holders);
   o.negative_ttl = std::chrono::milliseconds(f.negative_ttl_ms);
   o.reannounce_interval = std::chrono::seconds(f.reannounce_s);
   if (f.spot_check < 0 || f.spot_check > 1) return invalid_argument("--spot-check must be in [0, 1]");

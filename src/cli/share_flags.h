@@ -3,6 +3,7 @@
 //   --dht-port 4222  --dht-bootstrap HOST:PORT[,HOST:PORT...]  --peer-url http://HOST:PORT
 //   --share-salted  --peer-lookup-timeout-ms 500  --peer-fetch-timeout-ms 2000  --erasure 4+2
 //   --trust keys|any  --spot-check 0.1  --spot-check-pending-max 256  --spot-check-expiry-ms 60000
+//         --peer-fetch-max-bytes 64MiB  --fragment-holders 3
 //
 // Sharing is on when --dht-port is given. Thread safety: plain values and pure functions.
 #pragma once
@@ -23,6 +24,8 @@ struct ShareFlags {
   bool share_salted = false;
   int lookup_timeout_ms = 500;
   int fetch_timeout_ms = 2000;
+  std::string fetch_max_bytes = "64MiB";  // one peer answer, head and body
+  int fragment_holders = 3;               // holders tried per fragment
   int negative_ttl_ms = 2000;
   int reannounce_s = 300;
   std::string erasure;            // "K+M"; "" = whole chunks only

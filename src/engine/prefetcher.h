@@ -6,6 +6,14 @@
 // at admission, or gives up on it at its deadline and recomputes (abandon). A job the engine gave
 // up on still finishes (its bytes are dropped); one not yet started is skipped.
 //
+// Peers never hold up a local hit: with a remote tier in the store (the peers), a job is planned on
+// the local tiers first (TieredStore::plan_load, PlanScope::kLocal). When that plan is complete
+// (tiered_store.h plan_is_complete) it is loaded here and the peers are not asked. Otherwise the
+// local part is loaded here and the job goes to the store's remote lane (run_remote), which plans
+// with the peers and loads until 80% of the time left to the job's deadline, keeping the longer
+// of the two runs; when the lane is full the job ends with its local part (a miss, not a wait).
+// The prefetch threads themselves never wait on a peer.
+//
 // Thread safety: submit() and the job's flags are safe from any thread; a job's `chunks` may be
 // read only after `done` is seen true. Destruction drops queued jobs and joins the threads.
 #pragma once
@@ -54,7 +62,11 @@ class Prefetcher {
 
  private:
   void run();
-  void load(PrefetchJob& job);
+  // Plans and loads the job on the local tiers; true when finished here, false when handed to
+  // the store's remote lane (which finishes it).
+  bool load(const std::shared_ptr<PrefetchJob>& job);
+  static void load_plan(PrefetchJob& job, cache::TieredStore& store, const cache::LoadPlan& plan,
+                        std::chrono::steady_clock::time_point deadline);
 
   cache::TieredStore& store_;
   const std::function<void()> on_done_;
@@ -63,6 +75,14 @@ class Prefetcher {
   std::deque<std::shared_ptr<PrefetchJob>> jobs_;  // guarded by mu_
   bool stop_ = false;                              // guarded by mu_
   std::vector<std::thread> threads_;
+  // Jobs on the store's remote lane, not finished yet (the destructor waits for them).
+  struct Remote {
+    std::mutex mu;
+    std::condition_variable idle;
+    int in_flight = 0;     // guarded by mu
+    bool stopping = false; // guarded by mu
+  };
+  std::shared_ptr<Remote> remote_ = std::make_shared<Remote>();
 };
 
 }  // namespace kvstash

@@ -92,6 +92,12 @@ void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
   sample(out, "kvstash_kv_store_load_plans_total", d(st.plans));
   header(out, "kvstash_kv_store_load_deadlines_total", "counter", "Store loads cut short by their deadline.");
   sample(out, "kvstash_kv_store_load_deadlines_total", d(st.load_deadlines));
+  header(out, "kvstash_kv_store_remote_queue", "gauge", "Remote-tier (peer) gets and remote-lane loads waiting for a thread.");
+  sample(out, "kvstash_kv_store_remote_queue", d(st.remote_queued));
+  header(out, "kvstash_kv_store_remote_dropped_total", "counter",
+         "Remote-tier (peer) gets and remote-lane loads refused because their queue was full (misses, not waits).");
+  sample(out, "kvstash_kv_store_remote_dropped_total{what=\"get\"}", d(st.remote_dropped));
+  sample(out, "kvstash_kv_store_remote_dropped_total{what=\"load\"}", d(st.remote_lane_dropped));
   header(out, "kvstash_kv_store_aliases_followed_total", "counter",
          "Prompt tails loaded as the leading blocks of a longer stored chunk (through a prefix alias).");
   sample(out, "kvstash_kv_store_aliases_followed_total", d(st.aliases_followed));

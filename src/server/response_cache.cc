@@ -60,6 +60,52 @@ void ResponseCache::stop() {
   }
   workers_.clear();
   for (Job& job : left) job.done(LookupResult{});
+  std::unique_lock<std::mutex> lock(mu_);  // lookups on the remote lane end within peer_timeout
+  remote_idle_.wait(lock, [this] { return remote_in_flight_ == 0; });
+}
+
+bool ResponseCache::look_up_remotely(Job&& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    ++remote_in_flight_;
+  }
+  auto shared = std::make_shared<Job>(std::move(job));
+  const bool handed = store_->run_remote([this, shared](bool run) {
+    std::size_t bytes = 0;
+    std::optional<cache::ResponseRecord> record;
+    if (run) {
+      record = fetch(shared->key, &bytes, cache::PlanScope::kAll, std::chrono::steady_clock::now() + options_.peer_timeout);
+    }
+    if (record) {
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      bytes_served_.fetch_add(bytes, std::memory_order_relaxed);
+      LookupResult result;
+      result.record = std::move(record);
+      shared->done(std::move(result));
+    } else {
+      shared->exact_done = true;  // the rest (semantic fallback, the miss) on a worker
+      bool queued = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!stopping_) {
+          jobs_.push_back(std::move(*shared));
+          wake_.notify_one();
+          queued = true;
+        }
+      }
+      if (!queued) shared->done(LookupResult{});
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --remote_in_flight_;
+    remote_idle_.notify_all();
+  });
+  if (handed) return true;
+  job = std::move(*shared);
+  std::lock_guard<std::mutex> lock(mu_);
+  --remote_in_flight_;
+  remote_idle_.notify_all();
+  return false;
 }
 
 void ResponseCache::worker_loop() {
@@ -72,7 +118,21 @@ void ResponseCache::worker_loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job.done(run_lookup(job.key, std::move(job.query)));
+    if (!job.exact_done && store_->has_remote_tiers()) {
+      // The local tiers first; the peers only on the remote lane (never on this worker).
+      std::size_t bytes = 0;
+      if (auto record = fetch(job.key, &bytes, cache::PlanScope::kLocal)) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        bytes_served_.fetch_add(bytes, std::memory_order_relaxed);
+        LookupResult result;
+        result.record = std::move(record);
+        job.done(std::move(result));
+        continue;
+      }
+      if (look_up_remotely(std::move(job))) continue;
+      job.exact_done = true;  // the lane is full: the peer lookup is a miss, not a wait
+    }
+    job.done(run_lookup(job.key, std::move(job.query), job.exact_done));
   }
 }
 
@@ -145,15 +205,19 @@ void ResponseCache::reject(const cache::ChunkKey& key, Rejection why, bool erase
 
 std::optional<cache::ResponseRecord> ResponseCache::lookup_now(const cache::ChunkKey& key) {
   std::size_t bytes = 0;
-  std::optional<cache::ResponseRecord> record = fetch(key, &bytes);
+  std::optional<cache::ResponseRecord> record =
+      fetch(key, &bytes, cache::PlanScope::kAll, std::chrono::steady_clock::now() + options_.peer_timeout);
   (record ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
   bytes_served_.fetch_add(bytes, std::memory_order_relaxed);
   return record;
 }
 
-std::optional<cache::ResponseRecord> ResponseCache::fetch(const cache::ChunkKey& key, std::size_t* payload_bytes) {
+std::optional<cache::ResponseRecord> ResponseCache::fetch(const cache::ChunkKey& key, std::size_t* payload_bytes,
+                                                         cache::PlanScope scope,
+                                                         std::chrono::steady_clock::time_point deadline) {
   const cache::ChunkMeta expected = cache::response_envelope_meta(key, fingerprint_);
-  std::vector<cache::LoadedChunk> loaded = store_->load(std::span<const cache::ChunkMeta>(&expected, 1));
+  const cache::LoadPlan plan = store_->plan_load(std::span<const cache::ChunkKey>(&key, 1), {}, scope);
+  std::vector<cache::LoadedChunk> loaded = store_->load(std::span<const cache::ChunkMeta>(&expected, 1), plan, deadline);
   if (loaded.empty()) return std::nullopt;
   const std::span<const std::uint8_t> payload = loaded.front().view.payload;
   cache::RecordError why{};
@@ -283,6 +347,16 @@ std::string ResponseCache::render_metrics() const {
   out += "# TYPE kvstash_response_cache_bytes_total counter\n";
   out += "kvstash_response_cache_bytes_total{direction=\"served\"} " + v(bytes_served_) + "\n";
   out += "kvstash_response_cache_bytes_total{direction=\"stored\"} " + v(bytes_stored_) + "\n";
+  if (store_->has_remote_tiers()) {  // the peers: their lookups' queue (TieredStore::run_remote)
+    const cache::StoreStats st = store_->stats();
+    out += "# HELP kvstash_response_cache_peer_queue Peer record gets and peer lookups waiting for a thread.\n";
+    out += "# TYPE kvstash_response_cache_peer_queue gauge\n";
+    out += "kvstash_response_cache_peer_queue " + std::to_string(st.remote_queued) + "\n";
+    out += "# HELP kvstash_response_cache_peer_dropped_total Peer lookups and gets refused (queue full): misses, not waits.\n";
+    out += "# TYPE kvstash_response_cache_peer_dropped_total counter\n";
+    out += "kvstash_response_cache_peer_dropped_total{what=\"get\"} " + std::to_string(st.remote_dropped) + "\n";
+    out += "kvstash_response_cache_peer_dropped_total{what=\"lookup\"} " + std::to_string(st.remote_lane_dropped) + "\n";
+  }
   out += "# HELP kvstash_response_cache_tier_entries Records held per tier (0 where unknown: redis).\n";
   out += "# TYPE kvstash_response_cache_tier_entries gauge\n";
   const std::vector<cache::TierReport> tiers = store_->tier_stats();

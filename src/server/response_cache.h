@@ -15,7 +15,12 @@
 // disk → redis, its own bounds and TTL) so the KV chunk store is unchanged by them.
 //
 // Lookups run on the cache's own worker threads (a redis round trip never blocks an HTTP thread);
-// stores are the TieredStore's write-behind.
+// stores are the TieredStore's write-behind. With peers in the store (a remote tier, share/
+// response_peers_tier.h), a worker looks in the local tiers only (memory, disk, redis); a local
+// miss goes to the store's remote lane (TieredStore::run_remote), which asks the peers and waits
+// for them at most options.peer_timeout, then hands the request back to the workers (semantic
+// fallback) on a miss. When that lane is full the peer lookup is a miss at once. So a local hit
+// never waits on a peer, and a lookup never waits on peers past peer_timeout.
 //
 // Semantic hits (opt-in, server/semantic_cache.h, docs/semantic-cache.md): with
 // options.semantic.threshold > 0, a lookup that misses exactly embeds the request's text and asks
@@ -54,6 +59,8 @@ struct ResponseCacheOptions {
   // eviction policy), as text; hashed into every key.
   std::string engine_config;
   int lookup_threads = 2;  // workers running lookups (each may wait on redis)
+  // Longest wait on peers for one record (plan and fetch), when the store has a peers tier.
+  std::chrono::milliseconds peer_timeout{2000};
   // The semantic cache (--semantic-cache THRESHOLD); threshold 0 = off. `embed` computes the
   // embedding of a request's text (GenerationBackend::embed); required when on.
   SemanticCacheOptions semantic;
@@ -130,8 +137,16 @@ class ResponseCache {
   void worker_loop();
   // A verified, trusted, unexpired record of `key`, or nullopt (rejections counted, not the miss).
   // `payload_bytes` (optional) gets the record's size when one is returned.
-  std::optional<cache::ResponseRecord> fetch(const cache::ChunkKey& key, std::size_t* payload_bytes = nullptr);
-  LookupResult run_lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query);
+  // scope kLocal: the local tiers only; kAll: peers too, waited for until `deadline`.
+  std::optional<cache::ResponseRecord> fetch(const cache::ChunkKey& key, std::size_t* payload_bytes = nullptr,
+                                             cache::PlanScope scope = cache::PlanScope::kAll,
+                                             std::chrono::steady_clock::time_point deadline =
+                                                 std::chrono::steady_clock::time_point::max());
+  // exact_done: the exact key was looked up already (a miss): only the semantic fallback is left.
+  LookupResult run_lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query, bool exact_done = false);
+  struct Job;
+  // The exact lookup of `job` with the peers, on the store's remote lane; false when the lane is full.
+  bool look_up_remotely(Job&& job);
   // Reads every semantic entry the tiers hold into the index (construction).
   void rebuild_semantic_index();
   std::string render_semantic_metrics() const;  // part of render_metrics() when on
@@ -157,9 +172,12 @@ class ResponseCache {
     cache::ChunkKey key;
     std::optional<SemanticQuery> query;
     std::function<void(LookupResult)> done;
+    bool exact_done = false;  // the exact key missed locally and with the peers
   };
   std::deque<Job> jobs_;                    // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_
+  int remote_in_flight_ = 0;                // jobs on the store's remote lane; guarded by mu_
+  std::condition_variable remote_idle_;     // stop() waits for remote_in_flight_ == 0
   std::vector<std::thread> workers_;
 };
 

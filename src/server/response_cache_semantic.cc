@@ -17,10 +17,10 @@ std::optional<SemanticQuery> ResponseCache::semantic_query(const ParsedRequest& 
   return q;
 }
 
-LookupResult ResponseCache::run_lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query) {
+LookupResult ResponseCache::run_lookup(const cache::ChunkKey& key, std::optional<SemanticQuery> query, bool exact_done) {
   LookupResult result;
   std::size_t bytes = 0;
-  result.record = fetch(key, &bytes);
+  if (!exact_done) result.record = fetch(key, &bytes);
   if (result.record) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     bytes_served_.fetch_add(bytes, std::memory_order_relaxed);
@@ -39,7 +39,8 @@ LookupResult ResponseCache::run_lookup(const cache::ChunkKey& key, std::optional
       semantic_refused_literals_.fetch_add(static_cast<std::uint64_t>(refused), std::memory_order_relaxed);
       for (const SemanticIndex::Candidate& c : near) {
         // The candidate's record passes every check an exact hit passes (signature, trust, TTL).
-        result.record = fetch(c.record_key, &bytes);
+        // Local tiers only: a worker never waits on a peer (the index names records held here).
+        result.record = fetch(c.record_key, &bytes, cache::PlanScope::kLocal);
         if (!result.record) continue;
         result.semantic = true;
         semantic_hits_.fetch_add(1, std::memory_order_relaxed);

@@ -81,6 +81,7 @@ class ServeProcess {
   ServeProcess& operator=(const ServeProcess&) = delete;
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   bool ready() const { return port_ > 0; }
   std::string log() const { return read_text_file(log_path_); }
 

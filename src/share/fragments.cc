@@ -79,7 +79,36 @@ void ShareNode::place_fragments(const cache::ChunkKey& key, std::span<const std:
                                 const cache::ChunkHeader& header) {
   if (!options_.erasure || (header.meta.salted && !options_.share_salted)) return;
   if (!signed_here(header.meta.provenance)) return;  // fragments carry this node's signature: only its own KV
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_ && placements_.size() < options_.placement_queue) {
+      placements_.push_back({key, cache::Bytes(chunk.begin(), chunk.end()), header});
+      placement_wake_.notify_one();
+      return;
+    }
+  }
+  counters_.placements_dropped.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ShareNode::placement_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    placement_wake_.wait(lock, [this] { return stopping_ || !placements_.empty(); });
+    if (stopping_) return;
+    Placement job = std::move(placements_.front());
+    placements_.pop_front();
+    lock.unlock();
+    place_now(job);
+    lock.lock();
+  }
+}
+
+// One chunk's fragments, each offered to its holders in rendezvous order (at most
+// max_fragment_holders of them, the next when one fails), all fragments at once, every PUT
+// bounded by the fetch limits and by what is left of the chunk's placement_timeout.
+void ShareNode::place_now(const Placement& job) {
   const ErasureScheme scheme = *options_.erasure;
+  const auto deadline = std::chrono::steady_clock::now() + options_.placement_timeout;
   std::vector<std::string> peers = directory();
   if (peers.empty()) {
     counters_.fragment_place_errors.fetch_add(static_cast<std::uint64_t>(scheme.total()), std::memory_order_relaxed);
@@ -87,20 +116,30 @@ void ShareNode::place_fragments(const cache::ChunkKey& key, std::span<const std:
   }
   // Rendezvous order: each chunk spreads over different peers, and every node would pick the same.
   auto rank = [&](const std::string& url) {
-    const std::string text = key.hex() + url;
+    const std::string text = job.key.hex() + url;
     return sha256(text.data(), text.size());
   };
   std::sort(peers.begin(), peers.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
-  auto manifest = manifest_for(key, chunk, header);
+  auto manifest = manifest_for(job.key, job.chunk, job.header);
   if (!manifest) return;
-  const std::vector<cache::Bytes> fragments = erasure_encode(scheme, chunk);
-  const std::string set = encode_fragment_set(make_fragment_set(key, scheme, chunk.size(), fragments, *identity_));
+  const std::vector<cache::Bytes> fragments = erasure_encode(scheme, job.chunk);
+  const std::string set = encode_fragment_set(make_fragment_set(job.key, scheme, job.chunk.size(), fragments, *identity_));
+  const std::size_t tries = std::max<std::size_t>(1, std::min(options_.max_fragment_holders, peers.size()));
   std::vector<std::future<Status>> puts;
   for (int i = 0; i < scheme.total(); ++i) {
-    // Distinct peers while there are enough; with fewer peers than fragments some hold two.
-    const std::string& holder = peers[static_cast<std::size_t>(i) % peers.size()];
-    puts.push_back(std::async(std::launch::async, [&, i, holder] {
-      return put_fragment(holder, key.hex(), i, fragments[static_cast<std::size_t>(i)], set, *manifest, options_.fetch);
+    puts.push_back(std::async(std::launch::async, [&, i] {
+      Status last = unavailable("no holder tried");
+      for (std::size_t k = 0; k < tries; ++k) {
+        // Distinct peers while there are enough; with fewer peers than fragments some hold two.
+        const std::string& holder = peers[(static_cast<std::size_t>(i) + k) % peers.size()];
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        FetchLimits limits = options_.fetch;
+        limits.timeout = std::min(limits.timeout, left);
+        last = put_fragment(holder, job.key.hex(), i, fragments[static_cast<std::size_t>(i)], set, *manifest, limits);
+        if (last) break;
+      }
+      return last;
     }));
   }
   for (auto& p : puts) {

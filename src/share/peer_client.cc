@@ -1,6 +1,8 @@
 #include "share/peer_client.h"
 
-#include <httplib.h>
+#include <cctype>
+
+#include "share/bounded_http.h"
 
 namespace kvstash::share {
 namespace {
@@ -12,14 +14,6 @@ int hex_value(char c) {
   return -1;
 }
 
-void set_timeouts(httplib::Client& client, std::chrono::milliseconds timeout) {
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
-  client.set_connection_timeout(seconds.count(), micros.count());
-  client.set_read_timeout(seconds.count(), micros.count());
-  client.set_write_timeout(seconds.count(), micros.count());
-  client.set_tcp_nodelay(true);
-}
 
 }  // namespace
 
@@ -63,106 +57,85 @@ Expected<std::pair<std::string, int>> parse_peer_url(std::string_view url) {
 
 namespace {
 
-// GET {peer}{path}, bounded in time and bytes; the body and the value of `header` (may be empty).
-Expected<std::pair<cache::Bytes, std::string>> bounded_get(const std::string& peer_url, const std::string& path,
-                                                           const char* header, const FetchLimits& limits) {
+// One request to a peer under `limits` (peer_client.h: one deadline, one byte cap), counted.
+Expected<BoundedAnswer> request(const std::string& peer_url, std::string method, std::string target,
+                                std::vector<std::pair<std::string, std::string>> headers, std::string_view body,
+                                const FetchLimits& limits) {
   auto where = parse_peer_url(peer_url);
   if (!where) return where.status();
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + limits.timeout;
-  httplib::Client client(where->first, where->second);
-  set_timeouts(client, limits.timeout);
-
-  cache::Bytes body;
-  int status = 0;
-  std::string header_value;
-  bool too_big = false, too_slow = false;
-  auto result = client.Get(
-      path,
-      [&](const httplib::Response& r) {
-        status = r.status;
-        header_value = r.get_header_value(header);
-        if (status != 200) return false;
-        const std::string length = r.get_header_value("Content-Length");
-        if (!length.empty()) {
-          const std::uint64_t n = std::strtoull(length.c_str(), nullptr, 10);
-          if (n > limits.max_bytes) {
-            too_big = true;
-            return false;
-          }
-          body.reserve(n);
-        }
-        return true;
-      },
-      [&](const char* data, std::size_t n) {
-        if (body.size() + n > limits.max_bytes) {
-          too_big = true;
-          return false;
-        }
-        if (Clock::now() > deadline) {
-          too_slow = true;
-          return false;
-        }
-        body.insert(body.end(), data, data + n);
-        return true;
-      });
-  if (too_big) return unavailable("peer " + peer_url + ": answer larger than " + std::to_string(limits.max_bytes) + " bytes");
-  if (too_slow) return unavailable("peer " + peer_url + ": fetch took longer than " + std::to_string(limits.timeout.count()) + " ms");
-  if (status == 404) return not_found("peer " + peer_url + ": no " + path);
-  if (status != 200) {
-    if (!result && status == 0) return unavailable("peer " + peer_url + ": " + httplib::to_string(result.error()));
-    return unavailable("peer " + peer_url + ": status " + std::to_string(status));
+  BoundedCall call;
+  call.host = where->first;
+  call.port = where->second;
+  call.method = std::move(method);
+  call.target = std::move(target);
+  call.headers = std::move(headers);
+  call.body = body;
+  call.deadline = std::chrono::steady_clock::now() + limits.timeout;
+  call.max_bytes = limits.max_bytes;
+  BoundedEnd end = BoundedEnd::kError;
+  auto answer = bounded_request(call, &end);
+  if (limits.counters) {
+    limits.counters->requests.fetch_add(1, std::memory_order_relaxed);
+    if (end == BoundedEnd::kDeadline) limits.counters->deadline_hit.fetch_add(1, std::memory_order_relaxed);
+    if (end == BoundedEnd::kCap) limits.counters->cap_hit.fetch_add(1, std::memory_order_relaxed);
   }
-  if (!result) return unavailable("peer " + peer_url + ": " + httplib::to_string(result.error()));
-  return std::make_pair(std::move(body), std::move(header_value));
+  if (!answer) return unavailable("peer " + peer_url + ": " + answer.status().message());
+  return answer;
+}
+
+// GET {peer}{path}: the body and the value of `header` (lowercase; may be absent) of a 200.
+Expected<BoundedAnswer> bounded_get(const std::string& peer_url, const std::string& path, const FetchLimits& limits) {
+  auto answer = request(peer_url, "GET", path, {}, {}, limits);
+  if (!answer) return answer.status();
+  if (answer->status == 404) return not_found("peer " + peer_url + ": no " + path);
+  if (answer->status != 200) return unavailable("peer " + peer_url + ": status " + std::to_string(answer->status));
+  return answer;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 }  // namespace
 
 Expected<FetchedChunk> fetch_chunk(const std::string& peer_url, const std::string& key_hex, const FetchLimits& limits) {
-  auto got = bounded_get(peer_url, "/v1/kv/chunks/" + key_hex, kManifestHeader, limits);
+  auto got = bounded_get(peer_url, "/v1/kv/chunks/" + key_hex, limits);
   if (!got) return got.status();
-  auto manifest = hex_decode(got->second);
+  auto manifest = hex_decode(got->header(lower(kManifestHeader)));
   if (!manifest || manifest->empty()) return corrupt("peer " + peer_url + ": no valid " + kManifestHeader + " header");
-  return FetchedChunk{std::move(got->first), std::move(*manifest)};
+  return FetchedChunk{std::move(got->body), std::move(*manifest)};
 }
 
 Expected<cache::Bytes> fetch_response_record(const std::string& peer_url, const std::string& key_hex,
                                              const FetchLimits& limits) {
-  auto got = bounded_get(peer_url, "/v1/kv/responses/" + key_hex, kManifestHeader, limits);
+  auto got = bounded_get(peer_url, "/v1/kv/responses/" + key_hex, limits);
   if (!got) return got.status();
-  return std::move(got->first);
+  return std::move(got->body);
 }
 
 Expected<FetchedFragment> fetch_fragment(const std::string& peer_url, const std::string& key_hex, int index,
                                          const FetchLimits& limits) {
-  auto where = parse_peer_url(peer_url);
-  if (!where) return where.status();
-  httplib::Client client(where->first, where->second);
-  set_timeouts(client, limits.timeout);
-  auto r = client.Get("/v1/kv/fragments/" + key_hex + "/" + std::to_string(index));
-  if (!r) return unavailable("peer " + peer_url + ": " + httplib::to_string(r.error()));
-  if (r->status == 404) return not_found("peer " + peer_url + ": no fragment " + std::to_string(index));
-  if (r->status != 200) return unavailable("peer " + peer_url + ": status " + std::to_string(r->status));
-  if (r->body.size() > limits.max_bytes) return unavailable("peer " + peer_url + ": fragment too large");
-  auto set = hex_decode(r->get_header_value(kFragmentSetHeader));
-  auto manifest = hex_decode(r->get_header_value(kManifestHeader));
+  auto got = bounded_get(peer_url, "/v1/kv/fragments/" + key_hex + "/" + std::to_string(index), limits);
+  if (!got) return got.status();
+  auto set = hex_decode(got->header(lower(kFragmentSetHeader)));
+  auto manifest = hex_decode(got->header(lower(kManifestHeader)));
   if (!set || !manifest || set->empty() || manifest->empty()) return corrupt("peer " + peer_url + ": fragment without its set or manifest");
-  return FetchedFragment{cache::Bytes(r->body.begin(), r->body.end()), std::move(*set), std::move(*manifest)};
+  return FetchedFragment{std::move(got->body), std::move(*set), std::move(*manifest)};
 }
 
 Status put_fragment(const std::string& peer_url, const std::string& key_hex, int index, const cache::Bytes& bytes,
                     const std::string& set, const std::string& manifest, const FetchLimits& limits) {
-  auto where = parse_peer_url(peer_url);
-  if (!where) return where.status();
-  httplib::Client client(where->first, where->second);
-  set_timeouts(client, limits.timeout);
-  httplib::Headers headers = {{kFragmentSetHeader, hex_encode(set)}, {kManifestHeader, hex_encode(manifest)}};
-  auto r = client.Put("/v1/kv/fragments/" + key_hex + "/" + std::to_string(index), headers,
-                      std::string(bytes.begin(), bytes.end()), "application/octet-stream");
-  if (!r) return unavailable("peer " + peer_url + ": " + httplib::to_string(r.error()));
-  if (r->status >= 400 && r->status < 500) return invalid_argument("peer " + peer_url + " refused the fragment: " + r->body);
-  if (r->status != 200 && r->status != 201) return unavailable("peer " + peer_url + ": status " + std::to_string(r->status));
+  auto answer = request(peer_url, "PUT", "/v1/kv/fragments/" + key_hex + "/" + std::to_string(index),
+                        {{kFragmentSetHeader, hex_encode(set)},
+                         {kManifestHeader, hex_encode(manifest)},
+                         {"Content-Type", "application/octet-stream"}},
+                        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), limits);
+  if (!answer) return answer.status();
+  if (answer->status >= 400 && answer->status < 500) {
+    return invalid_argument("peer " + peer_url + " refused the fragment: status " + std::to_string(answer->status));
+  }
+  if (answer->status != 200 && answer->status != 201) return unavailable("peer " + peer_url + ": status " + std::to_string(answer->status));
   return Status::ok();
 }
 

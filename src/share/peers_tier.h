@@ -4,8 +4,11 @@
 // lookup, bounded by ShareOptions::lookup_timeout); answers are remembered: providers for
 // positive_ttl, "nobody" (and timeouts) for negative_ttl, so a cold prompt costs one bounded
 // lookup, not one per request. get() asks the key's providers one after the other (at most
-// max_providers_tried; the store runs up to load_depth gets of one prefix in parallel), each fetch
-// bounded in time and bytes, and returns the first chunk that passes check_chunk() (signed
+// max_providers_tried; the store runs up to load_depth gets of one prefix in parallel), each
+// request under one wall-clock deadline and one byte cap, headers included (ShareOptions::fetch,
+// peer_client.h; so one get lasts at most max_providers_tried deadlines, plus the fragment
+// fetches, run in parallel, one deadline per holder tried), and returns the first chunk that
+// passes check_chunk() (signed
 // manifest, trusted producer, header and SHA-256): nothing unverified ever leaves this tier. A
 // rejection is counted by reason and the next provider is tried. When no whole-chunk provider
 // delivers, the chunk's erasure-coded fragments are fetched in parallel (one holder per index,
@@ -29,8 +32,14 @@
 // is full no unknown producer's chunk is used (a miss, counted "dropped").
 //
 // put() stores nothing remotely: it announces the chunk (ShareNode::announce, which keeps salted
-// chunks private), since the store writes every new chunk to every tier. erase() forgets the
-// key's providers. entries/bytes_used are 0: peers hold the bytes.
+// chunks private), since the store writes every new chunk to every tier, and queues it for
+// fragment placement (--erasure; asynchronous, ShareNode::place_fragments), so the store's writer
+// never waits on a peer. erase() forgets the key's providers. entries/bytes_used are 0: peers hold
+// the bytes.
+//
+// remote() is true: the TieredStore runs get() on its bounded remote pool (a full queue is a miss)
+// and never plans it into a local-only load, so a stalled peer never delays the memory, disk and
+// redis tiers (tiered_store.h). holds() waits on the DHT at most lookup_timeout.
 //
 // Thread safety: safe from many threads (the store's loader and writer threads).
 #pragma once
@@ -50,6 +59,7 @@ class PeersTier final : public cache::Tier {
   explicit PeersTier(std::shared_ptr<ShareNode> node) : node_(std::move(node)) {}
 
   std::string name() const override { return "peers"; }
+  bool remote() const override { return true; }
   std::size_t contains(std::span<const cache::ChunkKey> keys) override;
   std::vector<bool> holds(std::span<const cache::ChunkKey> keys) override;
   Expected<cache::Bytes> get(const cache::ChunkKey& key) override;

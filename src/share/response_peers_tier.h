@@ -4,8 +4,9 @@
 // holds()/contains() ask the DHT who announced each record key under response_topic(key), bounded
 // by ShareOptions::lookup_timeout; answers are remembered (providers for positive_ttl, "nobody" and
 // timeouts for negative_ttl), so a miss costs at most one bounded lookup. get() asks the providers
-// one after the other (at most max_providers_tried), each fetch bounded in time and bytes, and
-// returns the first record that passes every check before anything is stored or answered:
+// one after the other (at most max_providers_tried), each request under one wall-clock deadline
+// and one byte cap, headers included (ShareOptions::fetch, peer_client.h), and returns the first
+// record that passes every check before anything is stored or answered:
 //   - the envelope verifies (XXH3), names the key asked for and the response kv_format;
 //   - the record decodes and its request key is the key asked for, its model the envelope's;
 //   - its output hash and ed25519 signature verify (domain kvstash-response-v1);
@@ -18,6 +19,10 @@
 //
 // put() stores nothing remotely: it announces the record (the store writes every new record to
 // every tier). erase() forgets the key's providers. entries/bytes_used are 0.
+//
+// remote() is true: the record store runs get() on its bounded remote pool and the response cache
+// asks it only from the store's remote lane, waiting at most its peer_timeout
+// (server/response_cache.h): a local hit never waits on a peer.
 //
 // Thread safety: safe from many threads (the record store's loader and writer threads).
 #pragma once
@@ -36,6 +41,7 @@ class ResponsePeersTier final : public cache::Tier {
   explicit ResponsePeersTier(std::shared_ptr<ShareNode> node) : node_(std::move(node)) {}
 
   std::string name() const override { return "peers"; }
+  bool remote() const override { return true; }
   std::size_t contains(std::span<const cache::ChunkKey> keys) override;
   std::vector<bool> holds(std::span<const cache::ChunkKey> keys) override;
   Expected<cache::Bytes> get(const cache::ChunkKey& key) override;

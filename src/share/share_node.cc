@@ -16,7 +16,10 @@ namespace kvstash::share {
 
 ShareNode::ShareNode(ShareOptions options, std::shared_ptr<const identity::NodeIdentity> identity,
                      std::shared_ptr<const identity::TrustList> trust)
-    : options_(std::move(options)),
+    : options_([&] {
+        options.fetch.counters = &counters_.peer_io;  // every peer request is counted here
+        return std::move(options);
+      }()),
       identity_(std::move(identity)),
       trust_(std::move(trust)),
       spot_checks_(std::make_unique<SpotChecks>(options_.spot_checks)) {}
@@ -38,6 +41,7 @@ Expected<std::shared_ptr<ShareNode>> ShareNode::start(const ShareOptions& option
   node->peer_url_ = options.peer_url;
   node->load_bans();
   node->reannouncer_ = std::thread([raw = node.get()] { raw->reannounce_loop(); });
+  if (options.erasure) node->placer_ = std::thread([raw = node.get()] { raw->placement_loop(); });
   cache::log_info("peer sharing: dht node " + node->dht_->node_id() + " on udp port " +
                    std::to_string(node->dht_->port()) + (options.dht.bootstrap.empty() ? " (first node)" : ", bootstrap " +
                    [&] { std::string s; for (auto& b : options.dht.bootstrap) s += (s.empty() ? "" : ",") + b; return s; }()) +
@@ -96,13 +100,15 @@ void ShareNode::put_response_announcement(const cache::ChunkKey& key, const std:
 void ShareNode::stop() {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !reannouncer_.joinable()) return;
+    if (stopping_ && !reannouncer_.joinable() && !placer_.joinable()) return;
     stopping_ = true;
     store_ = nullptr;
     response_store_ = nullptr;
   }
   wake_.notify_all();
+  placement_wake_.notify_all();
   if (reannouncer_.joinable()) reannouncer_.join();
+  if (placer_.joinable()) placer_.join();
   if (dht_) dht_->stop();
 }
 
@@ -368,6 +374,24 @@ std::string ShareNode::render_metrics() const {
           value(counters_.fragment_place_errors));
   counter("kvstash_share_fragments_accepted_total", "Fragments peers placed here and this node holds",
           value(counters_.fragments_accepted));
+  counter("kvstash_share_fragment_placements_dropped_total",
+          "Chunks not placed as fragments: the placement queue was full", value(counters_.placements_dropped));
+  {
+    std::size_t waiting = 0;
+    {
+      std::lock_guard lock(mu_);
+      waiting = placements_.size();
+    }
+    o << "# HELP kvstash_share_fragment_placement_queue Chunks waiting for fragment placement\n"
+         "# TYPE kvstash_share_fragment_placement_queue gauge\nkvstash_share_fragment_placement_queue "
+      << waiting << "\n";
+  }
+  o << "# HELP kvstash_share_peer_requests_total Requests to peers (every GET and PUT), and those cut at "
+       "the wall-clock deadline or the byte cap\n"
+       "# TYPE kvstash_share_peer_requests_total counter\n"
+    << "kvstash_share_peer_requests_total{end=\"all\"} " << value(counters_.peer_io.requests) << "\n"
+    << "kvstash_share_peer_requests_total{end=\"deadline\"} " << value(counters_.peer_io.deadline_hit) << "\n"
+    << "kvstash_share_peer_requests_total{end=\"cap\"} " << value(counters_.peer_io.cap_hit) << "\n";
   counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
           value(counters_.fragments_refused));
   o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers held for a spot check (--trust any), by "

@@ -85,7 +85,9 @@ struct ShareOptions {
   std::chrono::milliseconds lookup_timeout{500};      // one DHT lookup (all keys of a prefix at once)
   std::chrono::milliseconds negative_ttl{2000};       // "nobody has it" is believed this long
   std::chrono::milliseconds positive_ttl{30000};      // a key's providers are reused this long
-  FetchLimits fetch;                                  // time and size bound of one chunk fetch
+  // One wall-clock deadline and one byte cap (head included) for every request to a peer: chunk,
+  // record and fragment GETs, fragment PUTs (--peer-fetch-timeout-ms, --peer-fetch-max-bytes).
+  FetchLimits fetch;
   std::size_t max_providers_tried = 4;                // providers asked for one chunk before a miss
   std::chrono::seconds reannounce_interval{300};      // < dht.value_ttl (600 s), so values never lapse
   std::size_t max_announced = 1 << 20;                // chunks kept announced at most
@@ -94,6 +96,12 @@ struct ShareOptions {
   std::size_t startup_announce_per_second = 500;
   std::size_t max_manifests = 1 << 16;                // remembered manifests (fetched and own)
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
+  // Placement runs on a thread of its own, never on the store's writer: chunks wait in a queue of
+  // at most placement_queue (more are dropped, counted); one chunk's placement ends by
+  // placement_timeout; each fragment is offered to at most max_fragment_holders peers in turn.
+  std::size_t placement_queue = 64;
+  std::chrono::milliseconds placement_timeout{5000};
+  std::size_t max_fragment_holders = 3;               // --fragment-holders
   bool trust_any = false;                             // --trust any: unknown producers too, spot-checked
   double spot_check = 0.1;                            // --spot-check P: share of their chunks recomputed
   SpotCheckOptions spot_checks;                       // --spot-check-pending-max 256, --spot-check-expiry-ms 60000
@@ -119,6 +127,8 @@ struct ShareCounters {
   std::atomic<std::uint64_t> rejected[8]{};  // by ManifestError (index 0 unused)
   std::atomic<std::uint64_t> fragments_placed{0}, fragment_place_errors{0}, fragments_accepted{0};
   std::atomic<std::uint64_t> fragments_refused{0};        // PUTs refused (unsigned, untrusted, bad hash)
+  std::atomic<std::uint64_t> placements_dropped{0};       // chunks not placed: the placement queue was full
+  PeerIoCounters peer_io;                                 // every peer request: deadline and cap hits
   std::atomic<std::uint64_t> fragments_rejected{0};       // fetched fragments whose hash or set failed
   std::atomic<std::uint64_t> chunks_reconstructed{0};
   std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
@@ -205,8 +215,9 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   // prefix-cache blocks derived from the producer. Register before the node is in use.
   void on_ban(std::function<void(const identity::PublicKey&)> callback);
   bool trusts(const identity::PublicKey& producer) const { return trust_->trusts(producer); }
-  // A chunk this node computed and stored: with --erasure, its fragments go to peers now (blocking,
-  // bounded by the fetch timeout per fragment; called on the peers tier's writer thread).
+  // A chunk this node computed and stored: with --erasure, it is queued for placement (a copy;
+  // dropped and counted when the queue is full) and returns at once: the placement thread puts its
+  // fragments on peers, bounded as ShareOptions says.
   void place_fragments(const cache::ChunkKey& key, std::span<const std::uint8_t> chunk, const cache::ChunkHeader& header);
   // Other nodes' peer URLs from the DHT's node directory (remembered for a few seconds): only those
   // of entries whose signature verifies, that have not expired and whose key is on the trust list
@@ -279,6 +290,17 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   std::vector<std::function<void(const identity::PublicKey&)>> ban_callbacks_;  // set before use
   std::mutex ban_mu_;  // serialises writes of the ban file (never held with mu_)
   std::thread reannouncer_;
+  // Fragment placement (--erasure): chunks waiting, and the thread placing them (fragments.cc).
+  struct Placement {
+    cache::ChunkKey key;
+    cache::Bytes chunk;
+    cache::ChunkHeader header;
+  };
+  std::deque<Placement> placements_;               // guarded by mu_
+  std::condition_variable placement_wake_;
+  std::thread placer_;
+  void placement_loop();
+  void place_now(const Placement& job);
 };
 
 }  // namespace kvstash::share
