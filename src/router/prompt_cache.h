@@ -85,6 +85,9 @@ class CachingTokenizer final : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const override {
     return parse_special && cache_.enabled() ? cache_.encode(text) : inner_.encode(text, parse_special);
   }
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const override {
+    return inner_.encode_with_plain_spans(text, plain);
+  }
   std::string decode(std::span<const TokenId> tokens) const override { return inner_.decode(tokens); }
   std::string token_to_piece(TokenId token) const override { return inner_.token_to_piece(token); }
   std::size_t vocab_size() const override { return inner_.vocab_size(); }

@@ -43,6 +43,7 @@ class BpeTokenizer final : public Tokenizer {
   static Expected<std::unique_ptr<BpeTokenizer>> create(BpeVocabulary vocab);
 
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const override;
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const override;
   std::string decode(std::span<const TokenId> tokens) const override;
   std::string token_to_piece(TokenId token) const override;
   std::size_t vocab_size() const override { return model_.size(); }
