@@ -291,8 +291,9 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (req.method == "POST") {
-      return handle_generation(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions,
-                               std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
+      // Decided before `req` moves (`path` refers into it).
+      const Endpoint endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+      return handle_generation(endpoint, std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
     }
     allowed = "POST";
   } else if (path == "/v1/embeddings") {
