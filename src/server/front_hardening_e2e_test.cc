@@ -235,6 +235,15 @@ TEST_F(FrontHardeningE2ETest, FlagsOutOfRangeAreRefused) {
     EXPECT_NE(out.find(c.message), std::string::npos) << c.flags << ":\n" << out;
     EXPECT_EQ(out.find("serving "), std::string::npos) << c.flags << ":\n" << out;
   }
+  // The router's port too.
+  const std::string route_cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash route --port 70000 2>&1; echo \"exit=$?\"";
+  std::string route_out;
+  FILE* pipe = ::popen(route_cmd.c_str(), "r");
+  char buf[512];
+  while (pipe && std::fgets(buf, sizeof buf, pipe)) route_out += buf;
+  if (pipe) ::pclose(pipe);
+  EXPECT_NE(route_out.find("exit=1"), std::string::npos) << route_out;
+  EXPECT_NE(route_out.find("--port"), std::string::npos) << route_out;
   // The memory refusal names what the context would need.
   const std::string ctx = run("--ctx 100000000 --no-kv-store");
   EXPECT_NE(ctx.find("needs a KV pool of"), std::string::npos) << ctx;
