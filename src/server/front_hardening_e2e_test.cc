@@ -205,7 +205,8 @@ TEST_F(FrontHardeningE2ETest, HealthStaysFastWhileLargeBodiesAreProcessed) {
 // Flags out of range: the command refuses them with a message naming the flag, before serving.
 TEST_F(FrontHardeningE2ETest, FlagsOutOfRangeAreRefused) {
   const auto run = [&](const std::string& flags) {
-    const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash serve -m " + *model_ + " --identity " +
+    // `timeout`: a flag wrongly accepted starts a server, which must not hang the test.
+    const std::string cmd = "timeout 60 " + std::string(KVSTASH_BINARY_DIR) + "/kvstash serve -m " + *model_ + " --identity " +
                             dir_.path() + "/flags.key " + flags + " 2>&1; echo \"exit=$?\"";
     std::string out;
     FILE* pipe = ::popen(cmd.c_str(), "r");
@@ -227,7 +228,8 @@ TEST_F(FrontHardeningE2ETest, FlagsOutOfRangeAreRefused) {
       {"--kv-pool-tokens -5", "--kv-pool-tokens"},
       {"--http-threads 0", "--http-threads"},
       {"--kv-load-timeout-ms abc", "--kv-load-timeout-ms"},
-      {"--ctx 100000000 --no-kv-store", "GiB"},
+      // 16 TiB and more of KV whatever the machine (the tiny model's 256 bytes a token).
+      {"--ctx 100000000 --parallel 4096 --no-kv-store", "GiB"},
   };
   for (const Case& c : cases) {
     const std::string out = run(c.flags);
@@ -236,7 +238,7 @@ TEST_F(FrontHardeningE2ETest, FlagsOutOfRangeAreRefused) {
     EXPECT_EQ(out.find("serving "), std::string::npos) << c.flags << ":\n" << out;
   }
   // The router's port too.
-  const std::string route_cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash route --port 70000 2>&1; echo \"exit=$?\"";
+  const std::string route_cmd = "timeout 60 " + std::string(KVSTASH_BINARY_DIR) + "/kvstash route --port 70000 2>&1; echo \"exit=$?\"";
   std::string route_out;
   FILE* pipe = ::popen(route_cmd.c_str(), "r");
   char buf[512];
@@ -245,7 +247,7 @@ TEST_F(FrontHardeningE2ETest, FlagsOutOfRangeAreRefused) {
   EXPECT_NE(route_out.find("exit=1"), std::string::npos) << route_out;
   EXPECT_NE(route_out.find("--port"), std::string::npos) << route_out;
   // The memory refusal names what the context would need.
-  const std::string ctx = run("--ctx 100000000 --no-kv-store");
+  const std::string ctx = run("--ctx 100000000 --parallel 4096 --no-kv-store");
   EXPECT_NE(ctx.find("needs a KV pool of"), std::string::npos) << ctx;
 }
 
