@@ -434,6 +434,12 @@ int serve_main(int argc, char** argv) {
         engine_options.store_load_timeout = std::chrono::milliseconds(ms);
         return true;
       }, "a request whose KV is loading from the store waits this long at most, then recomputes (default 2000)");
+  app.add_option("--kv-prefetch-mib", [&](CLI::results_t r) {
+        std::int64_t mib = 0;
+        if (r.size() != 1 || !CLI::detail::lexical_cast(r[0], mib) || mib < 0 || mib > (std::int64_t{1} << 30)) return false;
+        engine_options.max_prefetched_bytes = static_cast<std::size_t>(mib) << 20;
+        return true;
+      }, "KV loaded from the store for requests not yet admitted, at most, MiB; a load beyond it is recomputed (default 1024)");
   int sgemm_prefill_min_tokens = 0;
   app.add_option("--sgemm-prefill-min-tokens", sgemm_prefill_min_tokens,
                  "Compute steps of at least N tokens with OpenBLAS sgemm: faster prefill of bf16/f32 weights (and of "
