@@ -123,7 +123,7 @@ struct Server::Impl : http::Handler {
                          std::string cache_namespace);
   // On a worker: parses, renders and tokenizes, then continues on the strand with admit().
   void prepare_generation(Endpoint endpoint, const http::Request& req, const std::shared_ptr<http::Exchange>& exchange,
-                          const std::string& cache_namespace);
+                          const std::string& cache_namespace, Clock::time_point arrived);
   // What the response cache decided for a request: "hit" or "semantic-hit" (record set), "miss"
   // (query set when the answer is to be indexed for semantic hits) or "bypass".
   struct CacheOutcome {
@@ -383,16 +383,18 @@ void Server::Impl::handle_generation(Endpoint endpoint, http::Request req, std::
   }
   const std::string path = req.path;
   auto shared_req = std::make_shared<http::Request>(std::move(req));
-  offload(exchange, path, [this, endpoint, shared_req, exchange, ns = std::move(cache_namespace)] {
-    prepare_generation(endpoint, *shared_req, exchange, ns);
+  // The request's clock (log, TTFT) starts now: time waiting for a worker counts.
+  offload(exchange, path, [this, endpoint, shared_req, exchange, ns = std::move(cache_namespace), arrived = Clock::now()] {
+    prepare_generation(endpoint, *shared_req, exchange, ns, arrived);
   });
 }
 
 void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& req,
                                       const std::shared_ptr<http::Exchange>& exchange,
-                                      const std::string& cache_namespace) {
+                                      const std::string& cache_namespace, Clock::time_point arrived) {
   const bool chat = endpoint == Endpoint::kChatCompletions;
   RequestRecord record;
+  record.start = arrived;
   record.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
   record.endpoint = req.path;
   auto fail = [&](const ApiError& error) {
