@@ -45,6 +45,10 @@ class Tokenizer {
   // "<|im_end|>" in a message stays text. This default encodes the pieces separately (exact for
   // the tokenizers here, which override it, up to merges across a span's edge).
   virtual std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const;
+  // Whether encode(text, true) would match a special token that encode(text, false) does not: when
+  // no plain span holds one, encode_with_plain_spans(text, spans) is encode(text, true) (callers
+  // with a cache of the latter use it). The default compares the two encodings.
+  virtual bool contains_special(std::string_view text) const { return encode(text, true) != encode(text, false); }
   // Token ids to UTF-8 bytes (control tokens such as BOS render as nothing; invalid ids too).
   virtual std::string decode(std::span<const TokenId> tokens) const = 0;
   // One token's bytes (may be part of a UTF-8 character). Control tokens give "".
