@@ -8,7 +8,10 @@
 // 415 multipart bodies, 429 at capacity, 500 internal, 503 over the connection caps or draining.
 //
 // It is a Handler on the event-driven HTTP layer (http/http_server.h): no thread waits for a
-// request. A generation request submits to the backend and then runs on its connection's strand:
+// request, and the I/O threads only do I/O: a body's JSON parsing, chat-template rendering and
+// tokenization (generation requests, /tokenize, /detokenize) run on RequestWorkers
+// (server/request_workers.h), which continue on the connection's strand. With API keys, each key
+// is a cache namespace (ServerOptions::api_keys). A generation request submits to the backend and then runs on its connection's strand:
 // the engine's callback only queues the event and schedules a poll (GenerationTask), which turns
 // events into the answer or the SSE stream. A client that disconnects has its request cancelled
 // in the engine (logged and counted with status 499); a stream whose client reads too slowly is
