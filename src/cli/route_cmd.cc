@@ -29,7 +29,7 @@ int route_main(int argc, char** argv) {
       ->check(CLI::IsMember({"cache-aware", "round-robin", "least-loaded", "prefix-hash"}))
       ->capture_default_str();
   app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
-  app.add_option("--port", o.port, "Port (0 = any free port)")->capture_default_str();
+  app.add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--w-pool", o.weights.pool, "Score per prompt token a worker holds in its engine pool")->capture_default_str();
   app.add_option("--w-memory", o.weights.memory, "Score per prompt token in its memory tier")->capture_default_str();
   app.add_option("--w-disk", o.weights.disk, "Score per prompt token in its disk tier")->capture_default_str();
@@ -44,18 +44,24 @@ int route_main(int argc, char** argv) {
   app.add_option("--backoff-max-ms", backoff_max_ms, "Longest wait before a failed worker is checked again (doubling from 250 ms)")
       ->capture_default_str();
   app.add_option("--max-attempts", o.max_attempts, "Workers tried for a request that fails before its first byte")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--tokenize-threads", o.tokenize_threads,
                  "Threads that tokenize prompts over --tokenize-inline-bytes (and run admin operations); the rest of a "
                  "request runs on the HTTP I/O threads")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--tokenize-inline-bytes", o.tokenize_inline_bytes,
                  "Request bodies up to this many bytes are tokenized on the HTTP I/O thread (no thread hand-off)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front (one keeps a request on one thread; raise it for thousands of requests a second)")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "I/O threads of the router's HTTP front (one keeps a request on one thread; raise it for thousands of requests a second)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--prefix-cache-tokens", o.prefix_cache_tokens,
                  "Tokens of rendered conversation prefixes kept tokenized, so that a chat's next turn tokenizes only its new "
                  "messages (byte-level BPE vocabularies; 0 = off)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--api-key", o.api_keys,
                  "Require 'Authorization: Bearer KEY' from clients on every proxied request (repeatable; /health and /metrics "

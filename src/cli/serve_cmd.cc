@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -186,9 +187,41 @@ struct HttpFlags {
   int stream_buffer_kib = 1024;
 };
 
+// One line of --api-key-file: KEY, NAME:KEY or NAME:KEY:NAMESPACE.
+Expected<server::ApiKey> parse_api_key_line(const std::string& line) {
+  server::ApiKey key;
+  const std::size_t first = line.find(':');
+  if (first == std::string::npos) {
+    key.key = line;
+  } else {
+    key.name = line.substr(0, first);
+    const std::size_t second = line.find(':', first + 1);
+    key.key = line.substr(first + 1, second == std::string::npos ? std::string::npos : second - first - 1);
+    if (second != std::string::npos) {
+      key.cache_namespace = line.substr(second + 1);
+      if (key.cache_namespace.empty()) return invalid_argument("an empty NAMESPACE after NAME:KEY: (write '*' for the common one)");
+      if (key.cache_namespace.find(':') != std::string::npos) return invalid_argument("NAMESPACE must not hold ':'");
+    }
+    if (key.name.empty()) return invalid_argument("an empty NAME before ':' (the forms: KEY, NAME:KEY, NAME:KEY:NAMESPACE)");
+  }
+  if (key.key.empty()) return invalid_argument("an empty KEY");
+  for (char c : line) {
+    if (static_cast<unsigned char>(c) < 0x21 || c == 0x7f) return invalid_argument("keys, names and namespaces are printable, without spaces");
+  }
+  return key;
+}
+
 void add_http_flags(CLI::App& app, server::ServerOptions& o, HttpFlags& f) {
-  app.add_option("--http-threads", o.http_threads, "I/O threads of the HTTP front (all connections)")->capture_default_str();
-  app.add_option("--max-connections", o.http.max_connections, "Open connections at most; beyond: 503")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "I/O threads of the HTTP front (all connections)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--request-workers", o.request_workers,
+                 "Threads that parse, render and tokenize request bodies (never the HTTP I/O threads)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--max-connections", o.http.max_connections, "Open connections at most; beyond: 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--max-connections-per-client", o.http.max_connections_per_client,
                  "Open connections per client address at most (0 = no bound); beyond: 503")
       ->capture_default_str();
@@ -199,12 +232,27 @@ void add_http_flags(CLI::App& app, server::ServerOptions& o, HttpFlags& f) {
   app.add_option("--write-timeout", f.write_timeout_s, "Seconds one write may take (a stalled reader is cut)")->capture_default_str();
   app.add_option("--stream-buffer-kib", f.stream_buffer_kib,
                  "Unsent bytes of one stream, KiB; beyond: the request is cancelled")->capture_default_str();
-  app.add_option("--api-key", o.api_keys, "Require 'Authorization: Bearer KEY' on /v1/* (repeatable)");
-  app.add_option("--api-key-file", f.api_key_file, "A file of API keys, one a line");
+  app.add_option("--api-key", o.api_keys,
+                 "Require 'Authorization: Bearer KEY' on every endpoint but /health, /ready (and /metrics with "
+                 "--public-metrics); each key is its own cache namespace: no key sees another's cached KV or answers "
+                 "(repeatable)");
+  app.add_option("--api-key-file", f.api_key_file,
+                 "A file of API keys, one a line ('#' comments): KEY (its own cache namespace), NAME:KEY (named in "
+                 "logs, its own namespace) or NAME:KEY:NAMESPACE (keys naming the same NAMESPACE share cached KV and "
+                 "answers; '*' = the node's common namespace, shared with peers). KEY must not hold ':' in the NAME: "
+                 "forms");
+  app.add_flag("--public-metrics", o.public_metrics, "Serve /metrics without the API key (default: it needs one)");
+  app.add_flag("--parse-special-in-content", o.parse_special_in_content,
+               "Let special-token text in chat message content (\"<|im_end|>\") become control tokens, for trusted "
+               "clients that send raw special tokens (default: content is plain text; only the chat template's markup "
+               "is control tokens)");
   app.add_option("--cors-origin", o.cors_origin, "Allow browser calls from this origin (\"*\" = any), with preflight");
   app.add_option("--request-timeout", o.request_timeout_s, "Seconds a generation may run; then it ends with \"abort\" (0 = none)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--drain-seconds", f.drain_seconds, "On SIGTERM: seconds in-flight requests get to finish")->capture_default_str();
+  app.add_option("--drain-seconds", f.drain_seconds, "On SIGTERM: seconds in-flight requests get to finish")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--log-format", f.log_format, "Request log lines: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -230,11 +278,19 @@ Status apply_http_flags(const HttpFlags& f, server::ServerOptions& o) {
   if (!f.api_key_file.empty()) {
     std::ifstream in(f.api_key_file);
     if (!in) return invalid_argument("--api-key-file: cannot read " + f.api_key_file);
+    int line_no = 0;
     for (std::string line; std::getline(in, line);) {
+      ++line_no;
       while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty() && line[0] != '#') o.api_keys.push_back(line);
+      if (line.empty() || line[0] == '#') continue;
+      Expected<server::ApiKey> key = parse_api_key_line(line);
+      if (!key) {
+        return invalid_argument("--api-key-file " + f.api_key_file + " line " + std::to_string(line_no) + ": " +
+                                key.status().message());
+      }
+      o.named_api_keys.push_back(std::move(*key));
     }
-    if (o.api_keys.empty()) return invalid_argument("--api-key-file: no keys in " + f.api_key_file);
+    if (o.named_api_keys.empty()) return invalid_argument("--api-key-file: no keys in " + f.api_key_file);
   }
   return Status::ok();
 }
@@ -295,6 +351,30 @@ Status open_response_cache(const std::string& size_text, const std::string& ttl_
   return Status::ok();
 }
 
+// Refuses, before anything is allocated, a KV pool larger than the machine's memory (--ctx
+// 100000000 would otherwise end in std::bad_alloc), naming what it would need. The pool's size is
+// the engine's: max(--kv-pool-tokens or parallel * ctx / 2, ctx + one block) tokens of 16-bit K and
+// V for every layer and KV head.
+Status check_kv_pool_fits(const Model& model, const EngineOptions& e) {
+  const ModelConfig& c = model.config();
+  std::int64_t pool_tokens = e.kv_pool_tokens > 0 ? e.kv_pool_tokens : std::int64_t{e.max_running} * e.n_ctx / 2;
+  pool_tokens = std::max<std::int64_t>(pool_tokens, std::int64_t{e.n_ctx} + e.block_size);
+  const double bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(std::uint16_t);
+  const double need = bytes_per_token * static_cast<double>(pool_tokens);
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return Status::ok();  // unknown: the allocator decides
+  const double have = static_cast<double>(pages) * static_cast<double>(page);
+  if (need <= have) return Status::ok();
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "--ctx %d with --parallel %d needs a KV pool of %lld tokens x %.0f bytes = %.1f GiB, more than this "
+                "machine's %.1f GiB of memory; lower --ctx, --parallel or --kv-pool-tokens",
+                e.n_ctx, e.max_running, static_cast<long long>(pool_tokens), bytes_per_token, need / (1u << 30),
+                have / (1u << 30));
+  return Status(StatusCode::kResourceExhausted, text);
+}
+
 // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
 void raise_descriptor_limit() {
   rlimit limit{};
@@ -315,14 +395,23 @@ int serve_main(int argc, char** argv) {
   int max_body_mib = static_cast<int>(server_options.max_body_bytes >> 20);
   app.add_option("-m,--model", model_path, "GGUF model file; without it a tiny demo model is generated");
   app.add_option("--host", server_options.host, "Address to listen on")->capture_default_str();
-  app.add_option("--port", server_options.port, "Port (0 = any free port)")->capture_default_str();
-  app.add_option("--ctx", engine_options.n_ctx, "Context length: prompt + generated tokens")->capture_default_str();
+  app.add_option("--port", server_options.port, "Port (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--ctx", engine_options.n_ctx,
+                 "Context length: prompt + generated tokens (refused at start when its KV pool exceeds the memory)")
+      ->check(CLI::Range(16, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   app.add_option("--parallel", engine_options.max_running, "Sequences decoded together at most")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   int queue = engine_options.max_queued;
   app.add_option("--queue", queue, "Requests waiting beyond the running batch (0 = none: a full batch answers 429)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")->capture_default_str();
+  app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
   std::string chat_template_file;
@@ -332,16 +421,27 @@ int serve_main(int argc, char** argv) {
   std::vector<std::string> aliases;
   app.add_option("--alias", aliases,
                  "Model name in the API (default: the model's name); more --alias: other names a request may use");
-  app.add_option("--max-body-mib", max_body_mib, "Largest request body by any framing, MiB")->capture_default_str();
+  app.add_option("--max-body-mib", max_body_mib, "Largest request body by any framing, MiB")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   HttpFlags http_flags;
   add_http_flags(app, server_options, http_flags);
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
   add_kv_budget_flags(app, engine_options.kv_budget);
   app.add_option("--kv-load-timeout-ms", [&](CLI::results_t r) {
-        engine_options.store_load_timeout = std::chrono::milliseconds(std::stoll(r[0]));
+        // A number >= 0; anything else is a parse error (false), never an exception out of stoll.
+        std::int64_t ms = 0;
+        if (r.size() != 1 || !CLI::detail::lexical_cast(r[0], ms) || ms < 0) return false;
+        engine_options.store_load_timeout = std::chrono::milliseconds(ms);
         return true;
       }, "a request whose KV is loading from the store waits this long at most, then recomputes (default 2000)");
+  app.add_option("--kv-prefetch-mib", [&](CLI::results_t r) {
+        std::int64_t mib = 0;
+        if (r.size() != 1 || !CLI::detail::lexical_cast(r[0], mib) || mib < 0 || mib > (std::int64_t{1} << 30)) return false;
+        engine_options.max_prefetched_bytes = static_cast<std::size_t>(mib) << 20;
+        return true;
+      }, "KV loaded from the store for requests not yet admitted, at most, MiB; a load beyond it is recomputed (default 1024)");
   int sgemm_prefill_min_tokens = 0;
   app.add_option("--sgemm-prefill-min-tokens", sgemm_prefill_min_tokens,
                  "Compute steps of at least N tokens with OpenBLAS sgemm: faster prefill of bf16/f32 weights (and of "
@@ -352,6 +452,7 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-pool-tokens", engine_options.kv_pool_tokens,
                  "Engine KV pool capacity, tokens (0 = parallel * ctx / 2)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   std::string identity_path, trust_keys_file;
   app.add_option("--identity", identity_path,
@@ -365,7 +466,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--cache-redis", cache_flags.redis,
                  "Redis tier: redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (a server or a cluster)");
   app.add_option("--cache-redis-ttl", cache_flags.redis_ttl, "Expiry of chunks stored in redis: 3600, 30m, 12h, 7d (default: none)");
-  app.add_option("--cache-redis-pool", cache_flags.redis_pool, "Connections per redis node")->capture_default_str();
+  app.add_option("--cache-redis-pool", cache_flags.redis_pool, "Connections per redis node")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--chunk-tokens", cache_flags.chunk_tokens, "Tokens per stored KV chunk (a multiple of 16)")
       ->capture_default_str();
   app.add_flag("--no-kv-store", cache_flags.disabled, "No tiered KV store (only the engine's pool)");
@@ -553,7 +656,19 @@ int serve_main(int argc, char** argv) {
       if (ban_sink->engine) ban_sink->engine->forget_producer(producer);
     });
   }
-  Expected<std::unique_ptr<Engine>> engine = Engine::create(**model, engine_options);
+  if (Status st = check_kv_pool_fits(**model, engine_options); !st) {
+    log_line("serve: " + st.message());
+    return 1;
+  }
+  Expected<std::unique_ptr<Engine>> engine = [&]() -> Expected<std::unique_ptr<Engine>> {
+    try {
+      return Engine::create(**model, engine_options);
+    } catch (const std::bad_alloc&) {  // the check above is an estimate: the last word is the allocator's
+      return Status(StatusCode::kResourceExhausted,
+                    "cannot allocate the engine's KV pool and buffers for --ctx " + std::to_string(engine_options.n_ctx) +
+                        " x --parallel " + std::to_string(engine_options.max_running) + "; lower them or --kv-pool-tokens");
+    }
+  }();
   if (!engine) {
     log_line("serve: " + engine.status().to_string());
     return 1;

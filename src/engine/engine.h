@@ -103,6 +103,10 @@ struct EngineOptions {
   // this it stops waiting and computes them instead. Default: well above a 4,000-token load from
   // any local tier or Redis, well below the prefill it saves.
   std::chrono::milliseconds store_load_timeout{2000};
+  // KV loaded from the store and held in host memory for requests not yet admitted, at most
+  // (bytes; the count of such requests is bounded by the queue, their size by this). A finished
+  // load that would pass it is dropped and its request recomputes. Default 1 GiB.
+  std::size_t max_prefetched_bytes = std::size_t{1} << 30;
   // Long generations in a fixed KV budget (off by default); requests may override the budget.
   KvBudgetOptions kv_budget{};
   // For test harnesses: called on the engine thread at the start of every step with the step's
@@ -130,6 +134,8 @@ struct EngineStats {
   std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
   int loading = 0;                            // requests waiting for their KV to load from the store
   std::int64_t store_loads_timed_out = 0;     // loads given up at store_load_timeout (recomputed)
+  std::int64_t store_loads_dropped = 0;       // loads dropped at max_prefetched_bytes (recomputed)
+  std::int64_t prefetched_bytes = 0;          // KV held for requests not yet admitted (last poll)
   std::int64_t store_loads_finished = 0;      // prefetch jobs whose I/O ended (counted when it ends)
   std::int64_t compactions = 0;               // KV compactions run (sequences with a budget)
   std::int64_t kv_tokens_evicted = 0;         // KV slots they dropped

@@ -94,13 +94,30 @@ void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool fro
   }
 }
 
+namespace {
+
+// The bytes a finished load holds (its chunks and tail), until admission installs or drops them.
+std::size_t held_bytes(const PrefetchJob& job) {
+  std::size_t n = 0;
+  for (const cache::LoadedChunk& c : job.chunks) n += c.bytes ? c.bytes->size() : 0;
+  if (job.tail && job.tail->bytes) n += job.tail->bytes->size();
+  return n;
+}
+
+}  // namespace
+
 void Engine::Impl::poll_loads() {
   {
     std::lock_guard<std::mutex> lock(mu);
     load_finished = false;
   }
   const auto now = Clock::now();
-  std::int64_t timed_out = 0;
+  std::int64_t timed_out = 0, dropped = 0;
+  // What the requests already waiting with a finished load hold: the bound counts them first.
+  std::size_t held = 0;
+  for (const auto& w : waiting) {
+    if (w && w->prefetch && w->prefetch->done.load(std::memory_order_acquire)) held += held_bytes(*w->prefetch);
+  }
   for (auto& s : loading) {
     const bool done = s->prefetch->done.load(std::memory_order_acquire);
     if (!done && now < s->load_deadline) continue;
@@ -108,14 +125,21 @@ void Engine::Impl::poll_loads() {
       s->prefetch->abandoned.store(true, std::memory_order_relaxed);
       s->prefetch.reset();
       ++timed_out;
+    } else if (const std::size_t bytes = held_bytes(*s->prefetch); held + bytes > options.max_prefetched_bytes) {
+      // Holding it would pass the bound: many large loads queued behind a full batch must not
+      // grow memory without limit. The request recomputes (same output).
+      s->prefetch.reset();
+      ++dropped;
+    } else {
+      held += bytes;
     }
     waiting.push_back(std::move(s));
   }
   loading.erase(std::remove(loading.begin(), loading.end(), nullptr), loading.end());
-  if (timed_out > 0) {
-    std::lock_guard<std::mutex> lock(mu);
-    stats.store_loads_timed_out += timed_out;
-  }
+  std::lock_guard<std::mutex> lock(mu);
+  stats.store_loads_timed_out += timed_out;
+  stats.store_loads_dropped += dropped;
+  stats.prefetched_bytes = static_cast<std::int64_t>(held);
 }
 
 int Engine::Impl::install_prefetched(Sequence& seq, int hits) {

@@ -35,8 +35,10 @@ class EngineStoreTest : public ::testing::Test {
   // A load these tests expect to hit must not be given up because a loaded (sanitizer, CI) machine
   // is slow: a deadline (the default is 2 s) is exercised by LoadPastItsDeadline only.
   static std::unique_ptr<Engine> make_engine(cache::TieredStore* store, bool prefix_cache = true,
-                                             std::chrono::milliseconds load_timeout = std::chrono::minutes(10)) {
+                                             std::chrono::milliseconds load_timeout = std::chrono::minutes(10),
+                                             std::size_t max_prefetched_bytes = std::size_t{1} << 30) {
     EngineOptions o;
+    o.max_prefetched_bytes = max_prefetched_bytes;
     o.n_ctx = 1024;
     o.n_threads = 2;
     o.kv_store = store;
@@ -101,6 +103,27 @@ TEST_F(EngineStoreTest, SecondEngineLoadsChunksFromMemoryTierInsteadOfPrefilling
   EXPECT_EQ(r->cached_tokens, 192);
   EXPECT_EQ(b->stats().prompt_tokens_from_store, 192);
   EXPECT_EQ(r->tokens, expected) << "a store hit must give exactly the uncached output";
+}
+
+// The KV held for queued requests is bounded in bytes: a finished load that would pass the bound
+// is dropped, and the request recomputes with the same output.
+TEST_F(EngineStoreTest, LoadPastTheByteBoundIsDroppedAndRecomputed) {
+  auto store_ptr = memory_store();
+  cache::TieredStore& store = *store_ptr;
+  auto req = request(200, 3);
+  const auto expected = uncached(req);
+  {
+    auto a = make_engine(&store);
+    generate(*a, req);
+  }
+  store.flush();
+  auto b = make_engine(&store, true, std::chrono::minutes(10), /*max_prefetched_bytes=*/1);
+  auto r = generate(*b, req);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->cached_tokens, 0);
+  EXPECT_EQ(r->tokens, expected);
+  EXPECT_EQ(b->stats().store_loads_dropped, 1);
+  EXPECT_EQ(b->stats().prompt_tokens_from_store, 0);
 }
 
 // A prompt that ends exactly on a chunk boundary and is wholly in the store: the last chunk is

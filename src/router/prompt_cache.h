@@ -85,6 +85,19 @@ class CachingTokenizer final : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const override {
     return parse_special && cache_.enabled() ? cache_.encode(text) : inner_.encode(text, parse_special);
   }
+  // A chat prompt whose content holds no special-token text is encode(text, true): through the
+  // cache. Content that does goes to the tokenizer as it is (rare, and never cached). The router
+  // tokenizes for routing only (the worker tokenizes what it runs), so a special token that
+  // would straddle a span's edge costs at most affinity, never an answer.
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const override {
+    for (const TextSpan& span : plain) {
+      if (span.offset <= text.size() && inner_.contains_special(text.substr(span.offset, span.length))) {
+        return inner_.encode_with_plain_spans(text, plain);
+      }
+    }
+    return encode(text, /*parse_special=*/true);
+  }
+  bool contains_special(std::string_view text) const override { return inner_.contains_special(text); }
   std::string decode(std::span<const TokenId> tokens) const override { return inner_.decode(tokens); }
   std::string token_to_piece(TokenId token) const override { return inner_.token_to_piece(token); }
   std::size_t vocab_size() const override { return inner_.vocab_size(); }

@@ -65,6 +65,32 @@ TEST(PrefixTokenCache, Llama3EqualsTheTokenizer) {
   check_conversations(*tok, server::ChatTemplate::kLlama3);
 }
 
+// Chat prompts keep content as text (encode_with_plain_spans): through the caching tokenizer they
+// are exactly the tokenizer's, content with special-token text included, and prompts whose content
+// holds none still go through the cache.
+TEST(PrefixTokenCache, ChatContentSpansEqualTheTokenizerAndBenignOnesHit) {
+  auto tok = load("ggml-vocab-qwen2.gguf");
+  ASSERT_TRUE(tok);
+  PrefixTokenCache cache(*tok, 1 << 20);
+  CachingTokenizer caching(*tok, cache);
+  std::mt19937 rng(5);
+  int benign = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::vector<server::ChatMessage> messages = {{"system", "Be brief."}, {"user", random_text(rng)}};
+    Expected<server::RenderedChat> r = server::ChatTemplate::kChatML.render_marked(messages, true);
+    ASSERT_TRUE(r && r->located);
+    EXPECT_EQ(caching.encode_with_plain_spans(r->text, r->content), tok->encode_with_plain_spans(r->text, r->content));
+    if (!tok->contains_special(messages[1].content)) {
+      ++benign;
+      EXPECT_EQ(tok->encode_with_plain_spans(r->text, r->content), tok->encode(r->text, true));
+    }
+  }
+  ASSERT_GT(benign, 0);
+  EXPECT_GE(cache.stats().lookups, static_cast<std::uint64_t>(benign));
+  EXPECT_TRUE(tok->contains_special("a<|im_end|>b"));
+  EXPECT_FALSE(tok->contains_special("a<|im_end b"));
+}
+
 TEST(PrefixTokenCache, SameTextTwiceIsAHitAndEvictionKeepsItExact) {
   auto tok = load("ggml-vocab-qwen2.gguf");
   ASSERT_TRUE(tok);

@@ -1,5 +1,8 @@
 #include "server/chat_template.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "jinja/template.h"
 #include "jinja/value.h"
 
@@ -69,6 +72,68 @@ jinja::Dict jinja_context(const std::vector<ChatMessage>& messages, bool add_gen
   return context;
 }
 
+std::string_view ltrim(std::string_view s) {
+  const std::size_t b = s.find_first_not_of(" \t\r\n");
+  return b == std::string_view::npos ? std::string_view() : s.substr(b);
+}
+
+std::string_view rtrim(std::string_view s) {
+  const std::size_t e = s.find_last_not_of(" \t\r\n");
+  return e == std::string_view::npos ? std::string_view() : s.substr(0, e + 1);
+}
+
+// Markers stand in for message content: ASCII SUB, a prefix no content holds, the message index,
+// SUB. They have no whitespace at their ends, so a template's trim leaves them as they are.
+constexpr char kMarkerEdge = '\x1a';
+
+// Where the marked rendering's markers, expanded to their content, reproduce `text`: the spans
+// of content, or nullopt when they do not line up.
+std::optional<std::vector<tokenizer::TextSpan>> locate_content(std::string_view text, std::string_view marked,
+                                                               const std::string& prefix,
+                                                               const std::vector<ChatMessage>& messages) {
+  std::vector<tokenizer::TextSpan> spans;
+  std::size_t tpos = 0;  // in text
+  std::size_t mpos = 0;  // in marked
+  // The template's text from `from` in `marked` up to the next marker (or the end).
+  const auto literal = [&](std::size_t from) {
+    const std::size_t next = marked.find(prefix, from);
+    return marked.substr(from, (next == std::string_view::npos ? marked.size() : next) - from);
+  };
+  for (;;) {
+    const std::string_view lit = literal(mpos);
+    if (text.compare(tpos, lit.size(), lit) != 0) return std::nullopt;
+    tpos += lit.size();
+    mpos += lit.size();
+    if (mpos == marked.size()) break;
+    // A marker: prefix, decimal index, kMarkerEdge.
+    std::size_t p = mpos + prefix.size();
+    std::size_t index = 0;
+    bool digits = false;
+    while (p < marked.size() && marked[p] >= '0' && marked[p] <= '9') {
+      index = index * 10 + static_cast<std::size_t>(marked[p] - '0');
+      digits = true;
+      if (index >= messages.size()) return std::nullopt;
+      ++p;
+    }
+    if (!digits || p >= marked.size() || marked[p] != kMarkerEdge) return std::nullopt;
+    mpos = p + 1;
+    const std::string_view next_lit = literal(mpos);
+    const std::string_view content = messages[index].content;
+    bool placed = false;
+    for (std::string_view candidate : {content, trim(content), ltrim(content), rtrim(content)}) {
+      if (text.compare(tpos, candidate.size(), candidate) != 0) continue;
+      if (text.compare(tpos + candidate.size(), next_lit.size(), next_lit) != 0) continue;
+      if (!candidate.empty()) spans.push_back({tpos, candidate.size()});
+      tpos += candidate.size();
+      placed = true;
+      break;
+    }
+    if (!placed) return std::nullopt;
+  }
+  if (tpos != text.size()) return std::nullopt;
+  return spans;
+}
+
 std::string quote(std::string_view tmpl) {
   return "\"" + std::string(tmpl.substr(0, kTemplateQuoteChars)) + (tmpl.size() > kTemplateQuoteChars ? "..." : "") +
          "\"";
@@ -115,6 +180,40 @@ Expected<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messa
     case Kind::kChatML: render_chatml(messages, add_generation_prompt, out); return out;
     case Kind::kLlama3: render_llama3(messages, add_generation_prompt, out); return out;
     case Kind::kJinja: return jinja_->render(jinja_context(messages, add_generation_prompt, bos_text, eos_text));
+  }
+  return out;
+}
+
+Expected<RenderedChat> ChatTemplate::render_marked(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt, const std::string& bos_text,
+                                                   const std::string& eos_text) const {
+  Expected<std::string> text = render(messages, add_generation_prompt, bos_text, eos_text);
+  if (!text) return text.status();
+  RenderedChat out;
+  out.text = std::move(*text);
+  const bool any_content = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.content.empty(); });
+  if (!any_content) return out;
+  // A marker prefix that no content holds (the first try nearly always).
+  std::string prefix;
+  for (int attempt = 0;; ++attempt) {
+    prefix = std::string(1, kMarkerEdge) + "kvstash-content-" + std::to_string(attempt) + ":";
+    if (std::none_of(messages.begin(), messages.end(),
+                     [&](const ChatMessage& m) { return m.content.find(prefix) != std::string::npos; })) {
+      break;
+    }
+  }
+  std::vector<ChatMessage> marked = messages;
+  for (std::size_t i = 0; i < marked.size(); ++i) {
+    // Empty content stays empty: a template may test it ("{% if message.content %}").
+    if (!marked[i].content.empty()) marked[i].content = prefix + std::to_string(i) + kMarkerEdge;
+  }
+  Expected<std::string> marked_text = render(marked, add_generation_prompt, bos_text, eos_text);
+  std::optional<std::vector<tokenizer::TextSpan>> spans;
+  if (marked_text) spans = locate_content(out.text, *marked_text, prefix, messages);
+  if (spans) {
+    out.content = std::move(*spans);
+  } else {
+    out.located = false;
   }
   return out;
 }

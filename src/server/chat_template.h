@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvstash/status.h"
+#include "tokenizer/special_tokens.h"
 
 namespace kvstash::jinja {
 class Template;
@@ -30,6 +31,16 @@ namespace kvstash::server {
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant" or "tool" (validated by the parser)
   std::string content;  // text parts already joined
+};
+
+// A rendered conversation and where the messages' content lies in it, so that the prompt builder
+// can tokenize content as text and only the template's own markup as control tokens.
+struct RenderedChat {
+  std::string text;                           // exactly what render() returns
+  std::vector<tokenizer::TextSpan> content;   // sorted, not overlapping
+  // false when the template changed a message's content beyond trimming (or rendered it in a way
+  // the markers below could not follow): `content` is then empty and unknown.
+  bool located = true;
 };
 
 class ChatTemplate {
@@ -53,6 +64,13 @@ class ChatTemplate {
   // Errors (kInvalidArgument): what the template raised ("System role not supported", ...).
   Expected<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                const std::string& bos_text = "", const std::string& eos_text = "") const;
+
+  // render(), plus where each message's content landed. The template runs a second time with
+  // each content replaced by a unique marker; the text between markers is the template's own,
+  // and each marker stands for the content as given or trimmed (Llama 3 trims). The text is
+  // render()'s byte for byte whatever the markers find.
+  Expected<RenderedChat> render_marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                       const std::string& bos_text = "", const std::string& eos_text = "") const;
 
   bool operator==(const ChatTemplate& other) const { return kind_ == other.kind_ && jinja_ == other.jinja_; }
 

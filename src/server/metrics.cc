@@ -237,6 +237,11 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_kv_loads_timed_out_total", "counter",
          "Store loads given up at --kv-load-timeout-ms (the request recomputed its prefix).");
   sample(out, "kvstash_kv_loads_timed_out_total", static_cast<double>(engine.store_loads_timed_out));
+  header(out, "kvstash_kv_loads_dropped_total", "counter",
+         "Finished store loads dropped to keep the KV held for queued requests within its byte bound (recomputed).");
+  sample(out, "kvstash_kv_loads_dropped_total", static_cast<double>(engine.store_loads_dropped));
+  header(out, "kvstash_kv_prefetched_bytes", "gauge", "KV loaded from the store and held for requests not yet admitted.");
+  sample(out, "kvstash_kv_prefetched_bytes", static_cast<double>(engine.prefetched_bytes));
   header(out, "kvstash_kv_compactions_total", "counter", "KV compactions of sequences over their --kv-budget.");
   sample(out, "kvstash_kv_compactions_total", static_cast<double>(engine.compactions));
   header(out, "kvstash_kv_tokens_evicted_total", "counter", "KV slots dropped by compactions.");

@@ -1,24 +1,48 @@
 #include "server/prompt_builder.h"
 
+#include <algorithm>
 #include <string>
 
 namespace kvstash::server {
 
 std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, const ModelInfo& model,
                                                  const ChatTemplate& chat_template,
-                                                 GenerationRequest& out) {
+                                                 GenerationRequest& out, const PromptOptions& options) {
   out = GenerationRequest{};
   const Tokenizer& tok = *model.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) out.prompt.push_back(tok.bos_id());
   if (parsed.endpoint == Endpoint::kChatCompletions) {
-    Expected<std::string> text = chat_template.render(parsed.messages, /*add_generation_prompt=*/true,
-                                                      tok.token_text(tok.bos_id()), tok.token_text(tok.eos_id()));
-    if (!text) return bad_request(text.status().message(), "messages", "invalid_chat_template");
+    Expected<RenderedChat> rendered = chat_template.render_marked(parsed.messages, /*add_generation_prompt=*/true,
+                                                                  tok.token_text(tok.bos_id()), tok.token_text(tok.eos_id()));
+    if (!rendered) return bad_request(rendered.status().message(), "messages", "invalid_chat_template");
+    std::string& text = rendered->text;
+    std::vector<TextSpan>& content = rendered->content;
     const std::string bos_text = tok.token_text(tok.bos_id());
-    if (!out.prompt.empty() && !bos_text.empty() && text->compare(0, bos_text.size(), bos_text) == 0) {
-      text->erase(0, bos_text.size());
+    if (!out.prompt.empty() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0) {
+      text.erase(0, bos_text.size());
+      for (TextSpan& span : content) {  // content never starts inside the template's BOS text
+        const std::size_t cut = std::min(span.offset, bos_text.size());
+        span.offset -= cut;
+      }
     }
-    std::vector<TokenId> ids = tok.encode(*text, /*parse_special=*/true);
+    std::vector<TokenId> ids;
+    if (options.parse_special_in_content) {
+      ids = tok.encode(text, /*parse_special=*/true);
+    } else if (rendered->located) {
+      ids = tok.encode_with_plain_spans(text, content);
+    } else {
+      // The template changed content past recognition: safe only when no content holds special-token text.
+      for (const ChatMessage& m : parsed.messages) {
+        if (tok.encode(m.content, /*parse_special=*/true) != tok.encode(m.content, /*parse_special=*/false)) {
+          return bad_request("a message's content holds special-token text (such as \"<|im_end|>\"), which this server "
+                             "keeps as plain text, but this chat template rewrites content so that it cannot be told "
+                             "apart from the template's markup; remove it, or start the server with "
+                             "--parse-special-in-content",
+                             "messages", "special_tokens_in_content");
+        }
+      }
+      ids = tok.encode(text, /*parse_special=*/true);
+    }
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
     const std::string end_text = chat_template.end_token();
     if (std::optional<TokenId> end = end_text.empty() ? std::nullopt : tok.find_token(end_text)) {

@@ -198,8 +198,10 @@ void ResponseCache::lookup(const cache::ChunkKey& key, std::optional<SemanticQue
 void ResponseCache::reject(const cache::ChunkKey& key, Rejection why, bool erase) {
   rejected_[why].fetch_add(1, std::memory_order_relaxed);
   if (!erase) return;
-  // A promotion of the bad record may still be queued: let it land, then remove it everywhere.
-  store_->flush();
+  // Removes just this record from every tier, now. The lookup worker never waits for the store's
+  // write queues (flush() would hold it behind every queued write of every tier, a slow redis's
+  // or peer's included, so one planted record could stall lookups): a promotion of the bad record
+  // still queued may land after this, and is then rejected and erased by the next lookup of it.
   for (std::size_t t = 0; t < store_->tier_count(); ++t) (void)store_->tier(t).erase(key);
 }
 

@@ -129,6 +129,12 @@ std::string ResponseCache::render_semantic_metrics() const {
   out += "# HELP kvstash_response_cache_semantic_entries Entries in the semantic index.\n";
   out += "# TYPE kvstash_response_cache_semantic_entries gauge\n";
   out += "kvstash_response_cache_semantic_entries " + std::to_string(semantic_entries()) + "\n";
+  out += "# HELP kvstash_response_cache_semantic_bytes The semantic index's estimated memory (bounded).\n";
+  out += "# TYPE kvstash_response_cache_semantic_bytes gauge\n";
+  out += "kvstash_response_cache_semantic_bytes " + std::to_string(semantic_->bytes()) + "\n";
+  out += "# HELP kvstash_response_cache_semantic_evicted_total Namespaces dropped from the index to stay within its bounds.\n";
+  out += "# TYPE kvstash_response_cache_semantic_evicted_total counter\n";
+  out += "kvstash_response_cache_semantic_evicted_total " + std::to_string(semantic_->evicted()) + "\n";
   return out;
 }
 

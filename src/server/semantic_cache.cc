@@ -18,6 +18,12 @@ constexpr std::size_t kHnswEfConstruction = 200;
 constexpr std::size_t kHnswEfSearch = 64;
 constexpr std::size_t kInitialCapacity = 256;  // grown by doubling up to max_entries_per_namespace
 
+// What one slot of a namespace's capacity costs: its vector, its level-0 links (2M of them, each a
+// 4-byte id, plus the count) and hnswlib's per-element bookkeeping (label, lock, level list).
+std::size_t slot_bytes(std::size_t dims) {
+  return dims * sizeof(float) + (2 * kHnswM + 1) * sizeof(std::uint32_t) + 64;
+}
+
 void update_string(Sha256& h, std::string_view s) {
   h.update_u32(static_cast<std::uint32_t>(s.size()));
   h.update(s);
@@ -147,7 +153,23 @@ struct SemanticIndex::Namespace {
   };
   std::vector<Entry> entries;  // by hnswlib label
   std::map<cache::ChunkKey, std::size_t> by_key;
+  std::size_t bytes() const { return capacity * slot_bytes(dims); }
+  mutable std::uint64_t last_used = 0;  // SemanticIndex::clock_ at the last add or find
 };
+
+bool SemanticIndex::evict_one_locked(const Namespace* keep) {
+  auto victim = namespaces_.end();
+  for (auto it = namespaces_.begin(); it != namespaces_.end(); ++it) {
+    if (it->second.get() == keep) continue;
+    if (victim == namespaces_.end() || it->second->last_used < victim->second->last_used) victim = it;
+  }
+  if (victim == namespaces_.end()) return false;
+  bytes_ -= victim->second->bytes();
+  entries_ -= victim->second->entries.size();
+  namespaces_.erase(victim);
+  ++evicted_;
+  return true;
+}
 
 SemanticIndex::SemanticIndex(SemanticCacheOptions options) : options_(std::move(options)) {}
 SemanticIndex::~SemanticIndex() = default;
@@ -158,17 +180,34 @@ bool SemanticIndex::add(const cache::ChunkKey& ns, const cache::ChunkKey& record
   std::lock_guard<std::mutex> lock(mu_);
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) {
-    if (namespaces_.size() >= options_.max_namespaces) return false;
-    it = namespaces_.emplace(ns, std::make_unique<Namespace>(embedding.size())).first;
+    // Room for a new namespace: the least recently used ones go (never refuse new tenants forever).
+    const std::size_t need = kInitialCapacity * slot_bytes(embedding.size());
+    if (need > options_.max_bytes || options_.max_namespaces == 0) return false;
+    while (namespaces_.size() >= options_.max_namespaces || bytes_ + need > options_.max_bytes) {
+      if (!evict_one_locked(nullptr)) break;
+    }
+    try {
+      it = namespaces_.emplace(ns, std::make_unique<Namespace>(embedding.size())).first;
+    } catch (const std::exception&) {
+      return false;  // hnswlib reports allocation failures by exception
+    }
+    bytes_ += it->second->bytes();
   }
   Namespace& n = *it->second;
+  n.last_used = ++clock_;
   if (n.dims != embedding.size()) return false;
   if (n.by_key.count(record_key)) return true;
   if (n.entries.size() >= options_.max_entries_per_namespace) return false;
   try {
     if (n.entries.size() >= n.capacity) {
-      n.capacity = std::min(options_.max_entries_per_namespace, n.capacity * 2);
-      n.graph.resizeIndex(n.capacity);
+      const std::size_t grown = std::min(options_.max_entries_per_namespace, n.capacity * 2);
+      const std::size_t extra = (grown - n.capacity) * slot_bytes(n.dims);
+      while (bytes_ + extra > options_.max_bytes) {
+        if (!evict_one_locked(&n)) return false;  // this namespace alone fills the bound
+      }
+      n.graph.resizeIndex(grown);
+      bytes_ += extra;
+      n.capacity = grown;
     }
     n.graph.addPoint(embedding.data(), n.entries.size());
   } catch (const std::exception&) {
@@ -188,6 +227,7 @@ std::vector<SemanticIndex::Candidate> SemanticIndex::find(const cache::ChunkKey&
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) return out;
   const Namespace& n = *it->second;
+  n.last_used = ++clock_;
   if (n.entries.empty() || n.dims != embedding.size()) return out;
   std::vector<std::pair<float, hnswlib::labeltype>> near;
   try {
@@ -211,6 +251,16 @@ std::vector<SemanticIndex::Candidate> SemanticIndex::find(const cache::ChunkKey&
 std::size_t SemanticIndex::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_;
+}
+
+std::size_t SemanticIndex::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+std::uint64_t SemanticIndex::evicted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evicted_;
 }
 
 }  // namespace kvstash::server

@@ -38,7 +38,11 @@ namespace kvstash::server {
 struct SemanticCacheOptions {
   float threshold = 0.0f;  // --semantic-cache: cosine at least this is near; 0 = semantic cache off
   std::size_t max_entries_per_namespace = 100000;  // beyond it new answers are not indexed (counted)
-  std::size_t max_namespaces = 10000;              // beyond it new namespaces are not indexed (counted)
+  std::size_t max_namespaces = 10000;              // beyond it the least recently used namespace is dropped
+  // The index's memory (embeddings and graph links, counted by each namespace's capacity) at most;
+  // beyond it the least recently used namespaces are dropped whole (their records stay in the
+  // tiers and still answer exact hits). Default 256 MiB.
+  std::size_t max_bytes = std::size_t{256} << 20;
   int candidates = 8;                              // nearest entries checked against the gates
 };
 
@@ -80,14 +84,21 @@ class SemanticIndex {
                               const std::vector<std::string>& literals, int* refused_by_literals) const;
 
   std::size_t size() const;
+  std::size_t bytes() const;           // the index's estimated memory (see max_bytes)
+  std::uint64_t evicted() const;       // namespaces dropped to stay within the bounds
   const SemanticCacheOptions& options() const { return options_; }
 
  private:
   struct Namespace;
+  // Drops the least recently used namespace other than `keep`; false when there is none.
+  bool evict_one_locked(const Namespace* keep);
   const SemanticCacheOptions options_;
   mutable std::mutex mu_;
   std::map<cache::ChunkKey, std::unique_ptr<Namespace>> namespaces_;  // guarded by mu_
   std::size_t entries_ = 0;                                           // guarded by mu_
+  std::size_t bytes_ = 0;                                             // guarded by mu_
+  std::uint64_t evicted_ = 0;                                         // guarded by mu_
+  mutable std::uint64_t clock_ = 0;  // guarded by mu_: advances on each add and find (recency)
 };
 
 }  // namespace kvstash::server

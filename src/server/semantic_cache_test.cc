@@ -64,6 +64,51 @@ TEST(SemanticIndex, FindsNearEntriesOfItsNamespaceWithEqualLiteralsOnly) {
   EXPECT_FALSE(index.add(ns1, r4, unit({0, 0, 0, 1}), {}));  // the namespace is full
 }
 
+// The index is bounded: past max_namespaces or max_bytes the least recently used namespace goes
+// (new tenants are indexed, never refused forever), and the estimated memory stays within bound.
+TEST(SemanticIndex, EvictsLeastRecentlyUsedNamespacesWithinItsBounds) {
+  SemanticCacheOptions o;
+  o.threshold = 0.9f;
+  o.max_namespaces = 2;
+  SemanticIndex index(o);
+  cache::ChunkKey ns[3], r[3];
+  for (int i = 0; i < 3; ++i) {
+    ns[i].bytes[0] = static_cast<std::uint8_t>(1 + i);
+    r[i].bytes[0] = static_cast<std::uint8_t>(11 + i);
+  }
+  ASSERT_TRUE(index.add(ns[0], r[0], unit({1, 0, 0, 0}), {}));
+  ASSERT_TRUE(index.add(ns[1], r[1], unit({1, 0, 0, 0}), {}));
+  EXPECT_FALSE(index.find(ns[0], unit({1, 0, 0, 0}), {}, nullptr).empty());  // ns[0] used last
+  ASSERT_TRUE(index.add(ns[2], r[2], unit({1, 0, 0, 0}), {}));               // a third: ns[1] goes
+  EXPECT_EQ(index.evicted(), 1u);
+  EXPECT_EQ(index.size(), 2u);
+  EXPECT_TRUE(index.find(ns[1], unit({1, 0, 0, 0}), {}, nullptr).empty());
+  EXPECT_FALSE(index.find(ns[0], unit({1, 0, 0, 0}), {}, nullptr).empty());
+  EXPECT_FALSE(index.find(ns[2], unit({1, 0, 0, 0}), {}, nullptr).empty());
+
+  // By bytes: room for about two namespaces' initial capacity of 64-dimensional entries.
+  SemanticCacheOptions b;
+  b.threshold = 0.9f;
+  SemanticIndex probe(b);
+  std::vector<float> v(64, 0.0f);
+  v[0] = 1.0f;
+  ASSERT_TRUE(probe.add(ns[0], r[0], v, {}));
+  const std::size_t one = probe.bytes();
+  ASSERT_GT(one, 0u);
+  b.max_bytes = one * 2 + one / 2;
+  SemanticIndex bounded(b);
+  for (int i = 0; i < 40; ++i) {
+    cache::ChunkKey n, k;
+    n.bytes[0] = static_cast<std::uint8_t>(i);
+    n.bytes[1] = 1;
+    k.bytes[0] = static_cast<std::uint8_t>(i);
+    ASSERT_TRUE(bounded.add(n, k, v, {})) << i;
+    EXPECT_LE(bounded.bytes(), b.max_bytes);
+  }
+  EXPECT_EQ(bounded.evicted(), 38u);
+  EXPECT_EQ(bounded.size(), 2u);
+}
+
 TEST(SemanticEntry, RoundTripsAndRejectsDamage) {
   cache::SemanticEntry e;
   e.record_key.bytes[3] = 7;

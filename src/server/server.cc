@@ -12,6 +12,9 @@
 #include <mutex>
 #include <thread>
 
+#include <openssl/crypto.h>
+
+#include "common/sha256.h"
 #include "server/chat_template.h"
 #include "server/embeddings_api.h"
 #include "server/tokenize_api.h"
@@ -19,6 +22,7 @@
 #include "server/log.h"
 #include "server/prompt_builder.h"
 #include "server/request_parser.h"
+#include "server/request_workers.h"
 #include "server/response_cache.h"
 #include "server/response_json.h"
 
@@ -32,9 +36,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 // stop(): how long aborted generations get to send their last bytes.
 constexpr std::chrono::milliseconds kAbortFlush{2000};
-
-const char* kApiPaths[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/kv/info", "/v1/kv/events",
-                           "/v1/identity", "/v1/embeddings"};
 
 std::string known_endpoint(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
@@ -51,6 +52,17 @@ std::string lower(std::string_view s) {
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
   return out;
 }
+
+// The cache salt of a request: the key's namespace, then the body's cache_salt, length-prefixed so
+// that no pair of (namespace, salt) can spell another's. The common namespace ("") leaves the
+// body's salt as it is, so requests without keys keep their keys (and peers their sharing).
+std::string tenant_salt(const std::string& cache_namespace, const std::string& body_salt) {
+  if (cache_namespace.empty()) return body_salt;
+  return "kvstash-tenant-v1:" + std::to_string(cache_namespace.size()) + ":" + cache_namespace + ":" + body_salt;
+}
+
+// The endpoints anyone may call with keys configured: liveness and readiness probes.
+bool open_endpoint(const std::string& path) { return path == "/health" || path == "/ready"; }
 
 }  // namespace
 
@@ -74,8 +86,31 @@ struct Server::Impl : http::Handler {
   std::thread time_keeper;
   std::unique_ptr<KvEventsApi> kv_events;  // set when options.kv_events is
   std::unique_ptr<EmbeddingsApi> embeddings;  // POST /v1/embeddings (its own worker thread)
+  // Parsing, rendering and tokenizing bodies (never on the I/O threads).
+  std::unique_ptr<RequestWorkers> workers;
+  PromptOptions prompt_options;
+  // The API keys as digests, with their cache namespaces ("" = the common one).
+  struct KeyEntry {
+    Digest digest{};
+    std::string cache_namespace;
+    std::string name;
+  };
+  std::vector<KeyEntry> keys;
 
   Impl(GenerationBackend& b, ServerOptions o) : backend(b), options(std::move(o)) {
+    const auto add_key = [this](const std::string& key, const std::string& name, const std::string& ns) {
+      KeyEntry e;
+      e.digest = sha256(key.data(), key.size());
+      // A key's own namespace is named by its digest: stable across restarts, never the key itself.
+      e.cache_namespace = ns == "*" ? "" : !ns.empty() ? "ns:" + ns : "key:" + to_hex(e.digest).substr(0, 32);
+      e.name = name;
+      keys.push_back(std::move(e));
+    };
+    for (const std::string& k : options.api_keys) add_key(k, "", "");
+    for (const ApiKey& k : options.named_api_keys) add_key(k.key, k.name, k.cache_namespace);
+    prompt_options.parse_special_in_content = options.parse_special_in_content;
+    workers = std::make_unique<RequestWorkers>(
+        RequestWorkersOptions{.threads = std::max(1, options.request_workers), .max_queued = options.request_queue});
     if (options.kv_events) {
       kv_events = std::make_unique<KvEventsApi>(*options.kv_events, options.kv_info, backend.model_info().id,
                                                 options.identity ? options.identity->public_key_hex() : "");
@@ -84,7 +119,11 @@ struct Server::Impl : http::Handler {
   }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
-  void handle_generation(Endpoint endpoint, const http::Request& req, std::shared_ptr<http::Exchange> exchange);
+  void handle_generation(Endpoint endpoint, http::Request req, std::shared_ptr<http::Exchange> exchange,
+                         std::string cache_namespace);
+  // On a worker: parses, renders and tokenizes, then continues on the strand with admit().
+  void prepare_generation(Endpoint endpoint, const http::Request& req, const std::shared_ptr<http::Exchange>& exchange,
+                          const std::string& cache_namespace, Clock::time_point arrived);
   // What the response cache decided for a request: "hit" or "semantic-hit" (record set), "miss"
   // (query set when the answer is to be indexed for semantic hits) or "bypass".
   struct CacheOutcome {
@@ -102,11 +141,17 @@ struct Server::Impl : http::Handler {
   // `cached` = nullopt when the server has no response cache.
   void launch(std::shared_ptr<http::Exchange> exchange, ParsedRequest parsed, GenerationRequest request,
               RequestRecord record, std::optional<CacheOutcome> cached);
+  // On the strand: admission (capacity), the response cache's plan and lookup, then launch().
+  void admit(std::shared_ptr<http::Exchange> exchange, PendingGeneration pending, const http::Request& req);
   void respond(http::Exchange& exchange, const std::string& path, http::Response response);
   void respond_error(http::Exchange& exchange, const std::string& path, const ApiError& error,
                      std::vector<http::Header> headers = {});
   std::optional<ApiError> check_model(const std::string& requested) const;
-  bool authorized(const http::Request& req) const;
+  // True when no keys are configured or the request bears one; `*who` is then its entry (null
+  // without keys).
+  bool authenticate(const http::Request& req, const KeyEntry** who) const;
+  // Runs `job` on the request workers; answers 503 when their queue is full.
+  void offload(const std::shared_ptr<http::Exchange>& exchange, const std::string& path, std::function<void()> job);
   void add_cors(http::Response& r) const;
   void log_request(const RequestRecord& r, int status, const Outcome& o, const std::string& note);
   std::string identity_json() const;
@@ -175,12 +220,30 @@ void Server::Impl::respond_error(http::Exchange& exchange, const std::string& pa
   respond(exchange, path, std::move(r));
 }
 
-bool Server::Impl::authorized(const http::Request& req) const {
-  if (options.api_keys.empty()) return true;
+bool Server::Impl::authenticate(const http::Request& req, const KeyEntry** who) const {
+  *who = nullptr;
+  if (keys.empty()) return true;
   const std::string_view auth = req.header("Authorization");
   if (!starts_with(lower(auth.substr(0, 7)), "bearer ")) return false;
   const std::string_view key = auth.substr(7);
-  return std::any_of(options.api_keys.begin(), options.api_keys.end(), [&](const std::string& k) { return k == key; });
+  // Digests of equal length compared in constant time, every entry every time: neither the
+  // comparison nor the loop tells a timing observer how much of a key was right.
+  const Digest given = sha256(key.data(), key.size());
+  const KeyEntry* found = nullptr;
+  for (const KeyEntry& e : keys) {
+    const bool same = CRYPTO_memcmp(given.data(), e.digest.data(), given.size()) == 0;
+    if (same && found == nullptr) found = &e;
+  }
+  *who = found;
+  return found != nullptr;
+}
+
+void Server::Impl::offload(const std::shared_ptr<http::Exchange>& exchange, const std::string& path,
+                           std::function<void()> job) {
+  if (workers->submit(std::move(job))) return;
+  respond_error(*exchange, path,
+                ApiError{503, "the server is busy parsing other requests; retry later", "server_error", "", "busy"},
+                {{"Retry-After", "1"}});
 }
 
 std::optional<ApiError> Server::Impl::check_model(const std::string& requested) const {
@@ -192,7 +255,6 @@ std::optional<ApiError> Server::Impl::check_model(const std::string& requested) 
 
 void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exchange) {
   const std::string& path = req.path;
-  const bool api = std::any_of(std::begin(kApiPaths), std::end(kApiPaths), [&](const char* p) { return path == p; });
   if (req.method == "OPTIONS" && !options.cors_origin.empty()) {
     http::Response r;
     r.status = 204;
@@ -202,14 +264,19 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                  {"Access-Control-Max-Age", "86400"}};
     return respond(*exchange, path, std::move(r));
   }
-  if (api && !authorized(req)) {
+  const bool peer_path = options.share_handler &&
+                         (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/fragments/") ||
+                          starts_with(path, "/v1/kv/responses/") || starts_with(path, "/v1/kv/peer"));
+  // Peers authenticate by signature; probes need no key; everything else does.
+  const bool needs_key = !peer_path && !open_endpoint(path) && !(path == "/metrics" && options.public_metrics);
+  const KeyEntry* who = nullptr;
+  if (needs_key && !authenticate(req, &who)) {
     return respond_error(*exchange, path,
                          ApiError{401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'",
                                   "invalid_request_error", "", "invalid_api_key"},
                          {{"WWW-Authenticate", "Bearer"}});
   }
-  if (options.share_handler && (starts_with(path, "/v1/kv/chunks/") || starts_with(path, "/v1/kv/fragments/") ||
-                                starts_with(path, "/v1/kv/responses/") || starts_with(path, "/v1/kv/peer"))) {
+  if (peer_path) {
     // Counted by the share module's own counters (kvstash_share_*), not per endpoint here.
     return options.share_handler->handle(std::move(req), std::move(exchange));
   }
@@ -224,8 +291,9 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (req.method == "POST") {
-      return handle_generation(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, req,
-                               std::move(exchange));
+      // Decided before `req` moves (`path` refers into it).
+      const Endpoint endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+      return handle_generation(endpoint, std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
     }
     allowed = "POST";
   } else if (path == "/v1/embeddings") {
@@ -242,13 +310,18 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
     allowed = "POST";
   } else if (path == "/tokenize" || path == "/detokenize") {
     if (req.method == "POST") {
-      std::string body;
-      const Tokenizer& tokenizer = *backend.model_info().tokenizer;
-      auto err = path == "/tokenize" ? tokenize_request(req.body, tokenizer, &body) : detokenize_request(req.body, tokenizer, &body);
-      if (err) return respond_error(*exchange, path, *err);
-      http::Response r;
-      r.body = std::move(body);
-      return respond(*exchange, path, std::move(r));
+      // Tokenizing a large body takes a while: on the workers, answered on the strand.
+      return offload(exchange, path, [this, exchange, path, body = std::move(req.body)] {
+        std::string out;
+        const Tokenizer& tokenizer = *backend.model_info().tokenizer;
+        auto err = path == "/tokenize" ? tokenize_request(body, tokenizer, &out) : detokenize_request(body, tokenizer, &out);
+        exchange->post([this, exchange, path, err = std::move(err), out = std::move(out)]() mutable {
+          if (err) return respond_error(*exchange, path, *err);
+          http::Response r;
+          r.body = std::move(out);
+          respond(*exchange, path, std::move(r));
+        });
+      });
     }
     allowed = "POST";
   } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics" || path == "/v1/identity") {
@@ -295,29 +368,71 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
                 ApiError{404, "unknown endpoint: " + req.method + " " + path, "invalid_request_error", "", "unknown_endpoint"});
 }
 
-void Server::Impl::handle_generation(Endpoint endpoint, const http::Request& req,
-                                     std::shared_ptr<http::Exchange> exchange) {
-  const bool chat = endpoint == Endpoint::kChatCompletions;
-  RequestRecord record;
-  record.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
-  record.endpoint = req.path;
-  auto fail = [&](const ApiError& error) {
-    log_request(record, error.http_status, Outcome{}, "error=\"" + error.message.substr(0, 200) + "\"");
-    respond_error(*exchange, req.path, error);
-  };
+void Server::Impl::handle_generation(Endpoint endpoint, http::Request req, std::shared_ptr<http::Exchange> exchange,
+                                     std::string cache_namespace) {
   // The body is JSON whatever the Content-Type says (curl -d sends a form type); a multipart
   // form is not JSON and is refused by name.
   if (starts_with(lower(req.header("Content-Type")), "multipart/")) {
-    return fail(ApiError{415, "the request body must be JSON (Content-Type: application/json), not a multipart form",
-                         "invalid_request_error", "", "unsupported_media_type"});
+    RequestRecord record;
+    record.id = new_response_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+    record.endpoint = req.path;
+    const ApiError error{415, "the request body must be JSON (Content-Type: application/json), not a multipart form",
+                         "invalid_request_error", "", "unsupported_media_type"};
+    log_request(record, error.http_status, Outcome{}, "error=\"" + error.message.substr(0, 200) + "\"");
+    return respond_error(*exchange, req.path, error);
   }
+  const std::string path = req.path;
+  auto shared_req = std::make_shared<http::Request>(std::move(req));
+  // The request's clock (log, TTFT) starts now: time waiting for a worker counts.
+  offload(exchange, path, [this, endpoint, shared_req, exchange, ns = std::move(cache_namespace), arrived = Clock::now()] {
+    prepare_generation(endpoint, *shared_req, exchange, ns, arrived);
+  });
+}
+
+void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& req,
+                                      const std::shared_ptr<http::Exchange>& exchange,
+                                      const std::string& cache_namespace, Clock::time_point arrived) {
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  RequestRecord record;
+  record.start = arrived;
+  record.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
+  record.endpoint = req.path;
+  auto fail = [&](const ApiError& error) {
+    exchange->post([this, exchange, record, error] {
+      log_request(record, error.http_status, Outcome{}, "error=\"" + error.message.substr(0, 200) + "\"");
+      respond_error(*exchange, record.endpoint, error);
+    });
+  };
   ParsedRequest parsed;
   if (auto err = parse_request(endpoint, req.body, parsed)) return fail(*err);
   record.stream = parsed.stream;
   if (auto err = check_model(parsed.model)) return fail(*err);
+  // The key's namespace first: a body's salt narrows a tenant's namespace, never leaves it.
+  parsed.cache_salt = tenant_salt(cache_namespace, parsed.cache_salt);
   const ModelInfo& info = backend.model_info();
   GenerationRequest request;
-  if (auto err = build_generation_request(parsed, info, chat_template, request)) return fail(*err);
+  if (auto err = build_generation_request(parsed, info, chat_template, request, prompt_options)) return fail(*err);
+  auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
+  auto http_req = std::make_shared<http::Request>();  // the request without its (large) body
+  http_req->method = req.method;
+  http_req->target = req.target;
+  http_req->path = req.path;
+  http_req->query = req.query;
+  http_req->headers = req.headers;
+  http_req->remote_address = req.remote_address;
+  exchange->post([this, exchange, state, http_req] { admit(exchange, std::move(*state), *http_req); });
+}
+
+void Server::Impl::admit(std::shared_ptr<http::Exchange> exchange, PendingGeneration pending, const http::Request& req) {
+  ParsedRequest& parsed = pending.parsed;
+  GenerationRequest& request = pending.request;
+  RequestRecord& record = pending.record;
+  auto fail = [&](const ApiError& error) {
+    log_request(record, error.http_status, Outcome{}, "error=\"" + error.message.substr(0, 200) + "\"");
+    respond_error(*exchange, req.path, error);
+  };
+  if (draining.load()) return fail(ApiError{503, "the server is shutting down", "server_error", "", "shutdown"});
+  const ModelInfo& info = backend.model_info();
   const int limit = options.max_active_requests;
   if (active.fetch_add(1) >= limit && limit > 0) {
     active.fetch_sub(1);
@@ -504,6 +619,7 @@ void Server::stop() {
   // Lookups in flight finish (their continuations see `draining` and answer 503).
   if (s.options.response_cache) s.options.response_cache->stop();
   s.embeddings->stop();  // queued embedding requests answer 503
+  s.workers->stop();     // bodies being prepared finish; their continuations see `draining` (503)
   // Open generations end with "abort" (an error event when streaming) and their last bytes go
   // out before the connections close (bounded).
   s.abort_all("shutdown");

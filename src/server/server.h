@@ -8,7 +8,10 @@
 // 415 multipart bodies, 429 at capacity, 500 internal, 503 over the connection caps or draining.
 //
 // It is a Handler on the event-driven HTTP layer (http/http_server.h): no thread waits for a
-// request. A generation request submits to the backend and then runs on its connection's strand:
+// request, and the I/O threads only do I/O: a body's JSON parsing, chat-template rendering and
+// tokenization (generation requests, /tokenize, /detokenize) run on RequestWorkers
+// (server/request_workers.h), which continue on the connection's strand. With API keys, each key
+// is a cache namespace (ServerOptions::api_keys). A generation request submits to the backend and then runs on its connection's strand:
 // the engine's callback only queues the event and schedules a poll (GenerationTask), which turns
 // events into the answer or the SSE stream. A client that disconnects has its request cancelled
 // in the engine (logged and counted with status 499); a stream whose client reads too slowly is
@@ -39,6 +42,16 @@ namespace kvstash::server {
 
 class ResponseCache;
 
+// An API key with what it may share (--api-key-file's NAME:KEY:NAMESPACE lines).
+struct ApiKey {
+  std::string key;
+  std::string name;             // shown in request logs; "" = none
+  // The key's cache namespace: keys with the same one share cached KV and answers. "" = the
+  // key's own (no other key sees its hits); "*" = the node's common namespace (what requests
+  // without a key use, and what peers share).
+  std::string cache_namespace;
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";          // address to listen on
   int port = 8080;                         // 0 = any free port (see port())
@@ -56,7 +69,21 @@ struct ServerOptions {
   // more gets 429. `kvstash serve` sets it to --parallel + --queue, so --queue 0 means "fill the
   // batch, queue nothing". 0 = no bound here (the backend's own queue bound still applies).
   int max_active_requests = 0;
-  std::vector<std::string> api_keys;       // non-empty: /v1/* need "Authorization: Bearer KEY"
+  // Non-empty (either list): every endpoint but /health, /ready, the peer endpoints (signed) and,
+  // with public_metrics, /metrics needs "Authorization: Bearer KEY". Each key is its own cache
+  // namespace (tenant isolation: the KV chunk keys', response cache's and semantic cache's salt)
+  // unless named_api_keys puts keys into a shared one; a body's cache_salt is combined with the
+  // key's namespace, never replaces it. Keys are compared in constant time, as SHA-256 digests.
+  std::vector<std::string> api_keys;       // each its own namespace
+  std::vector<ApiKey> named_api_keys;      // with names and namespaces
+  bool public_metrics = false;             // /metrics without the key (Prometheus without a token)
+  // Special-token text in chat message content becomes control tokens (the old behaviour, for
+  // trusted clients that send raw special tokens); default: content is text (prompt_builder.h).
+  bool parse_special_in_content = false;
+  // Threads that parse, render and tokenize request bodies off the I/O threads
+  // (request_workers.h), and bodies waiting for them at most; one more gets 503.
+  int request_workers = 2;
+  std::size_t request_queue = 256;
   std::string cors_origin;                 // non-empty: CORS headers and preflight for this origin ("*" = any)
   double request_timeout_s = 0;            // a generation running longer ends with "abort"; 0 = none
   // The node's ed25519 identity (signs the records it produces) and the producers it trusts (itself

@@ -95,6 +95,20 @@ std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool parse_spec
   return out;
 }
 
+std::vector<TokenId> BpeTokenizer::encode_with_plain_spans(std::string_view text,
+                                                          const std::vector<TextSpan>& plain) const {
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3 + 1);
+  std::size_t pos = 0;
+  for (const SpecialTokenMatcher::Match& match : find_specials(text, plain, &specials_, nullptr)) {
+    encode_plain(text.substr(pos, match.offset - pos), &out);
+    out.push_back(match.id);
+    pos = match.offset + match.length;
+  }
+  encode_plain(text.substr(pos), &out);
+  return out;
+}
+
 std::string BpeTokenizer::token_to_piece(TokenId token) const {
   if (token < 0 || static_cast<std::size_t>(token) >= pieces_.size()) return {};
   return pieces_[static_cast<std::size_t>(token)];

@@ -43,6 +43,8 @@ class BpeTokenizer final : public Tokenizer {
   static Expected<std::unique_ptr<BpeTokenizer>> create(BpeVocabulary vocab);
 
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const override;
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const override;
+  bool contains_special(std::string_view text) const override { return specials_.find(text, 0).length != 0; }
   std::string decode(std::span<const TokenId> tokens) const override;
   std::string token_to_piece(TokenId token) const override;
   std::size_t vocab_size() const override { return model_.size(); }

@@ -54,4 +54,32 @@ SpecialTokenMatcher::Match SpecialTokenMatcher::find(std::string_view text, std:
   return {};
 }
 
+std::vector<SpecialTokenMatcher::Match> find_specials(std::string_view text, const std::vector<TextSpan>& plain,
+                                                      const SpecialTokenMatcher* outside,
+                                                      const SpecialTokenMatcher* inside) {
+  std::vector<SpecialTokenMatcher::Match> out;
+  // Matches in [begin, end): the matcher sees the text only up to `end`, so none runs past it.
+  const auto scan = [&](std::size_t begin, std::size_t end, const SpecialTokenMatcher* matcher) {
+    if (matcher == nullptr || matcher->empty() || begin >= end) return;
+    const std::string_view region = text.substr(0, end);
+    std::size_t pos = begin;
+    for (;;) {
+      const SpecialTokenMatcher::Match m = matcher->find(region, pos);
+      if (m.length == 0) break;
+      out.push_back(m);
+      pos = m.offset + m.length;
+    }
+  };
+  std::size_t pos = 0;
+  for (const TextSpan& span : plain) {
+    const std::size_t begin = std::min(std::max(span.offset, pos), text.size());
+    const std::size_t end = std::max(begin, std::min(span.offset + span.length, text.size()));
+    scan(pos, begin, outside);
+    scan(begin, end, inside);
+    pos = end;
+  }
+  scan(pos, text.size(), outside);
+  return out;
+}
+
 }  // namespace kvstash::tokenizer

@@ -45,4 +45,18 @@ class SpecialTokenMatcher {
   std::size_t count_ = 0;
 };
 
+// A byte range of a text [offset, offset + length).
+struct TextSpan {
+  std::size_t offset = 0;
+  std::size_t length = 0;
+};
+
+// The special tokens to cut `text` at when some ranges of it are to stay text: outside the
+// `plain` spans (sorted, not overlapping) the tokens of `outside`, inside them those of `inside`
+// (nullptr: none), in text order. No match crosses a span's edge. For chat prompts: the
+// template's markup becomes control tokens, a message's content never does.
+std::vector<SpecialTokenMatcher::Match> find_specials(std::string_view text, const std::vector<TextSpan>& plain,
+                                                      const SpecialTokenMatcher* outside,
+                                                      const SpecialTokenMatcher* inside);
+
 }  // namespace kvstash::tokenizer

@@ -217,9 +217,19 @@ void SpmTokenizer::merge_chunk(std::string_view text, std::vector<TokenId>* out)
 }
 
 std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool parse_special) const {
+  return encode_split(text, find_specials(text, {}, parse_special ? &all_specials_ : &user_defined_, nullptr));
+}
+
+std::vector<TokenId> SpmTokenizer::encode_with_plain_spans(std::string_view text,
+                                                           const std::vector<TextSpan>& plain) const {
+  // Inside the spans, user-defined tokens are still matched, as encode(.., false) matches them.
+  return encode_split(text, find_specials(text, plain, &all_specials_, &user_defined_));
+}
+
+std::vector<TokenId> SpmTokenizer::encode_split(std::string_view text,
+                                                const std::vector<SpecialTokenMatcher::Match>& specials) const {
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 1);
-  const SpecialTokenMatcher& specials = parse_special ? all_specials_ : user_defined_;
   bool after_special = true;  // the text's start counts as following a special token
   const auto plain = [&](std::string_view piece) {
     if (piece.empty()) return;
@@ -229,9 +239,7 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool parse_spec
     after_special = false;
   };
   std::size_t pos = 0;
-  for (;;) {
-    const SpecialTokenMatcher::Match match = specials.find(text, pos);
-    if (match.length == 0) break;
+  for (const SpecialTokenMatcher::Match& match : specials) {
     plain(text.substr(pos, match.offset - pos));
     out.push_back(match.id);
     after_special = true;

@@ -47,6 +47,9 @@ class SpmTokenizer final : public Tokenizer {
   static Expected<std::unique_ptr<SpmTokenizer>> create(SpmVocabulary vocab);
 
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const override;
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const override;
+  // Control tokens only: user-defined ones are matched in plain text too.
+  bool contains_special(std::string_view text) const override { return control_.find(text, 0).length != 0; }
   std::string decode(std::span<const TokenId> tokens) const override;
   std::string token_to_piece(TokenId token) const override;
   std::size_t vocab_size() const override { return tokens_.size(); }
@@ -65,6 +68,8 @@ class SpmTokenizer final : public Tokenizer {
   SpmTokenizer() = default;
   // Appends the ids of one piece of text (spaces already "▁"), word by word when that is exact.
   void encode_piece(std::string_view text, std::vector<TokenId>* out) const;
+  // Encodes `text` cut at `specials` (in text order).
+  std::vector<TokenId> encode_split(std::string_view text, const std::vector<SpecialTokenMatcher::Match>& specials) const;
   // The merge loop over one piece.
   void merge_chunk(std::string_view text, std::vector<TokenId>* out) const;
 

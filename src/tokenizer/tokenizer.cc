@@ -2,6 +2,8 @@
 // SpmVocabulary ("llama").
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
@@ -121,6 +123,25 @@ Expected<std::unique_ptr<Tokenizer>> spm_from_gguf(const gguf::File& file, Commo
 }
 
 }  // namespace
+
+std::vector<TokenId> Tokenizer::encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const {
+  std::vector<TokenId> out;
+  const auto append = [&](std::string_view piece, bool parse_special) {
+    if (piece.empty()) return;
+    const std::vector<TokenId> ids = encode(piece, parse_special);
+    out.insert(out.end(), ids.begin(), ids.end());
+  };
+  std::size_t pos = 0;
+  for (const TextSpan& span : plain) {
+    const std::size_t begin = std::min(std::max(span.offset, pos), text.size());
+    const std::size_t end = std::max(begin, std::min(span.offset + span.length, text.size()));
+    append(text.substr(pos, begin - pos), true);
+    append(text.substr(begin, end - begin), false);
+    pos = end;
+  }
+  append(text.substr(pos), true);
+  return out;
+}
 
 std::vector<TokenId> tokenize(const Tokenizer& tokenizer, std::string_view text, bool add_special, bool parse_special) {
   std::vector<TokenId> ids;

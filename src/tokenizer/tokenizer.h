@@ -22,10 +22,12 @@
 
 #include "gguf/gguf.h"
 #include "kvstash/status.h"
+#include "tokenizer/special_tokens.h"
 
 namespace kvstash {
 
 using TokenId = std::int32_t;
+using tokenizer::TextSpan;
 
 class Tokenizer {
  public:
@@ -36,6 +38,17 @@ class Tokenizer {
   // Text to token ids, never adding BOS. With parse_special, special/control tokens written
   // literally in the text (e.g. "<|im_start|>") become their ids; without, they are plain text.
   virtual std::vector<TokenId> encode(std::string_view text, bool parse_special) const = 0;
+  // encode(text, true), except that inside the `plain` spans (sorted, not overlapping) special
+  // tokens are not matched: they are encoded as encode(.., false) would. The text is cut only at
+  // the special tokens outside the spans, so where the spans hold none the ids are encode(text,
+  // true)'s. Chat prompts use it: the template's markup becomes control tokens, a user's
+  // "<|im_end|>" in a message stays text. This default encodes the pieces separately (exact for
+  // the tokenizers here, which override it, up to merges across a span's edge).
+  virtual std::vector<TokenId> encode_with_plain_spans(std::string_view text, const std::vector<TextSpan>& plain) const;
+  // Whether encode(text, true) would match a special token that encode(text, false) does not: when
+  // no plain span holds one, encode_with_plain_spans(text, spans) is encode(text, true) (callers
+  // with a cache of the latter use it). The default compares the two encodings.
+  virtual bool contains_special(std::string_view text) const { return encode(text, true) != encode(text, false); }
   // Token ids to UTF-8 bytes (control tokens such as BOS render as nothing; invalid ids too).
   virtual std::string decode(std::span<const TokenId> tokens) const = 0;
   // One token's bytes (may be part of a UTF-8 character). Control tokens give "".
