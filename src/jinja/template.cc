@@ -256,7 +256,8 @@ class Renderer {
           scope.vars[name] = Value::undefined(name);
         }
       }
-      for (const auto& [name, v] : args.named) {
+      for (const auto& named : args.named) {
+        const std::string& name = named.first;  // not a structured binding: clang 14 cannot capture one
         const bool known = std::any_of(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
         if (!known) {
           --depth_;
