@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh run TARGET SECONDS [ARGS]  fuzz one target (gguf, jinja, ...); new inputs go to
 #                                              build-fuzz/corpus/TARGET, findings to build-fuzz/artifacts/
 #   scripts/fuzz.sh ci [SECONDS]               build, then every target SECONDS (default 15) seconds, one at a time
-# A crash, a leak, a sanitizer report, a timeout (10 s for one input) or running out of memory (2 GiB)
+# A crash, a leak, a sanitizer report, a timeout (30 s for one input) or running out of memory (2 GiB)
 # is a finding: libFuzzer stops, writes the input, and this script exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ run() {
   # halt_on_error: UBSan findings stop the run like ASan's; detect_leaks: a leak is a finding.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$BUILD/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$BUILD/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$BUILD/artifacts/$target-" "${dict[@]}" "$@" "$work" "fuzz/corpus/$target"
 }
 
