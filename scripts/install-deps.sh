@@ -3,6 +3,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev   # the fuzz targets: clang 14 and its libFuzzer/ASan/UBSan runtimes (scripts/fuzz.sh)
   ccache                     # compiler cache: the three build passes (and later runs) reuse objects
   libopenblas-dev            # sgemm for prefill
   libssl-dev                 # SHA-256 (cache keys, model fingerprints)

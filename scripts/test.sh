@@ -2,7 +2,8 @@
 # Installs what is needed, builds, and runs every test three times over:
 #   1. the release build (what ships),
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/),
-#   3. the threaded modules' tests (engine, cache, http, server, router, share) under ThreadSanitizer (build-tsan/).
+#   3. the threaded modules' tests (engine, cache, http, server, router, share) under ThreadSanitizer (build-tsan/),
+#   4. every libFuzzer target 15 s under ASan+UBSan (build-fuzz/, clang; scripts/fuzz.sh, docs/fuzzing.md).
 # A test that skips counts as a failure: a test that cannot run (no Redis, no Chromium) proves nothing.
 # KVSTASH_TEST_QUICK=1 runs only the release pass (for a quick local check, never in CI).
 set -euo pipefail
@@ -48,4 +49,6 @@ ninja -C build-tsan -j"$jobs" kvstash $tsan_tests  # the e2e tests run build-tsa
 # The stress harness's hundreds of seeds run in the two passes above; under TSan (5-15x slower) a
 # few dozen per configuration exercise the same threads.
 KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|http|server|router|share)$'
-echo "all test passes green: release, ASan+UBSan, TSan"
+# A crash, leak, sanitizer report, timeout or out-of-memory in any target fails the run.
+scripts/fuzz.sh ci 15
+echo "all test passes green: release, ASan+UBSan, TSan, fuzzing"

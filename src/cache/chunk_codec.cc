@@ -294,6 +294,11 @@ Expected<ChunkView> decode_chunk(std::span<const std::uint8_t> bytes, const Chun
   if (!view.header.compressed()) {
     view.payload = stored;
   } else {
+    // The frame states its decompressed size (encode_chunk always writes it): a header that claims
+    // more than the frame holds is refused before anything is allocated for it.
+    if (ZSTD_getFrameContentSize(stored.data(), stored.size()) != view.header.payload_size) {
+      return fail(ChunkError::kDecompress, why, "frame size differs from the header's");
+    }
     view.owned.resize(view.header.payload_size);
     std::size_t n = ZSTD_decompress(view.owned.data(), view.owned.size(), stored.data(), stored.size());
     if (ZSTD_isError(n) || n != view.header.payload_size) return fail(ChunkError::kDecompress, why);

@@ -1,6 +1,7 @@
 #include "cache/chunk_codec.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <xxhash.h>
 
 namespace kvstash::cache {
@@ -59,6 +60,26 @@ TEST(ChunkCodec, CompressedRoundTrip) {
   ASSERT_TRUE(view.has_value()) << view.status().to_string();
   EXPECT_TRUE(view->header.compressed());
   EXPECT_EQ(Bytes(view->payload.begin(), view->payload.end()), payload);
+}
+
+// Found by fuzz/chunk_codec_fuzz.cc: a compressed chunk whose (checksummed) header claims a huge
+// payload made decode_chunk allocate and zero that much before zstd refused the frame. The frame's
+// own content size is compared first now: nothing is allocated for a size the frame does not hold.
+TEST(ChunkCodec, CompressedSizeClaimIsCheckedBeforeAllocating) {
+  auto bytes = encode_chunk(test_meta(), Bytes(4096, 0), {.compress = true});
+  ASSERT_TRUE(bytes.has_value());
+  Bytes b = *bytes;
+  const std::size_t header_size = chunk_header_min_size() + test_meta().kv_format.size();
+  const std::uint64_t claimed = std::uint64_t{3} << 30;  // under the codec's 4 GiB bound
+  for (int i = 0; i < 8; ++i) b[112 + i] = static_cast<std::uint8_t>(claimed >> (8 * i));  // payload_size
+  const std::uint64_t sum = XXH3_64bits(b.data(), header_size - 8);
+  for (int i = 0; i < 8; ++i) b[header_size - 8 + i] = static_cast<std::uint8_t>(sum >> (8 * i));
+  ASSERT_TRUE(parse_chunk_header(b).has_value());  // the header itself is consistent
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_EQ(decode_error(b, test_meta()), ChunkError::kDecompress);
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 << 10);  // KiB: far below the 3 GiB claimed
 }
 
 TEST(ChunkCodec, EachExpectationMismatchIsDistinct) {

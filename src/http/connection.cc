@@ -2,6 +2,7 @@
 // answers in order. Everything here runs on the connection's strand.
 #include <cstdio>
 
+#include "http/framing.h"
 #include "http/server_impl.h"
 
 namespace kvstash::http {
@@ -13,22 +14,6 @@ namespace bhttp = beast::http;
 constexpr std::size_t kReadChunk = 16 << 10;
 // How long a closing connection keeps discarding what the client still sends (see close_gracefully).
 constexpr std::chrono::milliseconds kLingerTime{1000};
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
-  }
-  return true;
-}
-
-std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
 
 bool safe_header_text(std::string_view s) { return s.find_first_of("\r\n") == std::string_view::npos; }
 
@@ -161,9 +146,7 @@ void Connection::finish_from_outside() {
 
 void Connection::new_parser() {
   parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(options().header_limit, UINT32_MAX)));
-  parser_->body_limit(options().body_limit);
-  parser_->eager(true);
+  configure_request_parser(*parser_, options());
   sent_continue_ = false;
 }
 
@@ -202,21 +185,13 @@ bool Connection::parse_buffered() {
     const std::size_t used = parser_->put(buffer_.data(), ec);
     buffer_.consume(used);
     if (ec && ec != bhttp::error::need_more) {
-      if (ec == bhttp::error::header_limit) {
-        fail_request(431, "request header section too large (limit " + std::to_string(options().header_limit) + " bytes)",
-                     server_->stats.header_too_large);
-      } else if (ec == bhttp::error::body_limit) {
-        fail_request(413, "request body too large (limit " + std::to_string(options().body_limit) + " bytes)",
-                     server_->stats.body_too_large);
-      } else {
-        fail_request(400, "malformed HTTP request: " + ec.message(), server_->stats.bad_request);
-      }
+      fail_request(parse_failure(ec, options()));
       return false;
     }
     if (parser_->is_header_done() && phase_ == ReadPhase::kHeader) {
       if (!check_framing()) return false;
       set_read_deadline(options().body_timeout, ReadPhase::kBody);
-      if (!parser_->is_done() && !sent_continue_ && iequals(trim(view(parser_->get()[bhttp::field::expect])), "100-continue")) {
+      if (!parser_->is_done() && !sent_continue_ && expects_continue(parser_->get())) {
         control_ += "HTTP/1.1 100 Continue\r\n\r\n";
         sent_continue_ = true;
         output_ready();
@@ -233,27 +208,8 @@ bool Connection::parse_buffered() {
 }
 
 bool Connection::check_framing() {
-  const auto& h = parser_->get();
-  int transfer_encodings = 0;
-  std::string_view coding;
-  for (const auto& field : h) {
-    if (field.name() == bhttp::field::transfer_encoding) {
-      ++transfer_encodings;
-      coding = trim(view(field.value()));
-    }
-  }
-  if (transfer_encodings > 0) {
-    if (h.find(bhttp::field::content_length) != h.end()) {
-      fail_request(400, "Transfer-Encoding together with Content-Length (RFC 9112 section 6.1)", server_->stats.bad_request);
-      return false;
-    }
-    if (transfer_encodings > 1 || !iequals(coding, "chunked")) {
-      fail_request(400, "unsupported Transfer-Encoding (only a lone \"chunked\" is accepted)", server_->stats.bad_request);
-      return false;
-    }
-  }
-  if (h.version() == 11 && h.find(bhttp::field::host) == h.end()) {
-    fail_request(400, "HTTP/1.1 request without a Host header (RFC 9112 section 3.2)", server_->stats.bad_request);
+  if (auto error = check_request_framing(parser_->get())) {
+    fail_request(*error);
     return false;
   }
   return true;
@@ -266,21 +222,13 @@ void Connection::dispatch() {
   idle_armed_ = false;
   clear_read_deadline();  // while answers are pending no read deadline runs; write_next() re-arms
 
-  Request request;
-  request.method = std::string(message.method_string());
-  request.target = std::string(message.target());
-  const auto q = request.target.find('?');
-  request.path = request.target.substr(0, q);
-  if (q != std::string::npos) request.query = request.target.substr(q + 1);
-  for (const auto& field : message) {
-    request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
-  }
-  request.body = std::move(message.body());
-  request.remote_address = address_;
+  const bool message_keep_alive = message.keep_alive();
+  Request request = to_request(std::move(message), address_);
+  const bool head_only = request.method == "HEAD";
 
   const bool draining = server_->draining.load();
-  const bool keep_alive = message.keep_alive() && !draining;
-  auto exchange = std::make_shared<ExchangeImpl>(shared_from_this(), server_->life, request.method == "HEAD", keep_alive);
+  const bool keep_alive = message_keep_alive && !draining;
+  auto exchange = std::make_shared<ExchangeImpl>(shared_from_this(), server_->life, head_only, keep_alive);
   exchanges_.push_back(exchange);
   if (!keep_alive) read_closed_ = true;
   if (draining) {
@@ -300,6 +248,13 @@ void Connection::dispatch() {
     r.body = server_->options.error_body(500, std::string("internal error: ") + e.what());
     exchange->respond(std::move(r));
   }
+}
+
+void Connection::fail_request(const FramingError& error) {
+  std::atomic<std::int64_t>& counter = error.kind == FramingError::Kind::kHeaderTooLarge ? server_->stats.header_too_large
+                                       : error.kind == FramingError::Kind::kBodyTooLarge ? server_->stats.body_too_large
+                                                                                          : server_->stats.bad_request;
+  fail_request(error.status, error.message, counter);
 }
 
 void Connection::fail_request(int status, const std::string& message, std::atomic<std::int64_t>& counter) {

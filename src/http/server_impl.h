@@ -31,6 +31,7 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 class Connection;
+struct FramingError;  // http/framing.h
 
 // Counters as atomics (HttpStats is their snapshot).
 struct AtomicStats {
@@ -132,6 +133,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void dispatch();
   void new_parser();
   void fail_request(int status, const std::string& message, std::atomic<std::int64_t>& counter);
+  void fail_request(const FramingError& error);  // counted by its kind
   void set_read_deadline(std::chrono::milliseconds d, ReadPhase phase);
   void clear_read_deadline();
   void on_read_deadline();

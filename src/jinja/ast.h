@@ -35,6 +35,7 @@ struct Expr {
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
+  int height = 1;  // levels of the tree from here down (the parser bounds it)
   Value value;
   std::string name;
   std::vector<ExprPtr> args;

@@ -313,6 +313,25 @@ std::string to_json(const Value& value, int indent, std::string_view item_sep, s
   return out;
 }
 
+void check_string_size(std::size_t bytes) {
+  if (bytes > kMaxStringBytes) fail("string of " + std::to_string(bytes) + " bytes is too large");
+}
+
+namespace {
+
+// Python's ints are unbounded; ours are 64-bit, and a result that does not fit is an error
+// (never undefined behaviour).
+std::int64_t checked(bool overflow, std::int64_t result, std::string_view op) {
+  if (overflow) fail("integer overflow in '" + std::string(op) + "'");
+  return result;
+}
+
+void check_list_size(std::size_t items) {
+  if (items > kMaxListItems) fail("list of " + std::to_string(items) + " items is too large");
+}
+
+}  // namespace
+
 Value binary_op(std::string_view op, const Value& a, const Value& b) {
   const auto type_error = [&]() -> Value {
     if (a.is_undefined()) fail("'" + a.undefined_name() + "' is undefined");
@@ -323,7 +342,11 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   const auto num = [](const Value& v) { return v.is_bool() ? (v.as_bool() ? 1.0 : 0.0) : v.as_number(); };
   const auto integer = [](const Value& v) -> std::int64_t { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); };
   const bool ints = numbers && !a.is_float() && !b.is_float();
-  if (op == "~") return Value(a.to_str() + b.to_str());
+  if (op == "~") {
+    std::string left = a.to_str(), right = b.to_str();
+    check_string_size(left.size() + right.size());
+    return Value(left + right);
+  }
   if (op == "==") return Value(equals(a, b));
   if (op == "!=") return Value(!equals(a, b));
   if (op == "<") return Value(compare(a, b) < 0);
@@ -347,16 +370,19 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     }
     return Value(op == "in" ? found : !found);
   }
+  std::int64_t r = 0;
   if (op == "+") {
-    if (ints) return Value(integer(a) + integer(b));
+    if (ints) return Value(checked(__builtin_add_overflow(integer(a), integer(b), &r), r, op));
     if (numbers) return Value(num(a) + num(b));
     if (a.is_string() && b.is_string()) {
+      check_string_size(a.as_string().size() + b.as_string().size());
       if (!a.is_markup() && !b.is_markup()) return Value(a.as_string() + b.as_string());
       // Markup + str escapes the str (markupsafe's __add__ / __radd__).
       return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
                            (b.is_markup() ? b.as_string() : html_escape(b.as_string())));
     }
     if (a.is_list() && b.is_list()) {
+      check_list_size(a.as_list().size() + b.as_list().size());
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return Value(std::move(out));
@@ -364,17 +390,22 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     return type_error();
   }
   if (op == "-") {
-    if (ints) return Value(integer(a) - integer(b));
+    if (ints) return Value(checked(__builtin_sub_overflow(integer(a), integer(b), &r), r, op));
     if (numbers) return Value(num(a) - num(b));
     return type_error();
   }
   if (op == "*") {
-    if (ints) return Value(integer(a) * integer(b));
+    if (ints) return Value(checked(__builtin_mul_overflow(integer(a), integer(b), &r), r, op));
     if (numbers) return Value(num(a) * num(b));
     const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
     const Value* count = seq == &a ? &b : &a;
     if (seq == nullptr || !(count->is_int() || count->is_bool())) return type_error();
     const std::int64_t n = integer(*count);
+    const std::size_t unit = seq->is_string() ? seq->as_string().size() : seq->as_list().size();
+    if (n > 0 && unit > 0) {
+      const std::size_t limit = seq->is_string() ? kMaxStringBytes : kMaxListItems;
+      if (static_cast<std::uint64_t>(n) > limit / unit) fail("'*' would make a " + seq->type_name() + " too large");
+    }
     if (seq->is_string()) {
       std::string out;
       for (std::int64_t i = 0; i < n; ++i) out += seq->as_string();
@@ -396,6 +427,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (ints) {
       const std::int64_t x = integer(a);
       const std::int64_t y = integer(b);
+      if (x == INT64_MIN && y == -1) fail("integer overflow in '" + std::string(op) + "'");
       std::int64_t q = x / y;
       if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
       return op == "//" ? Value(q) : Value(x - q * y);
@@ -406,9 +438,15 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "**") {
     if (!numbers) return type_error();
     if (ints && integer(b) >= 0) {
-      std::int64_t r = 1;
-      for (std::int64_t i = 0; i < integer(b); ++i) r *= integer(a);
-      return Value(r);
+      // Square and multiply: 64 steps at most, each checked.
+      std::int64_t result = 1, base = integer(a);
+      bool overflow = false;
+      for (std::int64_t e = integer(b); e > 0; e >>= 1) {
+        if (e & 1) overflow |= __builtin_mul_overflow(result, base, &result);
+        if (e > 1) overflow |= __builtin_mul_overflow(base, base, &base);
+        if (overflow) break;
+      }
+      return Value(checked(overflow, result, op));
     }
     return Value(std::pow(num(a), num(b)));
   }

@@ -17,6 +17,14 @@ class Failure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Bounds that keep a hostile template (a GGUF file's chat template is untrusted input) from
+// exhausting memory: a string or a render's output past kMaxStringBytes, a list past
+// kMaxListItems, fail. Far above any chat (a request body is at most 8 MiB by default).
+inline constexpr std::size_t kMaxStringBytes = std::size_t{32} << 20;
+inline constexpr std::size_t kMaxListItems = std::size_t{1} << 22;
+// A Failure when a string of `bytes` would pass kMaxStringBytes.
+void check_string_size(std::size_t bytes);
+
 // x | name(args). Filters that take a filter or test by name (map, select, ...) resolve it here.
 Value apply_filter(std::string_view name, const Value& input, CallArgs& args);
 // x is name(args).

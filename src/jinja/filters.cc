@@ -226,6 +226,7 @@ Value apply_filter(std::string_view name, const Value& input, CallArgs& call) {
       if (!first) out += sep;
       first = false;
       out += (attribute ? attribute_path(item, attribute->to_str()) : item).to_str();
+      check_string_size(out.size());
     }
     return Value(out);
   }

@@ -8,6 +8,11 @@ namespace {
 
 using Kind = Token::Kind;
 
+// Published chat templates nest a handful of levels; these bounds are far above them and far
+// below what the stack holds (parse, render and the tree's destructor all recurse).
+constexpr int kMaxNesting = 100;  // recursive rules open at once (blocks in blocks, parentheses, not, unary)
+constexpr int kMaxHeight = 200;   // an expression tree's depth (a ~ b ~ c ... chains are deep but not recursive here)
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
@@ -54,12 +59,35 @@ class Parser {
     e->line = line;
     return e;
   }
+  // A finished node: its height from its children's, failing past kMaxHeight, so that no
+  // expression tree is deeper than the renderer's recursion (and the tree's destructor) can take.
+  ExprPtr sealed(ExprPtr e) {
+    int below = 0;
+    for (const ExprPtr& a : e->args) if (a) below = std::max(below, a->height);
+    for (const auto& kw : e->kwargs) if (kw.second) below = std::max(below, kw.second->height);
+    e->height = below + 1;
+    if (e->height > kMaxHeight) throw Error("expression nested too deeply (more than " + std::to_string(kMaxHeight) + " levels)", e->line);
+    return e;
+  }
+
+  // Held by each rule that recurses (expressions, blocks): a template nested deeper than
+  // kMaxNesting fails to parse instead of overflowing the stack.
+  struct Nest {
+    explicit Nest(Parser* p) : parser(p) {
+      if (++parser->depth_ > kMaxNesting) parser->fail("nested too deeply (more than " + std::to_string(kMaxNesting) + " levels)");
+    }
+    ~Nest() { --parser->depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    Parser* parser;
+  };
+
   ExprPtr binary(Expr::Kind kind, std::string op, ExprPtr left, ExprPtr right) {
     ExprPtr e = make(kind, left->line);
     e->name = std::move(op);
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
-    return e;
+    return sealed(std::move(e));
   }
 
   // ---- statements ----
@@ -67,6 +95,7 @@ class Parser {
   // Parses statements until a block tag whose keyword is in `stops` (consumed, reported in
   // *stop) or the end of the template (*stop empty).
   Body parse_body(std::initializer_list<std::string_view> stops, std::string* stop) {
+    const Nest nest(this);
     Body body;
     for (;;) {
       const Token& t = cur();
@@ -243,10 +272,11 @@ class Parser {
       if (cur().kind == Kind::kBlockEnd) break;
       tuple->args.push_back(parse_expression());
     }
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   ExprPtr parse_expression() {
+    const Nest nest(this);
     ExprPtr e = parse_or();
     while (at_name("if")) {
       advance();
@@ -260,7 +290,7 @@ class Parser {
       cond->args.push_back(std::move(e));
       cond->args.push_back(std::move(test));
       cond->args.push_back(std::move(otherwise));
-      e = std::move(cond);
+      e = sealed(std::move(cond));
     }
     return e;
   }
@@ -284,12 +314,13 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nest nest(this);
     if (at_name("not")) {
       const int line = advance().line;
       ExprPtr e = make(Expr::Kind::kUnary, line);
       e->name = "not";
       e->args.push_back(parse_not());
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -352,12 +383,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(this);
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& op = advance();
       e = make(Expr::Kind::kUnary, op.line);
       e->name = op.text;
       e->args.push_back(parse_unary(false));
+      e = sealed(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -406,7 +439,7 @@ class Parser {
             tuple->args.push_back(parse_expression());
           }
           expect_op(")");
-          return tuple;
+          return sealed(std::move(tuple));
         }
         if (t.text == "[") {
           advance();
@@ -416,7 +449,7 @@ class Parser {
             if (!at_op("]")) expect_op(",");
           }
           advance();
-          return list;
+          return sealed(std::move(list));
         }
         if (t.text == "{") {
           advance();
@@ -428,7 +461,7 @@ class Parser {
             if (!at_op("}")) expect_op(",");
           }
           advance();
-          return dict;
+          return sealed(std::move(dict));
         }
         break;
       default: break;
@@ -450,13 +483,13 @@ class Parser {
           ExprPtr item = make(Expr::Kind::kItem, line);
           item->args.push_back(std::move(e));
           item->args.push_back(literal(Value(advance().int_value), line));
-          e = std::move(item);
+          e = sealed(std::move(item));
           continue;
         }
         ExprPtr attr = make(Expr::Kind::kAttr, line);
         attr->name = expect_name();
         attr->args.push_back(std::move(e));
-        e = std::move(attr);
+        e = sealed(std::move(attr));
       } else if (at_op("[")) {
         const int line = advance().line;
         ExprPtr start;
@@ -466,7 +499,7 @@ class Parser {
           ExprPtr item = make(Expr::Kind::kItem, line);
           item->args.push_back(std::move(e));
           item->args.push_back(std::move(start));
-          e = std::move(item);
+          e = sealed(std::move(item));
           continue;
         }
         ExprPtr slice = make(Expr::Kind::kSlice, line);
@@ -483,12 +516,12 @@ class Parser {
         expect_op("]");
         slice->args.push_back(std::move(stop));
         slice->args.push_back(std::move(step));
-        e = std::move(slice);
+        e = sealed(std::move(slice));
       } else if (at_op("(")) {
         ExprPtr call = make(Expr::Kind::kCall, cur().line);
         call->args.push_back(std::move(e));
         parse_call_args(call.get());
-        e = std::move(call);
+        e = sealed(std::move(call));
       } else {
         return e;
       }
@@ -521,7 +554,7 @@ class Parser {
     f->name = std::move(name);
     f->args.push_back(std::move(input));
     if (at_op("(")) parse_call_args(f.get());
-    return f;
+    return sealed(std::move(f));
   }
 
   // [|] f1(args) | f2 ... applied to `input` (null in {% filter %} and {% set x | f %}).
@@ -558,7 +591,7 @@ class Parser {
                    !at_name("else") && !at_name("or") && !at_name("and")) {
           test->args.push_back(parse_postfix(parse_primary()));
         }
-        e = std::move(test);
+        e = sealed(std::move(test));
       } else {
         return e;
       }
@@ -574,6 +607,7 @@ class Parser {
   const std::vector<Token>& t_;
   std::size_t pos_ = 0;
   int inside_if_ = 0;
+  int depth_ = 0;  // Nest guards held
 };
 
 }  // namespace

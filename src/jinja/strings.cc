@@ -60,6 +60,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
     std::int64_t done = 0;
     for (char32_t c : u) {
       if (count < 0 || done < count) { out += to; ++done; }
+      check_string_size(out.size());
       out += to_utf8(std::u32string(1, c));
     }
     if (count < 0 || done < count) out += to;
@@ -68,6 +69,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   std::size_t pos = 0;
   std::int64_t done = 0;
   for (std::size_t hit; (count < 0 || done < count) && (hit = s.find(from, pos)) != std::string::npos; ++done) {
+    check_string_size(out.size() + (hit - pos) + to.size());
     out.append(s, pos, hit - pos).append(to);
     pos = hit + from.size();
   }

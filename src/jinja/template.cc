@@ -16,6 +16,9 @@ namespace {
 constexpr std::int64_t kMaxRange = 100000;
 // Macros calling macros: deep enough for any template, shallow enough for the stack.
 constexpr int kMaxCallDepth = 200;
+// Expressions evaluated in one render: a chat of thousands of messages takes well under a million;
+// a hostile template (loops in loops) fails in about a second instead of running for ever.
+constexpr std::int64_t kMaxSteps = 5'000'000;
 
 // Variables of one scope. Each iteration of a for loop and each macro call opens one; if blocks
 // do not. Lookups fall through to the parent, assignments stay in the scope: as in Jinja2, a
@@ -104,6 +107,7 @@ class Renderer {
   Flow exec_body(const Body& body, Scope* scope, std::string* out) {
     for (const StmtPtr& s : body) {
       const Flow flow = exec(*s, scope, out);
+      if (out->size() > kMaxStringBytes) throw Error("output larger than " + std::to_string(kMaxStringBytes) + " bytes", s->line);
       if (flow != Flow::kNormal) return flow;
     }
     return Flow::kNormal;
@@ -188,6 +192,7 @@ class Renderer {
     if (items.empty()) return exec_body(s.else_body, scope, out);
     const auto n = static_cast<std::int64_t>(items.size());
     for (std::int64_t i = 0; i < n; ++i) {
+      count_step();  // an iteration counts even when its body evaluates nothing
       const Value& item = items[static_cast<std::size_t>(i)];
       loop_scope.vars.clear();
       bind_targets(s.targets, item, &loop_scope);
@@ -256,7 +261,8 @@ class Renderer {
           scope.vars[name] = Value::undefined(name);
         }
       }
-      for (const auto& [name, v] : args.named) {
+      for (const auto& named : args.named) {
+        const std::string& name = named.first;  // not a structured binding: clang 14 cannot capture one
         const bool known = std::any_of(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
         if (!known) {
           --depth_;
@@ -278,6 +284,7 @@ class Renderer {
   // ---- expressions ----
 
   Value eval(const Expr& e, Scope* scope) {
+    count_step();
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.value;
       case Expr::Kind::kName: {
@@ -316,7 +323,10 @@ class Renderer {
       case Expr::Kind::kUnary: {
         const Value v = eval(*e.args[0], scope);
         if (e.name == "not") return Value(!v.truthy());
-        if (v.is_int()) return Value(e.name == "-" ? -v.as_int() : v.as_int());
+        if (v.is_int()) {
+          if (e.name == "-" && v.as_int() == INT64_MIN) throw Failure("integer overflow in unary '-'");
+          return Value(e.name == "-" ? -v.as_int() : v.as_int());
+        }
         if (v.is_float()) return Value(e.name == "-" ? -v.as_float() : v.as_float());
         throw Failure("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       }
@@ -374,7 +384,12 @@ class Renderer {
   const RenderOptions& options_;
   Scope globals_;
   Scope root_;
+  void count_step() {
+    if (++steps_ > kMaxSteps) throw Failure("template takes more than " + std::to_string(kMaxSteps) + " steps");
+  }
+
   int depth_ = 0;
+  std::int64_t steps_ = 0;  // eval() calls and loop iterations so far (kMaxSteps)
 };
 
 }  // namespace
