@@ -3,7 +3,7 @@
 #   1. the release build (what ships),
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/),
 #   3. the threaded modules' tests (engine, cache, http, server, router, share) under ThreadSanitizer (build-tsan/),
-#   4. every libFuzzer target 15 s under ASan+UBSan (build-fuzz/, clang; scripts/fuzz.sh, docs/fuzzing.md).
+#   4. every libFuzzer target 10 s under ASan+UBSan (build-fuzz/, clang; scripts/fuzz.sh, docs/fuzzing.md).
 # A test that skips counts as a failure: a test that cannot run (no Redis, no Chromium) proves nothing.
 # KVSTASH_TEST_QUICK=1 runs only the release pass (for a quick local check, never in CI).
 set -euo pipefail
@@ -50,5 +50,5 @@ ninja -C build-tsan -j"$jobs" kvstash $tsan_tests  # the e2e tests run build-tsa
 # few dozen per configuration exercise the same threads.
 KVSTASH_STRESS_SEEDS=25 run_suite build-tsan -L '^(engine|cache|http|server|router|share)$'
 # A crash, leak, sanitizer report, timeout or out-of-memory in any target fails the run.
-scripts/fuzz.sh ci 15
+scripts/fuzz.sh ci 10
 echo "all test passes green: release, ASan+UBSan, TSan, fuzzing"
