@@ -69,11 +69,12 @@ TEST(ChunkCodec, CompressedSizeClaimIsCheckedBeforeAllocating) {
   auto bytes = encode_chunk(test_meta(), Bytes(4096, 0), {.compress = true});
   ASSERT_TRUE(bytes.has_value());
   Bytes b = *bytes;
-  const std::size_t header_size = chunk_header_min_size() + test_meta().kv_format.size();
+  // docs/chunk-format.md, version 2: the header checksum at 136 + L covers bytes [0, 136 + L).
+  const std::size_t checksum_at = 136 + test_meta().kv_format.size();
   const std::uint64_t claimed = std::uint64_t{3} << 30;  // under the codec's 4 GiB bound
   for (int i = 0; i < 8; ++i) b[112 + i] = static_cast<std::uint8_t>(claimed >> (8 * i));  // payload_size
-  const std::uint64_t sum = XXH3_64bits(b.data(), header_size - 8);
-  for (int i = 0; i < 8; ++i) b[header_size - 8 + i] = static_cast<std::uint8_t>(sum >> (8 * i));
+  const std::uint64_t sum = XXH3_64bits(b.data(), checksum_at);
+  for (int i = 0; i < 8; ++i) b[checksum_at + i] = static_cast<std::uint8_t>(sum >> (8 * i));
   ASSERT_TRUE(parse_chunk_header(b).has_value());  // the header itself is consistent
   rusage before{}, after{};
   getrusage(RUSAGE_SELF, &before);

@@ -372,7 +372,10 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   }
   std::int64_t r = 0;
   if (op == "+") {
-    if (ints) return Value(checked(__builtin_add_overflow(integer(a), integer(b), &r), r, op));
+    if (ints) {
+      const bool overflow = __builtin_add_overflow(integer(a), integer(b), &r);  // r is read after this
+      return Value(checked(overflow, r, op));
+    }
     if (numbers) return Value(num(a) + num(b));
     if (a.is_string() && b.is_string()) {
       check_string_size(a.as_string().size() + b.as_string().size());
@@ -390,12 +393,18 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     return type_error();
   }
   if (op == "-") {
-    if (ints) return Value(checked(__builtin_sub_overflow(integer(a), integer(b), &r), r, op));
+    if (ints) {
+      const bool overflow = __builtin_sub_overflow(integer(a), integer(b), &r);  // r is read after this
+      return Value(checked(overflow, r, op));
+    }
     if (numbers) return Value(num(a) - num(b));
     return type_error();
   }
   if (op == "*") {
-    if (ints) return Value(checked(__builtin_mul_overflow(integer(a), integer(b), &r), r, op));
+    if (ints) {
+      const bool overflow = __builtin_mul_overflow(integer(a), integer(b), &r);  // r is read after this
+      return Value(checked(overflow, r, op));
+    }
     if (numbers) return Value(num(a) * num(b));
     const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
     const Value* count = seq == &a ? &b : &a;
