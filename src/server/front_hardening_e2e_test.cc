@@ -19,6 +19,15 @@
 namespace kvstash::server::testing {
 namespace {
 
+// The time and memory bounds of issue 31 are asserted in the release build (what ships, the first
+// pass of scripts/test.sh). Under ASan (its quarantine keeps freed bodies resident) and TSan (5-15x
+// slower threads) the same runs check everything else: cached tokens, answers, metrics.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kBoundsAsserted = false;
+#else
+constexpr bool kBoundsAsserted = true;
+#endif
+
 struct Answer {
   int status = 0;
   std::string cache;  // x-kvstash-cache
@@ -199,7 +208,9 @@ TEST_F(FrontHardeningE2ETest, HealthStaysFastWhileLargeBodiesAreProcessed) {
   ASSERT_GE(ms.size(), 20u) << "the bodies were answered before /health was measured";
   std::sort(ms.begin(), ms.end());
   const double p99 = ms[ms.size() * 99 / 100];
-  EXPECT_LT(p99, 50.0) << "p99 of " << ms.size() << " /health requests; max " << ms.back() << " ms";
+  if (kBoundsAsserted) {
+    EXPECT_LT(p99, 50.0) << "p99 of " << ms.size() << " /health requests; max " << ms.back() << " ms";
+  }
 }
 
 // Flags out of range: the command refuses them with a message naming the flag, before serving.
