@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
+
+#include <unistd.h>
 
 #include "kernels/simd_dispatch.h"
 #include "model/reference_model_for_test.h"
@@ -448,7 +451,9 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
 // shape written over the file with the old mtime must not inherit the old fingerprint.
 TEST(ModelLoad, SameSizeAndMtimeWithOtherWeightsGetsItsOwnFingerprint) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / "fingerprint-test";
+  // model_test and model_test_avx2 run this binary at once: each process gets its own directory.
+  const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / ("fingerprint-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
   fs::create_directories(dir);
   ::setenv("XDG_CACHE_HOME", (dir / "xdg").c_str(), 1);
   const fs::path path = dir / "model.gguf", other = dir / "other.gguf";
@@ -477,13 +482,15 @@ TEST(ModelLoad, SameSizeAndMtimeWithOtherWeightsGetsItsOwnFingerprint) {
   fs::last_write_time(path, mtime);
   EXPECT_EQ(fingerprint_of(path), other_fp) << "the sidecar of the old file was trusted";
   ::unsetenv("XDG_CACHE_HOME");
+  fs::remove_all(dir);
 }
 
 TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
   const std::string src = testing::test_model_path("tiny", TensorType::kF32);
   auto file = gguf::File::open(src);
   ASSERT_TRUE(file.has_value());
-  const std::string dir = std::string(KVSTASH_BINARY_DIR) + "/test-models/";
+  // Per process: model_test and model_test_avx2 run this binary at once.
+  const std::string dir = std::string(KVSTASH_BINARY_DIR) + "/test-models/pid" + std::to_string(::getpid()) + "-";
   // Same file with another architecture name.
   auto rewrite = [&](const std::string& out, const std::string& arch, bool make_iq4) {
     gguf::Writer w;
@@ -518,6 +525,8 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
   EXPECT_EQ(m2.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(m2.status().message().find("iq4_nl"), std::string::npos) << m2.status().message();
   EXPECT_NE(m2.status().message().find("blk.0.ffn_up.weight"), std::string::npos) << m2.status().message();
+  std::filesystem::remove(dir + "arch-gpt3.gguf");
+  std::filesystem::remove(dir + "type-iq4_nl.gguf");
 }
 
 }  // namespace
