@@ -99,6 +99,35 @@ TEST(SpotChecksTest, AFullSetRefusesUntilChecksCompleteOrExpire) {
   EXPECT_EQ(checks.hold(check_of(4), t0 + std::chrono::milliseconds(1000)), SpotChecks::Hold::kQueued);
 }
 
+// Issue 31: 300 checks that never complete (prompts that dodge their completion, KV that never comes)
+// at the defaults (256 pending, 60 s). While the set is full nothing unknown is queued (the peers
+// tier then drops unknown chunks rather than using them unchecked); at the deadline every abandoned
+// check is counted as expired and the next check is taken and completed as usual.
+TEST(SpotChecksTest, ThreeHundredAbandonedChecksAtTheDefaultsDoNotDisableChecking) {
+  const SpotCheckOptions defaults;
+  ASSERT_EQ(defaults.max_pending, 256u);
+  SpotChecks checks(defaults);
+  const auto t0 = Clock::now();
+  int queued = 0, refused = 0;
+  for (int k = 1; k <= 300; ++k) {
+    const auto held = checks.hold(check_of(k), t0 + std::chrono::milliseconds(k));
+    queued += held == SpotChecks::Hold::kQueued;
+    refused += held == SpotChecks::Hold::kFull;
+  }
+  EXPECT_EQ(queued, 256);
+  EXPECT_EQ(refused, 44);
+  EXPECT_TRUE(checks.full(t0 + std::chrono::milliseconds(301)));
+  // One expiry period after the last was queued, all 256 are gone and counted.
+  const auto later = t0 + defaults.expiry + std::chrono::milliseconds(301);
+  EXPECT_EQ(checks.pending(later), 0u);
+  EXPECT_EQ(checks.expired(), 256u);
+  EXPECT_FALSE(checks.full(later));
+  EXPECT_EQ(checks.hold(check_of(1000), later), SpotChecks::Hold::kQueued);
+  auto taken = checks.take(test_key(1000), later + std::chrono::milliseconds(5));
+  ASSERT_TRUE(taken) << "a check queued after the flood is taken for comparison";
+  EXPECT_EQ(taken->meta.key, test_key(1000));
+}
+
 TEST(SpotChecksTest, ARestoredCheckKeepsItsDeadline) {
   SpotChecks checks({.max_pending = 2, .expiry = std::chrono::milliseconds(1000)});
   const auto t0 = Clock::now();
