@@ -133,6 +133,14 @@ TEST(Jinja, DamagedTemplatesFailCleanly) {
   }
   // Recursion is bounded.
   EXPECT_FALSE(Template::parse("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}")->render(ctx).has_value());
+  // Loops in loops are bounded by work: the render stops with the step error, not after 10^10 iterations.
+  auto nested = Template::parse("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
+  ASSERT_TRUE(nested.has_value());
+  auto stopped = nested->render(ctx);
+  ASSERT_FALSE(stopped.has_value());
+  EXPECT_NE(stopped.status().message().find("steps"), std::string::npos) << stopped.status().message();
+  // A loop of a few thousand items (a long chat) stays well within the budget.
+  EXPECT_EQ(render("{% for a in range(20000) %}{% if loop.last %}{{ loop.index }}{% endif %}{% endfor %}"), "20000");
 }
 
 }  // namespace
