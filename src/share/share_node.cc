@@ -1,13 +1,15 @@
 #include "share/share_node.h"
 
+#include "common/prometheus_text.h"
+
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "cache/disk_tier.h"
 #include "cache/file_system.h"
 #include "cache/log.h"
 #include "cache/prefix_alias.h"
+#include "common/prometheus_text.h"
 #include "cache/response_record.h"
 #include "share/peers_tier.h"
 #include "share/response_peers_tier.h"
@@ -322,152 +324,116 @@ void ShareNode::reannounce_loop() {
 }
 
 std::string ShareNode::render_metrics() const {
-  std::ostringstream o;
-  auto counter = [&](const char* name, const char* help, std::uint64_t v, const std::string& labels = "") {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << labels << " " << v << "\n";
-  };
+  PrometheusText m;
   auto value = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  std::size_t announced = 0, banned = 0;
+  std::size_t announced = 0, banned = 0, placements_waiting = 0, announced_responses = 0;
   {
     std::lock_guard lock(mu_);
     announced = announced_.size();
     banned = banned_.size();
-  }
-  o << "# HELP kvstash_share_dht_nodes DHT nodes this node knows (good and dubious)\n"
-       "# TYPE kvstash_share_dht_nodes gauge\nkvstash_share_dht_nodes "
-    << (dht_ ? dht_->known_nodes() : 0) << "\n";
-  o << "# HELP kvstash_share_announced_chunks Chunks this node announces as their provider\n"
-       "# TYPE kvstash_share_announced_chunks gauge\nkvstash_share_announced_chunks " << announced << "\n";
-  o << "# HELP kvstash_share_banned_producers Producers banned here (failed spot checks)\n"
-       "# TYPE kvstash_share_banned_producers gauge\nkvstash_share_banned_producers " << banned << "\n";
-  o << "# HELP kvstash_share_announcements_total DHT announcements by result\n"
-       "# TYPE kvstash_share_announcements_total counter\n"
-    << "kvstash_share_announcements_total{result=\"ok\"} " << value(counters_.announcements_ok) << "\n"
-    << "kvstash_share_announcements_total{result=\"failed\"} " << value(counters_.announcements_failed) << "\n";
-  o << "# HELP kvstash_share_lookups_total DHT lookups of chunk keys by result\n"
-       "# TYPE kvstash_share_lookups_total counter\n"
-    << "kvstash_share_lookups_total{result=\"hit\"} " << value(counters_.lookups_hit) << "\n"
-    << "kvstash_share_lookups_total{result=\"miss\"} " << value(counters_.lookups_miss) << "\n"
-    << "kvstash_share_lookups_total{result=\"timeout\"} " << value(counters_.lookups_timeout) << "\n";
-  counter("kvstash_share_fetches_total", "Chunks fetched from peers and verified", value(counters_.fetches_ok));
-  counter("kvstash_share_fetch_errors_total", "Chunk fetches that failed (unreachable, timeout, too large, 404)",
-          value(counters_.fetch_errors));
-  counter("kvstash_share_fetched_bytes_total", "Chunk bytes fetched from peers and verified", value(counters_.fetched_bytes));
-  counter("kvstash_share_served_chunks_total", "Chunks served to peers", value(counters_.served_chunks));
-  counter("kvstash_share_served_bytes_total", "Chunk bytes served to peers", value(counters_.served_bytes));
-  counter("kvstash_share_refused_salted_total", "Requests for a salted chunk refused (no --share-salted)",
-          value(counters_.refused_salted));
-  counter("kvstash_share_kept_salted_total", "Salted chunks stored and not announced (no --share-salted)",
-          value(counters_.kept_salted));
-  o << "# HELP kvstash_share_rejections_total Chunks from peers rejected before reaching the engine, by reason\n"
-       "# TYPE kvstash_share_rejections_total counter\n";
-  for (int r = 1; r < 8; ++r) {
-    o << "kvstash_share_rejections_total{reason=\"" << manifest_error_name(static_cast<ManifestError>(r)) << "\"} "
-      << value(counters_.rejected[r]) << "\n";
-  }
-  o << "kvstash_share_rejections_total{reason=\"fragment\"} " << value(counters_.fragments_rejected) << "\n";
-  o << "kvstash_share_rejections_total{reason=\"spot_check\"} " << value(counters_.spot_checks_failed) << "\n";
-  o << "kvstash_share_rejections_total{reason=\"alias\"} " << value(counters_.aliases_refused) << "\n";
-  counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
-          value(counters_.fragments_placed));
-  counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
-          value(counters_.fragment_place_errors));
-  counter("kvstash_share_fragments_accepted_total", "Fragments peers placed here and this node holds",
-          value(counters_.fragments_accepted));
-  counter("kvstash_share_fragment_placements_dropped_total",
-          "Chunks not placed as fragments: the placement queue was full", value(counters_.placements_dropped));
-  {
-    std::size_t waiting = 0;
-    {
-      std::lock_guard lock(mu_);
-      waiting = placements_.size();
-    }
-    o << "# HELP kvstash_share_fragment_placement_queue Chunks waiting for fragment placement\n"
-         "# TYPE kvstash_share_fragment_placement_queue gauge\nkvstash_share_fragment_placement_queue "
-      << waiting << "\n";
-  }
-  o << "# HELP kvstash_share_peer_requests_total Requests to peers (every GET and PUT), and those cut at "
-       "the wall-clock deadline or the byte cap\n"
-       "# TYPE kvstash_share_peer_requests_total counter\n"
-    << "kvstash_share_peer_requests_total{end=\"all\"} " << value(counters_.peer_io.requests) << "\n"
-    << "kvstash_share_peer_requests_total{end=\"deadline\"} " << value(counters_.peer_io.deadline_hit) << "\n"
-    << "kvstash_share_peer_requests_total{end=\"cap\"} " << value(counters_.peer_io.cap_hit) << "\n";
-  counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
-          value(counters_.fragments_refused));
-  o << "# HELP kvstash_share_spot_checks_total Chunks of unknown producers held for a spot check (--trust any), by "
-       "result; dropped: refused unchecked while the pending set was full\n"
-       "# TYPE kvstash_share_spot_checks_total counter\n"
-    << "kvstash_share_spot_checks_total{result=\"passed\"} " << value(counters_.spot_checks_passed) << "\n"
-    << "kvstash_share_spot_checks_total{result=\"failed\"} " << value(counters_.spot_checks_failed) << "\n"
-    << "kvstash_share_spot_checks_total{result=\"expired\"} " << spot_checks_->expired() << "\n"
-    << "kvstash_share_spot_checks_total{result=\"dropped\"} " << value(counters_.spot_checks_dropped) << "\n";
-  o << "# HELP kvstash_share_spot_checks_pending Spot checks waiting for this node's own KV of the chunk\n"
-       "# TYPE kvstash_share_spot_checks_pending gauge\nkvstash_share_spot_checks_pending "
-    << spot_checks_->pending(SpotChecks::Clock::now()) << "\n";
-  o << "# HELP kvstash_share_directory_nodes Trusted, verified node directory entries (fragment holders)\n"
-       "# TYPE kvstash_share_directory_nodes gauge\nkvstash_share_directory_nodes " << value(counters_.directory_nodes)
-    << "\n";
-  o << "# HELP kvstash_share_directory_ignored_total Node directory entries read and ignored, by reason\n"
-       "# TYPE kvstash_share_directory_ignored_total counter\n";
-  for (int r = 1; r < kDirectoryEntryErrors; ++r) {
-    o << "kvstash_share_directory_ignored_total{reason=\"" << directory_entry_error_name(static_cast<DirectoryEntryError>(r))
-      << "\"} " << value(counters_.directory_ignored[r]) << "\n";
-  }
-  counter("kvstash_share_unchecked_chunks_total", "Chunks of unknown producers accepted without a spot check",
-          value(counters_.unchecked_accepted));
-  {
-    const std::uint32_t bits = counters_.spot_check_max_diff_bits.load(std::memory_order_relaxed);
-    float diff = 0;
-    std::memcpy(&diff, &bits, sizeof diff);
-    o << "# HELP kvstash_share_spot_check_max_abs_diff Largest |ours - theirs| of a KV element seen in spot checks\n"
-         "# TYPE kvstash_share_spot_check_max_abs_diff gauge\nkvstash_share_spot_check_max_abs_diff " << diff << "\n";
-  }
-  std::size_t announced_responses = 0;
-  {
-    std::lock_guard lock(mu_);
+    placements_waiting = placements_.size();
     announced_responses = announced_responses_.size();
   }
-  o << "# HELP kvstash_share_response_announced_records Response-cache records this node announces\n"
-       "# TYPE kvstash_share_response_announced_records gauge\nkvstash_share_response_announced_records "
-    << announced_responses << "\n";
-  o << "# HELP kvstash_share_response_announcements_total DHT announcements of response records by result\n"
-       "# TYPE kvstash_share_response_announcements_total counter\n"
-    << "kvstash_share_response_announcements_total{result=\"ok\"} " << value(counters_.response_announcements_ok) << "\n"
-    << "kvstash_share_response_announcements_total{result=\"failed\"} " << value(counters_.response_announcements_failed)
-    << "\n";
-  o << "# HELP kvstash_share_response_lookups_total DHT lookups of response record keys by result\n"
-       "# TYPE kvstash_share_response_lookups_total counter\n"
-    << "kvstash_share_response_lookups_total{result=\"hit\"} " << value(counters_.response_lookups_hit) << "\n"
-    << "kvstash_share_response_lookups_total{result=\"miss\"} " << value(counters_.response_lookups_miss) << "\n"
-    << "kvstash_share_response_lookups_total{result=\"timeout\"} " << value(counters_.response_lookups_timeout) << "\n";
-  counter("kvstash_share_response_fetches_total", "Response records fetched from peers and verified",
-          value(counters_.responses_fetched));
-  counter("kvstash_share_response_fetch_errors_total", "Response record fetches that failed (unreachable, timeout, 404)",
-          value(counters_.response_fetch_errors));
-  counter("kvstash_share_response_served_total", "Response records served to peers", value(counters_.responses_served));
-  counter("kvstash_share_response_refused_salted_total", "Requests for a salted request's record refused",
-          value(counters_.response_refused_salted));
-  counter("kvstash_share_response_kept_salted_total", "Salted requests' records stored and not announced",
-          value(counters_.response_kept_salted));
-  o << "# HELP kvstash_share_response_rejections_total Response records from peers refused, by reason\n"
-       "# TYPE kvstash_share_response_rejections_total counter\n";
-  for (int r = 0; r < 4; ++r) {
-    o << "kvstash_share_response_rejections_total{reason=\"" << kResponseRejectionNames[r] << "\"} "
-      << value(counters_.response_rejected[r]) << "\n";
+  const auto count = [](std::size_t n) { return static_cast<std::uint64_t>(n); };
+  m.family("kvstash_share_dht_nodes", "gauge", "DHT nodes this node knows (good and dubious)")
+      .sample(count(dht_ ? dht_->known_nodes() : 0));
+  m.family("kvstash_share_announced_chunks", "gauge", "Chunks this node announces as their provider").sample(count(announced));
+  m.family("kvstash_share_banned_producers", "gauge", "Producers banned here (failed spot checks)").sample(count(banned));
+  m.family("kvstash_share_announcements_total", "counter", "DHT announcements by result")
+      .sample("result", "ok", value(counters_.announcements_ok))
+      .sample("result", "failed", value(counters_.announcements_failed));
+  m.family("kvstash_share_lookups_total", "counter", "DHT lookups of chunk keys by result")
+      .sample("result", "hit", value(counters_.lookups_hit))
+      .sample("result", "miss", value(counters_.lookups_miss))
+      .sample("result", "timeout", value(counters_.lookups_timeout));
+  m.counter("kvstash_share_fetches_total", "Chunks fetched from peers and verified", value(counters_.fetches_ok));
+  m.counter("kvstash_share_fetch_errors_total", "Chunk fetches that failed (unreachable, timeout, too large, 404)",
+            value(counters_.fetch_errors));
+  m.counter("kvstash_share_fetched_bytes_total", "Chunk bytes fetched from peers and verified", value(counters_.fetched_bytes));
+  m.counter("kvstash_share_served_chunks_total", "Chunks served to peers", value(counters_.served_chunks));
+  m.counter("kvstash_share_served_bytes_total", "Chunk bytes served to peers", value(counters_.served_bytes));
+  m.counter("kvstash_share_refused_salted_total", "Requests for a salted chunk refused (no --share-salted)",
+            value(counters_.refused_salted));
+  m.counter("kvstash_share_kept_salted_total", "Salted chunks stored and not announced (no --share-salted)",
+            value(counters_.kept_salted));
+  m.family("kvstash_share_rejections_total", "counter", "Chunks from peers rejected before reaching the engine, by reason");
+  for (int r = 1; r < 8; ++r) {
+    m.sample("reason", manifest_error_name(static_cast<ManifestError>(r)), value(counters_.rejected[r]));
   }
-  counter("kvstash_share_refused_unchecked_total", "Chunk requests refused: unchecked, computed on unchecked KV or of unknown origin",
-          value(counters_.refused_unchecked));
-  counter("kvstash_share_kept_unchecked_total", "Chunks stored here and not announced: not shareable (unchecked provenance)",
-          value(counters_.kept_unchecked));
-  counter("kvstash_share_purged_chunks_total", "Chunks erased because they derive from a banned producer",
-          value(counters_.purged_chunks));
-  counter("kvstash_share_purged_records_total", "Response records and semantic entries of banned producers erased",
-          value(counters_.purged_records));
-  counter("kvstash_share_startup_announced_total", "Chunks and response records found on disk at start and announced",
-          value(counters_.startup_announced));
-  counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
-          value(counters_.chunks_reconstructed));
-  return o.str();
+  m.sample("reason", "fragment", value(counters_.fragments_rejected))
+      .sample("reason", "spot_check", value(counters_.spot_checks_failed))
+      .sample("reason", "alias", value(counters_.aliases_refused));
+  m.counter("kvstash_share_fragments_placed_total", "Fragments of this node's chunks placed on peers (--erasure)",
+            value(counters_.fragments_placed));
+  m.counter("kvstash_share_fragment_place_errors_total", "Fragments that could not be placed (no peer, refused, unreachable)",
+            value(counters_.fragment_place_errors));
+  m.counter("kvstash_share_fragments_accepted_total", "Fragments peers placed here and this node holds",
+            value(counters_.fragments_accepted));
+  m.counter("kvstash_share_fragment_placements_dropped_total", "Chunks not placed as fragments: the placement queue was full",
+            value(counters_.placements_dropped));
+  m.family("kvstash_share_fragment_placement_queue", "gauge", "Chunks waiting for fragment placement")
+      .sample(count(placements_waiting));
+  m.family("kvstash_share_peer_requests_total", "counter",
+           "Requests to peers (every GET and PUT), and those cut at the wall-clock deadline or the byte cap")
+      .sample("end", "all", value(counters_.peer_io.requests))
+      .sample("end", "deadline", value(counters_.peer_io.deadline_hit))
+      .sample("end", "cap", value(counters_.peer_io.cap_hit));
+  m.counter("kvstash_share_fragments_refused_total", "Fragment PUTs refused (unsigned, untrusted producer, bad hash)",
+            value(counters_.fragments_refused));
+  m.family("kvstash_share_spot_checks_total", "counter",
+           "Chunks of unknown producers held for a spot check (--trust any), by result; dropped: refused unchecked "
+           "while the pending set was full")
+      .sample("result", "passed", value(counters_.spot_checks_passed))
+      .sample("result", "failed", value(counters_.spot_checks_failed))
+      .sample("result", "expired", spot_checks_->expired())
+      .sample("result", "dropped", value(counters_.spot_checks_dropped));
+  m.family("kvstash_share_spot_checks_pending", "gauge", "Spot checks waiting for this node's own KV of the chunk")
+      .sample(count(spot_checks_->pending(SpotChecks::Clock::now())));
+  m.family("kvstash_share_directory_nodes", "gauge", "Trusted, verified node directory entries (fragment holders)")
+      .sample(value(counters_.directory_nodes));
+  m.family("kvstash_share_directory_ignored_total", "counter", "Node directory entries read and ignored, by reason");
+  for (int r = 1; r < kDirectoryEntryErrors; ++r) {
+    m.sample("reason", directory_entry_error_name(static_cast<DirectoryEntryError>(r)), value(counters_.directory_ignored[r]));
+  }
+  m.counter("kvstash_share_unchecked_chunks_total", "Chunks of unknown producers accepted without a spot check",
+            value(counters_.unchecked_accepted));
+  const std::uint32_t diff_bits = counters_.spot_check_max_diff_bits.load(std::memory_order_relaxed);
+  float diff = 0;
+  std::memcpy(&diff, &diff_bits, sizeof diff);
+  m.gauge("kvstash_share_spot_check_max_abs_diff", "Largest |ours - theirs| of a KV element seen in spot checks", diff);
+  m.family("kvstash_share_response_announced_records", "gauge", "Response-cache records this node announces")
+      .sample(count(announced_responses));
+  m.family("kvstash_share_response_announcements_total", "counter", "DHT announcements of response records by result")
+      .sample("result", "ok", value(counters_.response_announcements_ok))
+      .sample("result", "failed", value(counters_.response_announcements_failed));
+  m.family("kvstash_share_response_lookups_total", "counter", "DHT lookups of response record keys by result")
+      .sample("result", "hit", value(counters_.response_lookups_hit))
+      .sample("result", "miss", value(counters_.response_lookups_miss))
+      .sample("result", "timeout", value(counters_.response_lookups_timeout));
+  m.counter("kvstash_share_response_fetches_total", "Response records fetched from peers and verified",
+            value(counters_.responses_fetched));
+  m.counter("kvstash_share_response_fetch_errors_total", "Response record fetches that failed (unreachable, timeout, 404)",
+            value(counters_.response_fetch_errors));
+  m.counter("kvstash_share_response_served_total", "Response records served to peers", value(counters_.responses_served));
+  m.counter("kvstash_share_response_refused_salted_total", "Requests for a salted request's record refused",
+            value(counters_.response_refused_salted));
+  m.counter("kvstash_share_response_kept_salted_total", "Salted requests' records stored and not announced",
+            value(counters_.response_kept_salted));
+  m.family("kvstash_share_response_rejections_total", "counter", "Response records from peers refused, by reason");
+  for (int r = 0; r < 4; ++r) m.sample("reason", kResponseRejectionNames[r], value(counters_.response_rejected[r]));
+  m.counter("kvstash_share_refused_unchecked_total",
+            "Chunk requests refused: unchecked, computed on unchecked KV or of unknown origin", value(counters_.refused_unchecked));
+  m.counter("kvstash_share_kept_unchecked_total", "Chunks stored here and not announced: not shareable (unchecked provenance)",
+            value(counters_.kept_unchecked));
+  m.counter("kvstash_share_purged_chunks_total", "Chunks erased because they derive from a banned producer",
+            value(counters_.purged_chunks));
+  m.counter("kvstash_share_purged_records_total", "Response records and semantic entries of banned producers erased",
+            value(counters_.purged_records));
+  m.counter("kvstash_share_startup_announced_total", "Chunks and response records found on disk at start and announced",
+            value(counters_.startup_announced));
+  m.counter("kvstash_share_chunks_reconstructed_total", "Chunks rebuilt from K fragments and verified",
+            value(counters_.chunks_reconstructed));
+  return m.take();
 }
 
 }  // namespace kvstash::share
