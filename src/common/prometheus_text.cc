@@ -5,6 +5,14 @@
 
 namespace kvstash {
 
+std::string PrometheusText::Number::format(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  return std::string(buf, result.ptr);
+}
+
 PrometheusText& PrometheusText::family(std::string_view name, std::string_view type, std::string_view help) {
   family_.assign(name);
   out_ += "# HELP ";
@@ -19,12 +27,7 @@ PrometheusText& PrometheusText::family(std::string_view name, std::string_view t
   return *this;
 }
 
-void PrometheusText::begin_sample(std::string_view label, std::string_view label_value) {
-  out_ += family_;
-  if (label.empty()) return;
-  out_ += '{';
-  out_ += label;
-  out_ += "=\"";
+void PrometheusText::append_escaped(std::string_view label_value) {
   for (char c : label_value) {
     if (c == '\\' || c == '"') {
       out_ += '\\';
@@ -35,41 +38,23 @@ void PrometheusText::begin_sample(std::string_view label, std::string_view label
       out_ += c;
     }
   }
-  out_ += "\"}";
 }
 
-void PrometheusText::end_sample(std::string_view value_text) {
+PrometheusText& PrometheusText::sample(Labels labels, const Number& value) {
+  out_ += family_;
+  char separator = '{';
+  for (const auto& [label, label_value] : labels) {
+    out_ += separator;
+    out_ += label;
+    out_ += "=\"";
+    append_escaped(label_value);
+    out_ += '"';
+    separator = ',';
+  }
+  if (labels.size() != 0) out_ += '}';
   out_ += ' ';
-  out_ += value_text;
+  out_ += value.text;
   out_ += '\n';
-}
-
-namespace {
-
-std::string format(std::uint64_t v) { return std::to_string(v); }
-
-std::string format(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto result = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, result.ptr);
-}
-
-}  // namespace
-
-PrometheusText& PrometheusText::sample(std::uint64_t value) { return sample({}, {}, value); }
-PrometheusText& PrometheusText::sample(double value) { return sample({}, {}, value); }
-
-PrometheusText& PrometheusText::sample(std::string_view label, std::string_view label_value, std::uint64_t value) {
-  begin_sample(label, label_value);
-  end_sample(format(value));
-  return *this;
-}
-
-PrometheusText& PrometheusText::sample(std::string_view label, std::string_view label_value, double value) {
-  begin_sample(label, label_value);
-  end_sample(format(value));
   return *this;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/prometheus_text.h"
+
 namespace kvstash::router {
 namespace {
 
@@ -10,20 +12,6 @@ std::string num(double v) {
   char text[64];
   std::snprintf(text, sizeof text, "%.9g", v);
   return text;
-}
-
-// A Prometheus label value: backslash, quote and newline escaped.
-std::string label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -134,62 +122,59 @@ double RouterMetrics::decision_quantile(double q) const {
 }
 
 std::string RouterMetrics::render(const std::vector<WorkerStatus>& workers, const PrefixCacheCounts& prefix_cache) const {
-  std::string out;
+  PrometheusText m;
   std::lock_guard lock(mu_);
-  out += "# HELP kvstash_router_requests_total Requests sent to a worker, by the policy's decision.\n";
-  out += "# TYPE kvstash_router_requests_total counter\n";
-  for (const auto& [k, v] : requests_) {
-    out += "kvstash_router_requests_total{worker=\"" + label(k.first) + "\",decision=\"" + label(k.second) + "\"} " + std::to_string(v) + "\n";
-  }
-  out += "# TYPE kvstash_router_responses_total counter\n";
-  for (const auto& [k, v] : responses_) {
-    out += "kvstash_router_responses_total{worker=\"" + label(k.first) + "\",status=\"" + std::to_string(k.second) + "\"} " +
-           std::to_string(v) + "\n";
-  }
-  out += "# TYPE kvstash_router_retries_total counter\nkvstash_router_retries_total " + std::to_string(retries_) + "\n";
-  out += "# TYPE kvstash_router_failed_total counter\nkvstash_router_failed_total " + std::to_string(failed_) + "\n";
-  out += "# HELP kvstash_router_predicted_cached_tokens_total Cached prompt tokens the router's index predicted.\n";
-  out += "# TYPE kvstash_router_predicted_cached_tokens_total counter\n";
-  for (const auto& [w, c] : cached_) {
-    out += "kvstash_router_predicted_cached_tokens_total{worker=\"" + label(w) + "\"} " + std::to_string(c.predicted) + "\n";
-  }
-  out += "# HELP kvstash_router_actual_cached_tokens_total Cached prompt tokens the workers reported (usage).\n";
-  out += "# TYPE kvstash_router_actual_cached_tokens_total counter\n";
-  for (const auto& [w, c] : cached_) {
-    out += "kvstash_router_actual_cached_tokens_total{worker=\"" + label(w) + "\"} " + std::to_string(c.actual) + "\n";
-  }
-  out += "# TYPE kvstash_router_prompt_tokens_total counter\n";
-  for (const auto& [w, c] : cached_) {
-    out += "kvstash_router_prompt_tokens_total{worker=\"" + label(w) + "\"} " + std::to_string(c.prompt) + "\n";
-  }
-  out += overhead_.render("kvstash_router_overhead", "Router-added latency to the first byte (decision + return).");
-  out += queue_.render("kvstash_router_queue", "Arrival to the request's routing starting (0 but for long prompts, tokenized on a job thread).");
-  out += decision_.render("kvstash_router_decision", "Arrival to the request handed to the upstream connection.");
-  out += return_.render("kvstash_router_return", "Upstream first byte to the answer handed to the client's connection.");
-  out += "# TYPE kvstash_router_upstream_connections_total counter\n";
-  out += "kvstash_router_upstream_connections_total{kind=\"new\"} " + std::to_string(connections_new_) + "\n";
-  out += "kvstash_router_upstream_connections_total{kind=\"reused\"} " + std::to_string(connections_reused_) + "\n";
-  out += "# TYPE kvstash_router_prefix_tokens_lookups_total counter\n";
-  out += "kvstash_router_prefix_tokens_lookups_total " + std::to_string(prefix_cache.lookups) + "\n";
-  out += "# TYPE kvstash_router_prefix_tokens_hits_total counter\n";
-  out += "kvstash_router_prefix_tokens_hits_total " + std::to_string(prefix_cache.hits) + "\n";
-  out += "# TYPE kvstash_router_prefix_tokens_reused_total counter\n";
-  out += "kvstash_router_prefix_tokens_reused_total " + std::to_string(prefix_cache.tokens_reused) + "\n";
-  out += "# TYPE kvstash_router_worker_up gauge\n";
+  m.family("kvstash_router_requests_total", "counter", "Requests sent to a worker, by the policy's decision.");
+  for (const auto& [k, v] : requests_) m.sample({{"worker", k.first}, {"decision", k.second}}, v);
+  m.family("kvstash_router_responses_total", "counter", "Worker responses by HTTP status.");
+  for (const auto& [k, v] : responses_) m.sample({{"worker", k.first}, {"status", std::to_string(k.second)}}, v);
+  m.counter("kvstash_router_retries_total", "Requests sent again to another worker after a failure.", retries_);
+  m.counter("kvstash_router_failed_total", "Requests no worker could answer.", failed_);
+  m.family("kvstash_router_predicted_cached_tokens_total", "counter", "Cached prompt tokens the router's index predicted.");
+  for (const auto& [w, c] : cached_) m.sample("worker", w, c.predicted);
+  m.family("kvstash_router_actual_cached_tokens_total", "counter", "Cached prompt tokens the workers reported (usage).");
+  for (const auto& [w, c] : cached_) m.sample("worker", w, c.actual);
+  m.family("kvstash_router_prompt_tokens_total", "counter", "Prompt tokens sent to each worker.");
+  for (const auto& [w, c] : cached_) m.sample("worker", w, c.prompt);
+  m.append_rendered(overhead_.render("kvstash_router_overhead", "Router-added latency to the first byte (decision + return)."));
+  m.append_rendered(queue_.render("kvstash_router_queue",
+                                  "Arrival to the request's routing starting (0 but for long prompts, tokenized on a job thread)."));
+  m.append_rendered(decision_.render("kvstash_router_decision", "Arrival to the request handed to the upstream connection."));
+  m.append_rendered(return_.render("kvstash_router_return", "Upstream first byte to the answer handed to the client's connection."));
+  m.family("kvstash_router_upstream_connections_total", "counter", "Connections to workers: opened, or reused from the pool.")
+      .sample("kind", "new", connections_new_)
+      .sample("kind", "reused", connections_reused_);
+  m.counter("kvstash_router_prefix_tokens_lookups_total", "Prompt tokenizations looked up in the prompt-prefix cache.",
+            prefix_cache.lookups);
+  m.counter("kvstash_router_prefix_tokens_hits_total", "Lookups that found a tokenized prefix.", prefix_cache.hits);
+  m.counter("kvstash_router_prefix_tokens_reused_total", "Tokens taken from the prompt-prefix cache instead of tokenizing.",
+            prefix_cache.tokens_reused);
+  // One family at a time (Prometheus rejects a family whose samples are interleaved with another's).
+  auto per_worker = [&](const char* name, const char* type, const char* help, auto field) {
+    m.family(name, type, help);
+    for (const WorkerStatus& w : workers) m.sample("worker", w.url, field(w));
+  };
+  per_worker("kvstash_router_worker_up", "gauge", "1 while the worker answers its health checks.",
+             [](const WorkerStatus& w) { return w.up ? 1 : 0; });
+  per_worker("kvstash_router_worker_marked_down_total", "counter", "Times the worker was marked down.",
+             [](const WorkerStatus& w) { return w.marked_down; });
+  per_worker("kvstash_router_worker_draining", "gauge", "1 while the worker drains (no new requests).",
+             [](const WorkerStatus& w) { return w.draining ? 1 : 0; });
+  per_worker("kvstash_router_worker_in_flight", "gauge", "Requests the router has in flight on the worker.",
+             [](const WorkerStatus& w) { return w.in_flight; });
+  per_worker("kvstash_router_worker_load_tokens", "gauge", "Tokens the router counts as the worker's load.",
+             [](const WorkerStatus& w) { return w.load_tokens; });
+  per_worker("kvstash_router_worker_events_last_seq", "gauge", "Sequence number of the worker's last KV event.",
+             [](const WorkerStatus& w) { return w.events_last_seq; });
+  per_worker("kvstash_router_worker_events_gaps_total", "counter", "Gaps found in the worker's KV event sequence.",
+             [](const WorkerStatus& w) { return w.events_gaps; });
+  m.family("kvstash_router_worker_kv_keys", "gauge", "KV keys the router's index holds for the worker, by source.");
   for (const WorkerStatus& w : workers) {
-    const std::string l = "{worker=\"" + label(w.url) + "\"}";
-    out += "kvstash_router_worker_up" + l + " " + (w.up ? "1" : "0") + "\n";
-    out += "kvstash_router_worker_marked_down_total" + l + " " + std::to_string(w.marked_down) + "\n";
-    out += "kvstash_router_worker_draining" + l + " " + (w.draining ? "1" : "0") + "\n";
-    out += "kvstash_router_worker_in_flight" + l + " " + std::to_string(w.in_flight) + "\n";
-    out += "kvstash_router_worker_load_tokens" + l + " " + std::to_string(w.load_tokens) + "\n";
-    out += "kvstash_router_worker_events_last_seq" + l + " " + std::to_string(w.events_last_seq) + "\n";
-    out += "kvstash_router_worker_events_gaps_total" + l + " " + std::to_string(w.events_gaps) + "\n";
-    for (auto [name, n] : {std::pair<const char*, std::size_t>{"pool", w.pool_keys}, {"memory", w.memory_keys}, {"disk", w.disk_keys}}) {
-      out += "kvstash_router_worker_kv_keys{worker=\"" + label(w.url) + "\",source=\"" + name + "\"} " + std::to_string(n) + "\n";
-    }
+    m.sample({{"worker", w.url}, {"source", "pool"}}, w.pool_keys)
+        .sample({{"worker", w.url}, {"source", "memory"}}, w.memory_keys)
+        .sample({{"worker", w.url}, {"source", "disk"}}, w.disk_keys);
   }
-  return out;
+  return m.take();
 }
 
 }  // namespace kvstash::router

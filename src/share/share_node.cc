@@ -334,11 +334,10 @@ std::string ShareNode::render_metrics() const {
     placements_waiting = placements_.size();
     announced_responses = announced_responses_.size();
   }
-  const auto count = [](std::size_t n) { return static_cast<std::uint64_t>(n); };
   m.family("kvstash_share_dht_nodes", "gauge", "DHT nodes this node knows (good and dubious)")
-      .sample(count(dht_ ? dht_->known_nodes() : 0));
-  m.family("kvstash_share_announced_chunks", "gauge", "Chunks this node announces as their provider").sample(count(announced));
-  m.family("kvstash_share_banned_producers", "gauge", "Producers banned here (failed spot checks)").sample(count(banned));
+      .sample(dht_ ? dht_->known_nodes() : 0);
+  m.family("kvstash_share_announced_chunks", "gauge", "Chunks this node announces as their provider").sample(announced);
+  m.family("kvstash_share_banned_producers", "gauge", "Producers banned here (failed spot checks)").sample(banned);
   m.family("kvstash_share_announcements_total", "counter", "DHT announcements by result")
       .sample("result", "ok", value(counters_.announcements_ok))
       .sample("result", "failed", value(counters_.announcements_failed));
@@ -372,7 +371,7 @@ std::string ShareNode::render_metrics() const {
   m.counter("kvstash_share_fragment_placements_dropped_total", "Chunks not placed as fragments: the placement queue was full",
             value(counters_.placements_dropped));
   m.family("kvstash_share_fragment_placement_queue", "gauge", "Chunks waiting for fragment placement")
-      .sample(count(placements_waiting));
+      .sample(placements_waiting);
   m.family("kvstash_share_peer_requests_total", "counter",
            "Requests to peers (every GET and PUT), and those cut at the wall-clock deadline or the byte cap")
       .sample("end", "all", value(counters_.peer_io.requests))
@@ -388,7 +387,7 @@ std::string ShareNode::render_metrics() const {
       .sample("result", "expired", spot_checks_->expired())
       .sample("result", "dropped", value(counters_.spot_checks_dropped));
   m.family("kvstash_share_spot_checks_pending", "gauge", "Spot checks waiting for this node's own KV of the chunk")
-      .sample(count(spot_checks_->pending(SpotChecks::Clock::now())));
+      .sample(spot_checks_->pending(SpotChecks::Clock::now()));
   m.family("kvstash_share_directory_nodes", "gauge", "Trusted, verified node directory entries (fragment holders)")
       .sample(value(counters_.directory_nodes));
   m.family("kvstash_share_directory_ignored_total", "counter", "Node directory entries read and ignored, by reason");
@@ -402,7 +401,7 @@ std::string ShareNode::render_metrics() const {
   std::memcpy(&diff, &diff_bits, sizeof diff);
   m.gauge("kvstash_share_spot_check_max_abs_diff", "Largest |ours - theirs| of a KV element seen in spot checks", diff);
   m.family("kvstash_share_response_announced_records", "gauge", "Response-cache records this node announces")
-      .sample(count(announced_responses));
+      .sample(announced_responses);
   m.family("kvstash_share_response_announcements_total", "counter", "DHT announcements of response records by result")
       .sample("result", "ok", value(counters_.response_announcements_ok))
       .sample("result", "failed", value(counters_.response_announcements_failed));
