@@ -166,6 +166,7 @@ const char* chunk_trust_name(ChunkTrust trust) {
 }
 
 bool Provenance::names(const ProducerKey& producer) const {
+  if (!producers.empty() && producers.back() == kMoreProducers) return true;
   return std::find(producers.begin(), producers.end(), producer) != producers.end();
 }
 

@@ -43,6 +43,14 @@ const char* chunk_trust_name(ChunkTrust trust);
 
 using ProducerKey = std::array<std::uint8_t, 32>;  // an ed25519 public key (identity::PublicKey)
 inline constexpr std::size_t kMaxProvenanceProducers = 64;
+// Stands last in a list of producers that had more than kMaxProvenanceProducers - 1 to record (no
+// ed25519 key is all ones): the list is then incomplete, and a ban of any producer counts as a ban
+// of the KV (Provenance::names).
+inline constexpr ProducerKey kMoreProducers = [] {
+  ProducerKey k{};
+  k.fill(0xff);
+  return k;
+}();
 inline constexpr std::size_t kMaxProvenanceManifest = 4096;
 
 struct Provenance {
@@ -60,6 +68,7 @@ struct Provenance {
   bool trusted() const {
     return trust == ChunkTrust::kComputed || trust == ChunkTrust::kVerified || trust == ChunkTrust::kSpotChecked;
   }
+  // Whether `producer` is among the producers, or may be (the list ends with kMoreProducers).
   bool names(const ProducerKey& producer) const;
   friend bool operator==(const Provenance&, const Provenance&) = default;
 };

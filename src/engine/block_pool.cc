@@ -97,7 +97,9 @@ std::int64_t BlockPool::forget_derived_from(const cache::ProducerKey& producer) 
   std::int64_t forgotten = 0;
   for (std::size_t b = 0; b < meta_.size(); ++b) {
     BlockMeta& m = meta_[b];
-    if (!m.key || !m.taint || std::find(m.taint->begin(), m.taint->end(), producer) == m.taint->end()) continue;
+    if (!m.key || !m.taint) continue;
+    const bool overflowed = !m.taint->empty() && m.taint->back() == cache::kMoreProducers;
+    if (!overflowed && std::find(m.taint->begin(), m.taint->end(), producer) == m.taint->end()) continue;
     key_changed(false, *m.key);
     by_key_.erase(*m.key);
     m.key.reset();
@@ -115,8 +117,14 @@ KvTaint merge_taint(const KvTaint& a, const KvTaint& b) {
   if (!a) return b;
   auto merged = std::make_shared<std::vector<cache::ProducerKey>>(*a);
   for (const auto& k : *b) {
-    if (merged->size() >= cache::kMaxProvenanceProducers) break;
-    if (std::find(merged->begin(), merged->end(), k) == merged->end()) merged->push_back(k);
+    if (!merged->empty() && merged->back() == cache::kMoreProducers) break;  // already incomplete
+    if (std::find(merged->begin(), merged->end(), k) != merged->end()) continue;
+    if (merged->size() + 1 >= cache::kMaxProvenanceProducers && k != cache::kMoreProducers) {
+      merged->resize(cache::kMaxProvenanceProducers - 1);  // no room for all: say the list is incomplete
+      merged->push_back(cache::kMoreProducers);
+      break;
+    }
+    merged->push_back(k);
   }
   if (merged->size() == a->size()) return a;
   return merged;

@@ -183,6 +183,34 @@ TEST(KvTaint, MergesAsAUnionAndMapsToProvenance) {
   EXPECT_TRUE(taint_of(legacy)->empty());
 }
 
+// KV derived from more unchecked producers than a chunk records ends its list with kMoreProducers:
+// the list stays within the format's bound, and a ban of any producer (one not recorded too) counts.
+TEST(KvTaint, MoreProducersThanRecordedMakeAnIncompleteListThatEveryBanNames) {
+  KvTaint many;
+  for (int n = 1; n <= 100; ++n) {
+    many = merge_taint(many, std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(n)}));
+  }
+  ASSERT_TRUE(many);
+  ASSERT_EQ(many->size(), cache::kMaxProvenanceProducers);
+  EXPECT_EQ(many->back(), cache::kMoreProducers);
+  EXPECT_EQ((*many)[0], producer(1));
+  const cache::Provenance p = provenance_of(many);
+  EXPECT_TRUE(p.names(producer(99)));  // not recorded, but may be among them
+  cache::ChunkMeta meta;
+  meta.provenance = p;
+  EXPECT_TRUE(cache::encode_chunk(meta, cache::Bytes(16, 1)).has_value()) << "within the format's bound";
+  // Merging more into an incomplete list changes nothing.
+  const KvTaint more = std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(200)});
+  EXPECT_EQ(merge_taint(many, more), many);
+  BlockPool pool(small_config(), 16, 4);
+  auto b = pool.allocate();
+  ASSERT_TRUE(b);
+  pool.register_block(*b, key(0));
+  pool.set_taint(*b, many);
+  pool.release(*b);
+  EXPECT_EQ(pool.forget_derived_from(producer(150)), 1);
+}
+
 TEST(BlockPool, ForgetsTheBlocksDerivedFromABannedProducer) {
   BlockPool pool(small_config(), 16, 4);
   const KvTaint x = std::make_shared<const std::vector<cache::ProducerKey>>(std::vector{producer(7)});

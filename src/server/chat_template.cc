@@ -1,7 +1,9 @@
 #include "server/chat_template.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <unordered_set>
 
 #include "jinja/template.h"
 #include "jinja/value.h"
@@ -193,15 +195,27 @@ Expected<RenderedChat> ChatTemplate::render_marked(const std::vector<ChatMessage
   out.text = std::move(*text);
   const bool any_content = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.content.empty(); });
   if (!any_content) return out;
-  // A marker prefix that no content holds (the first try nearly always).
-  std::string prefix;
-  for (int attempt = 0;; ++attempt) {
-    prefix = std::string(1, kMarkerEdge) + "kvstash-content-" + std::to_string(attempt) + ":";
-    if (std::none_of(messages.begin(), messages.end(),
-                     [&](const ChatMessage& m) { return m.content.find(prefix) != std::string::npos; })) {
-      break;
+  // A marker prefix that no content holds: "<edge>kvstash-content-N:" for the smallest N no content
+  // names (0 nearly always). One scan collects the N that contents name, so content written to
+  // name many of them costs linear time, not one scan of every message per N.
+  const std::string base = std::string(1, kMarkerEdge) + "kvstash-content-";
+  std::unordered_set<std::uint64_t> named;
+  for (const ChatMessage& m : messages) {
+    for (std::size_t at = m.content.find(base); at != std::string::npos; at = m.content.find(base, at + 1)) {
+      std::size_t end = at + base.size();
+      std::uint64_t n = 0;
+      int digits = 0;
+      while (end < m.content.size() && digits < 19 && m.content[end] >= '0' && m.content[end] <= '9') {
+        n = n * 10 + static_cast<std::uint64_t>(m.content[end++] - '0');
+        ++digits;
+      }
+      const bool canonical = digits == 1 || (digits > 1 && m.content[at + base.size()] != '0');
+      if (canonical && end < m.content.size() && m.content[end] == ':') named.insert(n);
     }
   }
+  std::uint64_t free_n = 0;
+  while (named.count(free_n)) ++free_n;
+  const std::string prefix = base + std::to_string(free_n) + ":";
   std::vector<ChatMessage> marked = messages;
   for (std::size_t i = 0; i < marked.size(); ++i) {
     // Empty content stays empty: a template may test it ("{% if message.content %}").

@@ -135,6 +135,22 @@ TEST(PromptInjection, Llama3TrimmedContentIsText) {
   }
 }
 
+// Content that names the markers render_marked would use (its own prefix, for many N) still has
+// its spans located, and the marker is chosen in one scan (300 k named prefixes in 8 MiB used to
+// take one scan of every message per prefix: tens of seconds).
+TEST(PromptInjection, ContentNamingTheMarkersIsStillLocated) {
+  const std::string edge(1, '\x1a');
+  std::string evil = "hi ";
+  for (int n = 0; n < 2000; ++n) evil += edge + "kvstash-content-" + std::to_string(n) + ":0" + edge;
+  evil += edge + "kvstash-content-007:";  // not canonical: does not name 7
+  const std::vector<ChatMessage> messages = {{"system", "be brief"}, {"user", evil}};
+  Expected<RenderedChat> r = ChatTemplate(ChatTemplate::kChatML).render_marked(messages, true, "", "");
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  ASSERT_TRUE(r->located);
+  ASSERT_EQ(r->content.size(), 2u);
+  EXPECT_EQ(r->text.substr(r->content[1].offset, r->content[1].length), evil);
+}
+
 // SentencePiece (Llama 2's vocabulary): a user's "</s><s>" is text, not an end of sequence and a
 // new one; the template's own BOS/EOS text still is.
 TEST(PromptInjection, SentencePieceContentIsText) {

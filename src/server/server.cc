@@ -136,6 +136,10 @@ struct Server::Impl : http::Handler {
     ParsedRequest parsed;
     GenerationRequest request;
     RequestRecord record;
+    // With a response cache: its key and semantic query, computed on the worker with the prompt
+    // (hashing every prompt token and tokenizing the last user message are no work for the strand).
+    std::optional<CachePlan> plan;
+    std::optional<SemanticQuery> query;
   };
   // Starts the admitted request's task: from the engine, or replaying a cached record.
   // `cached` = nullopt when the server has no response cache.
@@ -413,6 +417,10 @@ void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& re
   GenerationRequest request;
   if (auto err = build_generation_request(parsed, info, chat_template, request, prompt_options)) return fail(*err);
   auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
+  if (ResponseCache* cache = options.response_cache.get()) {
+    state->plan = cache->plan(state->parsed, state->request, req);
+    if (state->plan->cacheable()) state->query = cache->semantic_query(state->parsed, state->request, *info.tokenizer);
+  }
   auto http_req = std::make_shared<http::Request>();  // the request without its (large) body
   http_req->method = req.method;
   http_req->target = req.target;
@@ -432,7 +440,6 @@ void Server::Impl::admit(std::shared_ptr<http::Exchange> exchange, PendingGenera
     respond_error(*exchange, req.path, error);
   };
   if (draining.load()) return fail(ApiError{503, "the server is shutting down", "server_error", "", "shutdown"});
-  const ModelInfo& info = backend.model_info();
   const int limit = options.max_active_requests;
   if (active.fetch_add(1) >= limit && limit > 0) {
     active.fetch_sub(1);
@@ -441,7 +448,7 @@ void Server::Impl::admit(std::shared_ptr<http::Exchange> exchange, PendingGenera
   }
   ResponseCache* cache = options.response_cache.get();
   if (cache == nullptr) return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record), {});
-  CachePlan plan = cache->plan(parsed, request, req);
+  const CachePlan plan = pending.plan ? std::move(*pending.plan) : cache->plan(parsed, request, req);
   if (!plan.cacheable()) {
     cache->count_bypass();
     return launch(std::move(exchange), std::move(parsed), std::move(request), std::move(record),
@@ -449,7 +456,7 @@ void Server::Impl::admit(std::shared_ptr<http::Exchange> exchange, PendingGenera
   }
   // The lookup may wait on redis (and embed the text for a semantic lookup): it runs on the
   // cache's workers and continues on the strand.
-  std::optional<SemanticQuery> query = cache->semantic_query(parsed, request, *info.tokenizer);
+  std::optional<SemanticQuery> query = std::move(pending.query);
   auto state = std::make_shared<PendingGeneration>(PendingGeneration{std::move(parsed), std::move(request), std::move(record)});
   const cache::ChunkKey key = plan.key;
   cache->lookup(key, std::move(query), [this, exchange, state, key](LookupResult found) mutable {

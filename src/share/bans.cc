@@ -24,6 +24,8 @@ bool ShareNode::banned(const identity::PublicKey& producer) const {
 bool ShareNode::derives_from_banned(const cache::Provenance& provenance) const {
   if (provenance.producers.empty()) return false;
   std::lock_guard lock(mu_);
+  // An incomplete list (more producers than a chunk records) may name any banned producer.
+  if (provenance.producers.back() == cache::kMoreProducers) return !banned_.empty();
   for (const auto& producer : provenance.producers) {
     if (banned_.count(producer)) return true;
   }

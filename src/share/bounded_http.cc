@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <condition_variable>
@@ -24,6 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kPiece = 64 << 10;  // bytes read at once
+constexpr int kMaxResolving = 16;          // host-name lookups running at once (see resolve())
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -86,6 +88,9 @@ class Wire {
   // Appends what the peer sends next (at most one piece, never past the cap) to `in`; false at
   // the end of the stream (eof set), the deadline, the cap or an error.
   bool read_more(cache::Bytes& in) {
+    // Checked on every call, not only when recv would block: a peer that keeps data flowing (a
+    // body of one-byte chunks) must not outlast the deadline either.
+    if (Clock::now() >= deadline_) return deadline_passed();
     if (read_ >= max_bytes_) return cap();
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, max_bytes_ - read_));
     for (;;) {
@@ -158,8 +163,19 @@ class Wire {
       sockaddr_storage addr{};
       socklen_t len = 0;
     };
+    // getaddrinfo cannot be cancelled, so a name runs on a thread of its own that may outlive the
+    // deadline. Host names come from DHT values anyone can write: with a DNS server that never
+    // answers, those threads would pile up. At most kMaxResolving run at once; more fail at once.
+    static std::atomic<int> resolving{0};
+    if (resolving.fetch_add(1, std::memory_order_relaxed) >= kMaxResolving) {
+      resolving.fetch_sub(1, std::memory_order_relaxed);
+      return fail("cannot resolve " + host + ": " + std::to_string(kMaxResolving) + " name lookups already running");
+    }
     auto lookup = std::make_shared<Lookup>();
     std::thread([lookup, host, service] {
+      struct Done {
+        ~Done() { resolving.fetch_sub(1, std::memory_order_relaxed); }
+      } done;
       addrinfo h{};
       h.ai_family = AF_UNSPEC;
       h.ai_socktype = SOCK_STREAM;
@@ -271,17 +287,27 @@ Expected<BoundedAnswer> bounded_request(const BoundedCall& call, BoundedEnd* end
   const std::string encoding = lower(answer.header("transfer-encoding"));
   const std::string length_text = answer.header("content-length");
   if (encoding.find("chunked") != std::string::npos) {
-    // Decoded in place: the data of each chunk moves to the front of `in` (output never longer
-    // than input), so memory stays within the cap.
+    // Decoded in place: the data of each chunk moves forward to `out` (output never longer than
+    // input, and `in` never holds more than the capped bytes read), read at `pos`; nothing is
+    // erased until the end, so each byte moves once.
     std::size_t out = 0, pos = 0;
+    // A chunk-size line (size and extensions) longer than this is refused: scanning it again after
+    // every read would cost time quadratic in its length.
+    constexpr std::size_t kMaxChunkLine = 4096;
     auto line_at = [&](std::size_t from, std::size_t* next) -> std::optional<std::string_view> {
+      std::size_t search = from;
       for (;;) {
         const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
-        const auto eol = text.find("\r\n", from);
+        const auto eol = text.find("\r\n", search);
         if (eol != std::string_view::npos) {
           *next = eol + 2;
           return text.substr(from, eol - from);
         }
+        if (in.size() - from > kMaxChunkLine) {
+          wire.fail("chunk size line longer than " + std::to_string(kMaxChunkLine) + " bytes");
+          return std::nullopt;
+        }
+        search = in.size() > from ? in.size() - 1 : from;  // a CR may end what came so far
         if (!wire.read_more(in)) return std::nullopt;
       }
     };
@@ -305,9 +331,6 @@ Expected<BoundedAnswer> bounded_request(const BoundedCall& call, BoundedEnd* end
       std::memmove(in.data() + out, in.data() + next, static_cast<std::size_t>(n));
       out += static_cast<std::size_t>(n);
       pos = next + static_cast<std::size_t>(n) + 2;
-      // Drop what was consumed between the decoded data and the unread rest.
-      in.erase(in.begin() + static_cast<std::ptrdiff_t>(out), in.begin() + static_cast<std::ptrdiff_t>(pos));
-      pos = out;
     }
     in.resize(out);
   } else if (!length_text.empty()) {

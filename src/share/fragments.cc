@@ -186,10 +186,13 @@ void ShareNode::handle_fragment(const http::Request& request, http::Exchange& ex
       !identity::verify(manifest->producer, kManifestDomain, manifest_signed_bytes(*manifest), manifest->signature)) {
     return refuse(400, "manifest missing or not the set producer's");
   }
-  if (policy.banned(set->producer) || !policy.trusted(set->producer)) return refuse(403, "producer not trusted here");
+  // Only producers on the trust list may place fragments here, also under --trust any: a spot check
+  // needs the node's own KV, which a fragment held for others never meets, so strangers could fill
+  // the fragment store (evicting trusted producers') and have this node announce what they choose.
+  if (policy.banned(set->producer) || !trusts(set->producer)) return refuse(403, "producer not trusted here");
+  if (request.body.size() > options_.max_fragment_bytes / 4) return refuse(413, "fragment too large");  // before hashing
   const cache::Bytes body(request.body.begin(), request.body.end());
   if (!fragment_matches(*set, index, body)) return refuse(400, "fragment does not match its hash in the set");
-  if (body.size() > options_.max_fragment_bytes / 4) return refuse(413, "fragment too large");
   std::string url;
   {
     std::lock_guard lock(mu_);

@@ -90,6 +90,31 @@ TEST(PeerClient, ChunkedBodiesAreDecodedAndCapped) {
   EXPECT_EQ(counters.cap_hit.load(), 1u);
 }
 
+// A peer that keeps data flowing never lets recv block: the deadline must still end the fetch (it
+// was checked only while waiting), and a body of one-byte chunks must decode in linear time. A
+// chunk-size line that never ends is refused without waiting for the cap.
+TEST(PeerClient, AFloodOfTinyChunksEndsAtTheDeadlineAndALongChunkLineIsRefused) {
+  HostilePeer peer;
+  ASSERT_TRUE(peer.mode("chunked-flood"));
+  PeerIoCounters counters;
+  FetchLimits limits;
+  limits.max_bytes = std::uint64_t{1} << 30;  // the cap is far: only the deadline can end it
+  limits.timeout = std::chrono::milliseconds(400);
+  limits.counters = &counters;
+  const auto start = Clock::now();
+  EXPECT_FALSE(fetch_response_record(peer.url(), kKey, limits));
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  EXPECT_EQ(counters.deadline_hit.load(), 1u);
+  EXPECT_EQ(counters.cap_hit.load(), 0u);
+  EXPECT_LT(ms, 3000) << "the deadline was 400 ms";
+  ASSERT_TRUE(peer.mode("chunked-longline"));
+  limits.timeout = std::chrono::milliseconds(20000);
+  auto got = fetch_response_record(peer.url(), kKey, limits);
+  ASSERT_FALSE(got);
+  EXPECT_NE(got.status().message().find("chunk size line"), std::string::npos) << got.status().to_string();
+  EXPECT_EQ(counters.cap_hit.load(), 0u);
+}
+
 // A real server with a well-formed answer: within the cap it is read whole, one byte past the cap
 // (headers counted) it is refused.
 TEST(PeerClient, TheCapCountsTheHeaders) {

@@ -161,14 +161,25 @@ Expected<cache::Bytes> PeersTier::get(const cache::ChunkKey& key) {
 Expected<cache::Bytes> PeersTier::reconstruct(const cache::ChunkKey& key, const std::vector<std::pair<int, std::string>>& holders) {
   ShareCounters& c = node_->counters();
   const TrustPolicy policy = node_->trust_policy();
+  // Holders come from unsigned DHT values: anyone can announce tarpits for an index. At most
+  // max_fragment_holders are tried per index, and all of them within one fetch deadline.
   std::map<int, std::vector<std::string>> by_index;
-  for (const auto& [index, url] : holders) by_index[index].push_back(url);
+  for (const auto& [index, url] : holders) {
+    auto& urls = by_index[index];
+    if (urls.size() < node_->options().max_fragment_holders) urls.push_back(url);
+  }
+  const FetchLimits limits = node_->options().fetch;
+  const auto deadline = Clock::now() + limits.timeout;
   // One fetch per index, in parallel; within an index, its holders one after the other.
   std::vector<std::pair<int, std::future<std::optional<FetchedFragment>>>> fetches;
   for (const auto& [index, urls] : by_index) {
     fetches.emplace_back(index, std::async(std::launch::async, [&, index = index, urls = urls]() -> std::optional<FetchedFragment> {
       for (const std::string& url : urls) {
-        auto f = fetch_fragment(url, key.hex(), index, node_->options().fetch);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) break;
+        FetchLimits rest = limits;
+        rest.timeout = left;
+        auto f = fetch_fragment(url, key.hex(), index, rest);
         if (f) return std::move(*f);
         c.fetch_errors.fetch_add(1, std::memory_order_relaxed);
       }
@@ -292,6 +303,13 @@ void PeersTier::finish_spot_check(const cache::ChunkKey& key, std::span<const st
   SpotChecks& checks = node_->spot_checks();
   const auto now = SpotChecks::Clock::now();
   auto pending = checks.take(key, now);
+  // Only KV computed here from trusted KV is evidence. Ours computed on some other peer's unchecked
+  // chunk would let that peer decide the verdict: ban an honest producer (ours is wrong) or clear a
+  // cheater whose earlier chunk ours was computed on. Such a check ends without a verdict.
+  if (!signed_here(header.meta.provenance)) {
+    if (pending) node_->counters().spot_checks_inconclusive.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const bool keep = checks.may_resolve(header.meta, now);  // an alias may name this chunk next
   if (!pending && !keep) return;
   auto view = cache::decode_chunk(ours, header.meta);

@@ -323,6 +323,17 @@ void ShareNode::reannounce_loop() {
   }
 }
 
+bool ShareNode::chunk_acceptable(const cache::ChunkHeader& header) const {
+  const cache::Provenance& provenance = header.meta.provenance;
+  if (derives_from_banned(provenance)) return false;
+  const bool relayed = provenance.trust == cache::ChunkTrust::kVerified || provenance.trust == cache::ChunkTrust::kSpotChecked;
+  if (!relayed) return true;
+  if (provenance.producers.empty()) return false;  // a relayed chunk names its producer
+  const identity::PublicKey& producer = provenance.producers.front();
+  if (trusts(producer)) return true;
+  return provenance.trust == cache::ChunkTrust::kSpotChecked && options_.trust_any;
+}
+
 std::string ShareNode::render_metrics() const {
   PrometheusText m;
   auto value = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
@@ -381,11 +392,12 @@ std::string ShareNode::render_metrics() const {
             value(counters_.fragments_refused));
   m.family("kvstash_share_spot_checks_total", "counter",
            "Chunks of unknown producers held for a spot check (--trust any), by result; dropped: refused unchecked "
-           "while the pending set was full")
+           "while the pending set was full; inconclusive: this node's KV of it was computed on unchecked KV")
       .sample("result", "passed", value(counters_.spot_checks_passed))
       .sample("result", "failed", value(counters_.spot_checks_failed))
       .sample("result", "expired", spot_checks_->expired())
-      .sample("result", "dropped", value(counters_.spot_checks_dropped));
+      .sample("result", "dropped", value(counters_.spot_checks_dropped))
+      .sample("result", "inconclusive", value(counters_.spot_checks_inconclusive));
   m.family("kvstash_share_spot_checks_pending", "gauge", "Spot checks waiting for this node's own KV of the chunk")
       .sample(spot_checks_->pending(SpotChecks::Clock::now()));
   m.family("kvstash_share_directory_nodes", "gauge", "Trusted, verified node directory entries (fragment holders)")

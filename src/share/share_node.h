@@ -98,7 +98,8 @@ struct ShareOptions {
   std::optional<ErasureScheme> erasure;               // --erasure K+M: also place coded fragments on peers
   // Placement runs on a thread of its own, never on the store's writer: chunks wait in a queue of
   // at most placement_queue (more are dropped, counted); one chunk's placement ends by
-  // placement_timeout; each fragment is offered to at most max_fragment_holders peers in turn.
+  // placement_timeout; each fragment is offered to at most max_fragment_holders peers in turn, and
+  // a reconstruction fetches each index from at most that many holders, within one fetch timeout.
   std::size_t placement_queue = 64;
   std::chrono::milliseconds placement_timeout{5000};
   std::size_t max_fragment_holders = 3;               // --fragment-holders
@@ -133,6 +134,7 @@ struct ShareCounters {
   std::atomic<std::uint64_t> chunks_reconstructed{0};
   std::atomic<std::uint64_t> spot_checks_passed{0}, spot_checks_failed{0}, unchecked_accepted{0};
   std::atomic<std::uint64_t> spot_checks_dropped{0};  // unknown producers' chunks refused: pending set full
+  std::atomic<std::uint64_t> spot_checks_inconclusive{0};  // ended without a verdict: our KV was not computed from trusted KV
   std::atomic<std::uint64_t> aliases_refused{0};      // prefix alias records fetched from peers (never used)
   // Directory entries read from the DHT and not used, by DirectoryEntryError (index 0 unused).
   std::atomic<std::uint64_t> directory_ignored[kDirectoryEntryErrors]{};
@@ -207,9 +209,11 @@ class ShareNode : public http::Handler, public std::enable_shared_from_this<Shar
   void ban(const identity::PublicKey& producer);
   void remember_unchecked(const identity::PublicKey& producer, const cache::ChunkKey& key);
   bool banned(const identity::PublicKey& producer) const;
-  // False when the chunk's provenance names a banned producer: the store's load filter, and what
-  // serving and announcing ask.
-  bool chunk_acceptable(const cache::ChunkHeader& header) const { return !derives_from_banned(header.meta.provenance); }
+  // False when the chunk's provenance names a banned producer, or says it was verified (or
+  // spot-checked) for a producer this node no longer trusts (taken off --trust-keys, or --trust any
+  // dropped since): the store's load filter, and what serving and announcing ask. Such a chunk is a
+  // miss and is erased; the node computes that KV again.
+  bool chunk_acceptable(const cache::ChunkHeader& header) const;
   bool derives_from_banned(const cache::Provenance& provenance) const;
   // Runs `callback` (on the banning thread) for every ban from now on: the engine forgets its
   // prefix-cache blocks derived from the producer. Register before the node is in use.

@@ -11,6 +11,7 @@
 #include "cache/memory_tier.h"
 #include "cache/response_record.h"
 #include "cache/test_util.h"
+#include "share/peers_tier.h"
 
 namespace kvstash::share {
 namespace {
@@ -154,6 +155,94 @@ TEST(ShareNodeBan, PurgesWhatDerivesFromTheProducerAndHoldsAfterARestart) {
   EXPECT_TRUE(held(*kv, ours.key));
   EXPECT_FALSE(held(*records, record_key(1)));
   (*node)->stop();
+}
+
+// A spot check compares the held chunk with this node's own KV of it, and only KV computed here from
+// trusted KV is evidence: ours computed on Y's unchecked chunk ends X's check without a verdict
+// (else Y could get honest X banned, or clear itself); ours computed cleanly passes equal KV and
+// fails (and bans) different KV.
+TEST(ShareNodeSpotCheck, OnlyKvComputedFromTrustedKvDecidesACheck) {
+  auto self = std::make_shared<const identity::NodeIdentity>(identity::NodeIdentity::generate());
+  auto trust = std::make_shared<const identity::TrustList>(self->public_key());
+  const auto x = identity::NodeIdentity::generate().public_key();
+  const auto y = identity::NodeIdentity::generate().public_key();
+  ShareOptions options;
+  options.trust_any = true;
+  auto node = ShareNode::start(options, self, trust);
+  ASSERT_TRUE(node.has_value()) << node.status().to_string();
+  PeersTier tier(*node);
+  ShareCounters& c = (*node)->counters();
+  cache::Provenance computed;
+  computed.trust = cache::ChunkTrust::kComputed;
+  const auto now = SpotChecks::Clock::now();
+  auto hold = [&](const cache::ChunkMeta& meta, std::uint8_t fill) {
+    SpotChecks::Check check;
+    check.meta = meta;
+    check.producer = x;
+    check.payload = cache::Bytes(256, fill);  // X's KV as received
+    ASSERT_EQ((*node)->spot_checks().hold(std::move(check), now), SpotChecks::Hold::kQueued);
+  };
+  auto put_ours = [&](const cache::ChunkMeta& meta, std::uint8_t fill) {
+    auto bytes = cache::encode_chunk(meta, cache::Bytes(256, fill));
+    ASSERT_TRUE(bytes.has_value());
+    ASSERT_TRUE(tier.put(meta.key, *bytes));
+  };
+
+  // Ours differs from X's but was computed on Y's unchecked KV: no verdict, X is not banned.
+  hold(meta_of(1, computed), 7);
+  put_ours(meta_of(1, unchecked_from(y)), 60);
+  EXPECT_EQ(c.spot_checks_inconclusive.load(), 1u);
+  EXPECT_EQ(c.spot_checks_failed.load(), 0u);
+  EXPECT_FALSE((*node)->banned(x));
+  EXPECT_EQ((*node)->spot_checks().pending(now), 0u);
+  // Computed cleanly and equal: passed.
+  hold(meta_of(2, computed), 7);
+  put_ours(meta_of(2, computed), 7);
+  EXPECT_EQ(c.spot_checks_passed.load(), 1u);
+  EXPECT_FALSE((*node)->banned(x));
+  // Computed cleanly and different: failed, X banned.
+  hold(meta_of(3, computed), 7);
+  put_ours(meta_of(3, computed), 60);
+  EXPECT_EQ(c.spot_checks_failed.load(), 1u);
+  EXPECT_TRUE((*node)->banned(x));
+  (*node)->stop();
+}
+
+// A chunk kept from a producer this node trusted once (verified) or spot-checked under --trust any
+// is refused once that trust is gone (its key off --trust-keys, --trust any dropped): the store's
+// filter makes it a miss, so KV and answers built on it are never signed by this node.
+TEST(ShareNodeProvenance, RelayedChunksOfProducersNoLongerTrustedAreRefused) {
+  auto self = std::make_shared<const identity::NodeIdentity>(identity::NodeIdentity::generate());
+  const auto x = identity::NodeIdentity::generate().public_key();
+  const auto y = identity::NodeIdentity::generate().public_key();
+  auto relayed = [](cache::ChunkTrust trust, const identity::PublicKey& producer) {
+    cache::ChunkHeader h;
+    h.meta = meta_of(1, {});
+    h.meta.provenance.trust = trust;
+    h.meta.provenance.producers = {producer};
+    h.meta.provenance.manifest = "m";
+    return h;
+  };
+  auto trust_x = std::make_shared<identity::TrustList>(self->public_key());
+  trust_x->add(x);
+  ShareOptions listed;
+  auto a = ShareNode::start(listed, self, trust_x);
+  ASSERT_TRUE(a.has_value()) << a.status().to_string();
+  EXPECT_TRUE((*a)->chunk_acceptable(relayed(cache::ChunkTrust::kVerified, x)));
+  EXPECT_FALSE((*a)->chunk_acceptable(relayed(cache::ChunkTrust::kVerified, y)));     // y is not (or no longer) trusted
+  EXPECT_FALSE((*a)->chunk_acceptable(relayed(cache::ChunkTrust::kSpotChecked, y)));  // checked under a --trust any since dropped
+  cache::ChunkHeader computed;
+  computed.meta = meta_of(2, {});
+  computed.meta.provenance.trust = cache::ChunkTrust::kComputed;
+  EXPECT_TRUE((*a)->chunk_acceptable(computed));
+  (*a)->stop();
+  ShareOptions any;
+  any.trust_any = true;
+  auto b = ShareNode::start(any, self, std::make_shared<const identity::TrustList>(self->public_key()));
+  ASSERT_TRUE(b.has_value()) << b.status().to_string();
+  EXPECT_TRUE((*b)->chunk_acceptable(relayed(cache::ChunkTrust::kSpotChecked, y)));
+  EXPECT_FALSE((*b)->chunk_acceptable(relayed(cache::ChunkTrust::kVerified, y)));  // verified needs the list
+  (*b)->stop();
 }
 
 TEST(ShareNodeProvenance, OnlyComputedOrRelayedWithAManifestIsShareable) {

@@ -10,6 +10,8 @@ on the wire, per the current mode:
                    as the client reads, forever
   chunked          a well-formed chunked answer: "hello, bounded world" in three chunks
   chunked-endless  a chunked answer whose chunks never end
+  chunked-flood    a chunked answer of one-byte chunks sent as fast as the socket takes them
+  chunked-longline a chunk-size line whose extension never ends
   notfound         404 at once (well behaved)
 Control (from the test): GET /__mode/<mode> sets the mode; GET /__stats answers JSON counters:
 open (connections being answered now), by kind (chunk, response, fragment-get, fragment-put)
@@ -90,6 +92,20 @@ def misbehave(conn, mode):
     if mode == "chunked-endless":
         conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
         block = b"10000\r\n" + b"z" * 65536 + b"\r\n"
+        while time.time() < deadline:
+            conn.sendall(block)
+            count("bytes_sent", len(block))
+        return
+    if mode == "chunked-flood":
+        conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+        block = b"1\r\nA\r\n" * 10000
+        while time.time() < deadline:
+            conn.sendall(block)
+            count("bytes_sent", len(block))
+        return
+    if mode == "chunked-longline":
+        conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n1;x=")
+        block = b"y" * 4096
         while time.time() < deadline:
             conn.sendall(block)
             count("bytes_sent", len(block))
