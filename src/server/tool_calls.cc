@@ -1,0 +1,397 @@
+#include "server/tool_calls.h"
+
+#include <algorithm>
+#include <random>
+
+namespace kvstash::server {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+constexpr std::string_view kWhitespace = " \t\r\n";
+
+// DeepSeek's markup (fullwidth bars and U+2581 in the token names).
+constexpr std::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+
+std::vector<std::string_view> start_markers(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return {"<tool_call>"};
+    case ToolCallFormat::kLlama3: return {"<|python_tag|>"};
+    case ToolCallFormat::kMistral: return {"[TOOL_CALLS]"};
+    case ToolCallFormat::kDeepSeek: return {kDeepSeekCallsBegin};
+    case ToolCallFormat::kCommandR: return {"<|START_ACTION|>"};
+    case ToolCallFormat::kNone: break;
+  }
+  return {};
+}
+
+std::size_t skip_ws(std::string_view text, std::size_t pos) {
+  const std::size_t p = text.find_first_not_of(kWhitespace, pos);
+  return p == std::string_view::npos ? text.size() : p;
+}
+
+bool consume(std::string_view text, std::size_t& pos, std::string_view what) {
+  if (text.substr(pos, what.size()) != what) return false;
+  pos += what.size();
+  return true;
+}
+
+// The end of the JSON object or array that starts at `pos` (brackets balanced outside strings),
+// or npos. Only the extent: the value is parsed afterwards.
+std::size_t json_end(std::string_view text, std::size_t pos) {
+  if (pos >= text.size() || (text[pos] != '{' && text[pos] != '[')) return std::string_view::npos;
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = pos; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Parses the JSON value at `pos`; advances `pos` past it. Discarded on failure.
+ordered_json take_json(std::string_view text, std::size_t& pos) {
+  const std::size_t end = json_end(text, pos);
+  if (end == std::string_view::npos) return ordered_json(ordered_json::value_t::discarded);
+  ordered_json value = ordered_json::parse(text.substr(pos, end - pos), nullptr, /*allow_exceptions=*/false);
+  if (!value.is_discarded()) pos = end;
+  return value;
+}
+
+bool declared(const ToolRequest& tools, const std::string& name) {
+  return std::any_of(tools.functions.begin(), tools.functions.end(),
+                     [&](const ToolFunction& f) { return f.name == name; });
+}
+
+// A call from its name and arguments (an object, or a string holding one), if the function is
+// declared.
+std::optional<ParsedToolCall> make_call(const ordered_json* name, const ordered_json* args, const ToolRequest& tools) {
+  if (name == nullptr || !name->is_string() || args == nullptr) return std::nullopt;
+  ordered_json object = *args;
+  if (object.is_string()) object = ordered_json::parse(args->get<std::string>(), nullptr, false);
+  if (!object.is_object()) return std::nullopt;
+  ParsedToolCall call{new_tool_call_id(), name->get<std::string>(), object.dump(-1, ' ', false, ordered_json::error_handler_t::replace)};
+  if (!declared(tools, call.name)) return std::nullopt;
+  return call;
+}
+
+const ordered_json* member(const ordered_json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+// A call object with the name under `name_key` and the arguments under one of `args_keys`.
+std::optional<ParsedToolCall> call_from_object(const ordered_json& object, const char* name_key,
+                                               std::initializer_list<const char*> args_keys, const ToolRequest& tools) {
+  const ordered_json* args = nullptr;
+  for (const char* key : args_keys) {
+    if (args == nullptr) args = member(object, key);
+  }
+  return make_call(member(object, name_key), args, tools);
+}
+
+// A JSON array of call objects (Mistral's and Command R's lists).
+bool calls_from_array(const ordered_json& list, const char* name_key, std::initializer_list<const char*> args_keys,
+                      const ToolRequest& tools, std::vector<ParsedToolCall>& out) {
+  if (!list.is_array() || list.empty()) return false;
+  for (const ordered_json& item : list) {
+    std::optional<ParsedToolCall> call = call_from_object(item, name_key, args_keys, tools);
+    if (!call) return false;
+    out.push_back(std::move(*call));
+  }
+  return true;
+}
+
+struct Scan {
+  std::size_t end = 0;
+  std::vector<ParsedToolCall> calls;
+};
+
+std::optional<Scan> parse_hermes(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  if (!consume(text, pos, "<tool_call>")) return std::nullopt;
+  pos = skip_ws(text, pos);
+  const ordered_json object = take_json(text, pos);
+  std::optional<ParsedToolCall> call = call_from_object(object, "name", {"arguments", "parameters"}, tools);
+  if (!call) return std::nullopt;
+  pos = skip_ws(text, pos);
+  // The closing tag may be missing at the very end (a stop string or the end token cut it).
+  if (!consume(text, pos, "</tool_call>") && pos != text.size()) return std::nullopt;
+  scan.calls.push_back(std::move(*call));
+  scan.end = pos;
+  return scan;
+}
+
+// Llama 3.x: JSON calls separated by ';' up to the end of the output, after <|python_tag|> or as
+// the whole answer.
+std::optional<Scan> parse_llama3(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  consume(text, pos, "<|python_tag|>");
+  for (;;) {
+    pos = skip_ws(text, pos);
+    const ordered_json object = take_json(text, pos);
+    std::optional<ParsedToolCall> call = call_from_object(object, "name", {"parameters", "arguments"}, tools);
+    if (!call) return std::nullopt;
+    scan.calls.push_back(std::move(*call));
+    pos = skip_ws(text, pos);
+    if (pos == text.size()) break;
+    if (text[pos] != ';') return std::nullopt;
+    ++pos;
+    if (skip_ws(text, pos) == text.size()) break;
+  }
+  scan.end = text.size();
+  return scan;
+}
+
+std::optional<Scan> parse_mistral(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  if (!consume(text, pos, "[TOOL_CALLS]")) return std::nullopt;
+  pos = skip_ws(text, pos);
+  if (pos < text.size() && text[pos] == '[') {  // v3: a JSON list
+    if (!calls_from_array(take_json(text, pos), "name", {"arguments", "parameters"}, tools, scan.calls)) return std::nullopt;
+  } else {  // v11: name[ARGS]{...}, optionally name[CALL_ID]id[ARGS]{...}
+    const std::size_t args = text.find("[ARGS]", pos);
+    if (args == std::string_view::npos) return std::nullopt;
+    std::string_view name = text.substr(pos, args - pos);
+    name = name.substr(0, name.find("[CALL_ID]"));
+    pos = skip_ws(text, args + 6);
+    const ordered_json arguments = take_json(text, pos);
+    const ordered_json name_json = std::string(name.substr(0, name.find_last_not_of(kWhitespace) + 1));
+    std::optional<ParsedToolCall> call = make_call(&name_json, &arguments, tools);
+    if (!call) return std::nullopt;
+    scan.calls.push_back(std::move(*call));
+  }
+  scan.end = pos;
+  return scan;
+}
+
+std::optional<Scan> parse_deepseek(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  if (!consume(text, pos, kDeepSeekCallsBegin)) return std::nullopt;
+  for (;;) {
+    pos = skip_ws(text, pos);
+    if (consume(text, pos, kDeepSeekCallsEnd) || pos == text.size()) break;
+    if (!consume(text, pos, kDeepSeekCallBegin)) return std::nullopt;
+    const std::size_t sep = text.find(kDeepSeekSep, pos);
+    if (sep == std::string_view::npos) return std::nullopt;
+    std::string head(text.substr(pos, sep - pos));
+    pos = sep + kDeepSeekSep.size();
+    std::string name;
+    if (head == "function") {  // R1 / V3: the name, then the arguments in a ```json fence
+      const std::size_t newline = text.find('\n', pos);
+      if (newline == std::string_view::npos) return std::nullopt;
+      name = std::string(text.substr(pos, newline - pos));
+      pos = skip_ws(text, newline);
+      if (!consume(text, pos, "```json")) return std::nullopt;
+      pos = skip_ws(text, pos);
+    } else {  // V3.1: name<sep>arguments
+      name = head;
+    }
+    const ordered_json arguments = take_json(text, pos);
+    const ordered_json name_json = name;
+    std::optional<ParsedToolCall> call = make_call(&name_json, &arguments, tools);
+    if (!call) return std::nullopt;
+    pos = skip_ws(text, pos);
+    if (head == "function" && !consume(text, pos, "```")) return std::nullopt;
+    pos = skip_ws(text, pos);
+    if (!consume(text, pos, kDeepSeekCallEnd) && pos != text.size()) return std::nullopt;
+    scan.calls.push_back(std::move(*call));
+  }
+  scan.end = pos;
+  return scan;
+}
+
+std::optional<Scan> parse_command_r(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  if (!consume(text, pos, "<|START_ACTION|>")) return std::nullopt;
+  pos = skip_ws(text, pos);
+  if (!calls_from_array(take_json(text, pos), "tool_name", {"parameters"}, tools, scan.calls)) return std::nullopt;
+  pos = skip_ws(text, pos);
+  if (!consume(text, pos, "<|END_ACTION|>") && pos != text.size()) return std::nullopt;
+  scan.end = pos;
+  return scan;
+}
+
+std::optional<Scan> parse_at(ToolCallFormat format, std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return parse_hermes(text, pos, tools);
+    case ToolCallFormat::kLlama3: return parse_llama3(text, pos, tools);
+    case ToolCallFormat::kMistral: return parse_mistral(text, pos, tools);
+    case ToolCallFormat::kDeepSeek: return parse_deepseek(text, pos, tools);
+    case ToolCallFormat::kCommandR: return parse_command_r(text, pos, tools);
+    case ToolCallFormat::kNone: break;
+  }
+  return std::nullopt;
+}
+
+// Where the next possible call starts at or after `from`: a start marker, or for Llama 3 a bare
+// JSON object opening the answer (`at_start`: nothing but whitespace came before `text`).
+std::size_t next_start(ToolCallFormat format, std::string_view text, std::size_t from, bool at_start) {
+  std::size_t best = std::string_view::npos;
+  for (std::string_view marker : start_markers(format)) best = std::min(best, text.find(marker, from));
+  if (format == ToolCallFormat::kLlama3 && at_start) {
+    const std::size_t first = skip_ws(text, 0);
+    if (first >= from && first < text.size() && text[first] == '{') best = std::min(best, first);
+  }
+  return best;
+}
+
+std::string_view trim_left(std::string_view s) { return s.substr(std::min(s.size(), skip_ws(s, 0))); }
+std::string_view trim_right(std::string_view s) {
+  const std::size_t e = s.find_last_not_of(kWhitespace);
+  return e == std::string_view::npos ? std::string_view() : s.substr(0, e + 1);
+}
+
+ParsedOutput parse_region(ToolCallFormat format, std::string_view text, const ToolRequest& tools, bool at_start) {
+  ParsedOutput out;
+  std::string content;
+  std::size_t pos = 0;     // start of the text not yet placed
+  std::size_t search = 0;  // where to look for the next start
+  bool after_call = false;
+  for (;;) {
+    const std::size_t start = next_start(format, text, search, at_start);
+    if (start == std::string_view::npos) break;
+    std::optional<Scan> scan = parse_at(format, text, start, tools);
+    if (!scan) {  // not a call: its markup stays text
+      search = start + 1;
+      continue;
+    }
+    std::string_view before = trim_right(text.substr(pos, start - pos));
+    content += after_call ? trim_left(before) : before;
+    out.calls.insert(out.calls.end(), scan->calls.begin(), scan->calls.end());
+    pos = search = scan->end;
+    after_call = true;
+  }
+  if (out.calls.empty()) {
+    out.content = std::string(text);
+    return out;
+  }
+  content += trim_left(text.substr(pos));
+  if (!content.empty()) out.content = std::move(content);
+  if (!tools.parallel && out.calls.size() > 1) out.calls.resize(1);
+  return out;
+}
+
+// Whether the end of `text` could be the beginning of one of the format's call starts.
+std::size_t possible_start_suffix(ToolCallFormat format, std::string_view text) {
+  for (std::string_view marker : start_markers(format)) {
+    for (std::size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n) {
+      if (text.substr(text.size() - n) == marker.substr(0, n)) return text.size() - n;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+const char* tool_call_format_name(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3: return "llama3";
+    case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kDeepSeek: return "deepseek";
+    case ToolCallFormat::kCommandR: return "command-r";
+    case ToolCallFormat::kNone: break;
+  }
+  return "none";
+}
+
+ToolCallFormat detect_tool_call_format(const ChatTemplate& chat_template) {
+  if (!chat_template.is_jinja()) {
+    return chat_template == ChatTemplate::kLlama3 ? ToolCallFormat::kLlama3 : ToolCallFormat::kHermes;
+  }
+  const std::string& source = chat_template.source();
+  const auto has = [&](std::string_view s) { return source.find(s) != std::string::npos; };
+  if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
+  if (has("<tool_call>")) return ToolCallFormat::kHermes;
+  if (has(kDeepSeekCallBegin)) return ToolCallFormat::kDeepSeek;
+  if (has("<|START_ACTION|>")) return ToolCallFormat::kCommandR;
+  // Llama 3.1+ templates: the ipython role or <|python_tag|> beside Llama 3's headers.
+  if (has("<|start_header_id|>") && (has("<|python_tag|>") || has("ipython"))) return ToolCallFormat::kLlama3;
+  return ToolCallFormat::kNone;
+}
+
+std::vector<std::string> tool_call_marker_tokens(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return {"<tool_call>", "</tool_call>"};
+    case ToolCallFormat::kLlama3: return {"<|python_tag|>"};
+    case ToolCallFormat::kMistral: return {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+    case ToolCallFormat::kDeepSeek:
+      return {std::string(kDeepSeekCallsBegin), std::string(kDeepSeekCallsEnd), std::string(kDeepSeekCallBegin),
+              std::string(kDeepSeekCallEnd), std::string(kDeepSeekSep)};
+    case ToolCallFormat::kCommandR: return {"<|START_ACTION|>", "<|END_ACTION|>"};
+    case ToolCallFormat::kNone: break;
+  }
+  return {};
+}
+
+ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, const ToolRequest& tools) {
+  return parse_region(format, text, tools, /*at_start=*/true);
+}
+
+json tool_calls_json(const std::vector<ParsedToolCall>& calls) {
+  json out = json::array();
+  for (const ParsedToolCall& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+std::string new_tool_call_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id;
+  for (int i = 0; i < 9; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return id;
+}
+
+std::string ToolCallStream::push(std::string_view text) {
+  held_ += text;
+  if (in_call_) return "";
+  const std::size_t start = next_start(format_, held_, 0, /*at_start=*/!sent_text_);
+  if (start != std::string::npos) {
+    // From here on everything waits for finish(); whitespace before the start stays held with it
+    // (trimmed if a call follows, kept if the markup turns out to be text).
+    std::string out = held_.substr(0, trim_right(std::string_view(held_).substr(0, start)).size());
+    held_.erase(0, out.size());
+    in_call_ = true;
+    if (!trim_left(out).empty()) sent_text_ = true;
+    return out;
+  }
+  // Hold a possible start and trailing whitespace; Llama 3's bare JSON can start only the answer,
+  // so before any text all whitespace is held.
+  std::size_t keep = possible_start_suffix(format_, held_);
+  const std::size_t content_end = trim_right(held_).size();
+  keep = std::min(keep, content_end);
+  std::string out = held_.substr(0, keep);
+  held_.erase(0, keep);
+  if (!trim_left(out).empty()) sent_text_ = true;
+  return out;
+}
+
+ParsedOutput ToolCallStream::finish() {
+  ParsedOutput out = parse_region(format_, held_, tools_, /*at_start=*/!sent_text_);
+  held_.clear();
+  if (out.content && out.content->empty()) out.content.reset();
+  return out;
+}
+
+}  // namespace kvstash::server
