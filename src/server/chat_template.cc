@@ -57,12 +57,12 @@ void render_llama3(const std::vector<ChatMessage>& messages, bool add_generation
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
 }
 
-// A message as the OpenAI API has it, for a template: content None when null, and the tool fields
-// only when present (templates test `message.tool_calls is defined`).
+// A message as the OpenAI API has it, for a template: the tool fields only when present (templates
+// test `message.tool_calls is defined`).
 jinja::Value message_value(const ChatMessage& m) {
   jinja::Dict message;
   message.set("role", jinja::Value(m.role));
-  message.set("content", m.content_null ? jinja::Value::none() : jinja::Value(m.content));
+  message.set("content", jinja::Value(m.content));
   if (!m.name.empty()) message.set("name", jinja::Value(m.name));
   if (!m.tool_call_id.empty()) message.set("tool_call_id", jinja::Value(m.tool_call_id));
   if (!m.tool_calls.empty()) {

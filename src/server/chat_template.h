@@ -37,8 +37,9 @@ struct ChatMessage {
 
   std::string role;     // "system", "user", "assistant" or "tool" (validated by the parser)
   std::string content;  // text parts already joined
-  // Tool fields (tool_request.h). An assistant turn that only calls tools has null content.
-  bool content_null = false;
+  // Tool fields (tool_request.h). An assistant turn that only calls tools (null content in the
+  // API) has content "": as vLLM passes it, since many published templates (Qwen3, gpt-oss,
+  // Phi-3.5, Granite, Ministral, ...) fail on None.
   std::vector<ToolCall> tool_calls;  // assistant
   std::string tool_call_id;          // tool
   std::string name;                  // "" = none

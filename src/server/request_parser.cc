@@ -131,7 +131,6 @@ std::optional<ApiError> parse_messages(const json& body, ParsedRequest& out) {
       if (message.role != "assistant") {
         return bad_request("'" + p + ".content' is required", p + ".content", "missing_field");
       }
-      message.content_null = true;
     } else if (auto err = parse_content(*content, p + ".content", message.content)) {
       return err;
     }
