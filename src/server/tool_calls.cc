@@ -378,9 +378,8 @@ std::string ToolCallStream::push(std::string_view text) {
   }
   // Hold a possible start and trailing whitespace; Llama 3's bare JSON can start only the answer,
   // so before any text all whitespace is held.
-  std::size_t keep = possible_start_suffix(format_, held_);
-  const std::size_t content_end = trim_right(held_).size();
-  keep = std::min(keep, content_end);
+  std::size_t keep = std::min(possible_start_suffix(format_, held_), held_.size());
+  keep = trim_right(std::string_view(held_).substr(0, keep)).size();  // whitespace before it waits too
   std::string out = held_.substr(0, keep);
   held_.erase(0, keep);
   if (!trim_left(out).empty()) sent_text_ = true;
