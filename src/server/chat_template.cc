@@ -104,74 +104,61 @@ jinja::Dict jinja_context(const std::vector<ChatMessage>& messages, bool add_gen
 // these Jinja templates, in the syntax of the family each built-in stands for: Qwen2.5's Hermes
 // <tool_call> for ChatML (without Qwen's default system line, which the plain built-in lacks too),
 // Llama 3.1's JSON calls and ipython role for llama3.
-constexpr const char* kChatMLTools = R"JINJA({%- if tools %}<|im_start|>system
-{% if messages[0].role == 'system' %}{{ messages[0].content }}
-
-{% endif %}# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{%- for tool in tools %}
-{{ tool | tojson }}
-{%- endfor %}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{"name": <function-name>, "arguments": <args-json-object>}
-</tool_call><|im_end|>
-{% endif %}
-{%- for message in messages %}
-{%- if message.role == 'system' and loop.first and tools %}
-{%- elif message.role == 'tool' %}
-{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}
-<tool_response>
-{{ message.content }}
-</tool_response>
-{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>
-{% endif %}
-{%- elif message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant
-{%- if message.content %}
-{{ message.content }}{% endif %}
-{%- for call in message.tool_calls %}
-<tool_call>
-{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
-</tool_call>
-{%- endfor %}<|im_end|>
-{% else %}<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}<|im_start|>assistant
-{% endif %})JINJA";
-
-constexpr const char* kLlama3Tools = R"JINJA({%- set ns = namespace(tools_shown=false) %}
-{%- for message in messages %}
-{%- if message.role == 'user' and tools and not ns.tools_shown %}
-{%- set ns.tools_shown = true %}<|start_header_id|>user<|end_header_id|>
-
-Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.
-
-Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}. Do not use variables.
-
-{% for tool in tools %}{{ tool | tojson(indent=4) }}
-
-{% endfor %}{{ message.content | trim }}<|eot_id|>
-{%- elif message.role == 'assistant' and message.tool_calls %}
-{%- for call in message.tool_calls %}<|start_header_id|>assistant<|end_header_id|>
-
-{"name": "{{ call.function.name }}", "parameters": {{ call.function.arguments | tojson }}}<|eot_id|>
-{%- endfor %}
-{%- else %}<|start_header_id|>{{ 'ipython' if message.role == 'tool' else message.role }}<|end_header_id|>
-
-{{ message.content | trim }}<|eot_id|>
+// Every line opens with "{%-" or "{{-" and all text is in expressions: with trim_blocks and
+// lstrip_blocks the template's own layout then adds no whitespace.
+constexpr const char* kChatMLTools = R"JINJA(
+{%- if tools %}
+  {{- '<|im_start|>system\n' }}
+  {%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{% endif %}
+  {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
+  {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
+  {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{% endfor %}
+  {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within ' }}
+  {{- '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}' }}
+  {{- '\n</tool_call><|im_end|>\n' }}
 {%- endif %}
+{%- for message in messages %}
+  {%- if message.role == 'system' and loop.first and tools %}
+  {%- elif message.role == 'tool' %}
+    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{% endif %}
+    {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{% endif %}
+  {%- elif message.role == 'assistant' and message.tool_calls %}
+    {{- '<|im_start|>assistant' }}
+    {%- if message.content %}{{- '\n' + message.content }}{% endif %}
+    {%- for call in message.tool_calls %}
+      {{- '\n<tool_call>\n{"name": "' + call.function.name + '", "arguments": ' }}
+      {{- (call.function.arguments | tojson) + '}\n</tool_call>' }}
+    {%- endfor %}
+    {{- '<|im_end|>\n' }}
+  {%- else %}
+    {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+  {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{% endif %})JINJA";
 
-{% endif %})JINJA";
+constexpr const char* kLlama3Tools = R"JINJA(
+{%- set ns = namespace(tools_shown=false) %}
+{%- for message in messages %}
+  {%- if message.role == 'user' and tools and not ns.tools_shown %}
+    {%- set ns.tools_shown = true %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' }}
+    {{- 'Given the following functions, please respond with a JSON for a function call with its proper arguments ' }}
+    {{- 'that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": ' }}
+    {{- 'dictionary of argument name and its value}. Do not use variables.\n\n' }}
+    {%- for tool in tools %}{{- (tool | tojson(indent=4)) + '\n\n' }}{% endfor %}
+    {{- (message.content | trim) + '<|eot_id|>' }}
+  {%- elif message.role == 'assistant' and message.tool_calls %}
+    {%- for call in message.tool_calls %}
+      {{- '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "' + call.function.name + '", "parameters": ' }}
+      {{- (call.function.arguments | tojson) + '}<|eot_id|>' }}
+    {%- endfor %}
+  {%- else %}
+    {{- '<|start_header_id|>' + ('ipython' if message.role == 'tool' else message.role) + '<|end_header_id|>\n\n' }}
+    {{- (message.content | trim) + '<|eot_id|>' }}
+  {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})JINJA";
 
 const jinja::Template& builtin_tools_template(bool chatml) {
   static const jinja::Template chatml_tools = *jinja::Template::parse(kChatMLTools);
