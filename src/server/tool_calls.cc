@@ -321,7 +321,8 @@ ToolCallFormat detect_tool_call_format(const ChatTemplate& chat_template) {
   const std::string& source = chat_template.source();
   const auto has = [&](std::string_view s) { return source.find(s) != std::string::npos; };
   if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
-  if (has("<tool_call>")) return ToolCallFormat::kHermes;
+  // <tool_call> with XML inside (Qwen3-Coder's <function=..>, GLM's <arg_key>) is another syntax.
+  if (has("<tool_call>")) return has("<function=") || has("<arg_key>") ? ToolCallFormat::kNone : ToolCallFormat::kHermes;
   if (has(kDeepSeekCallBegin)) return ToolCallFormat::kDeepSeek;
   if (has("<|START_ACTION|>")) return ToolCallFormat::kCommandR;
   // Llama 3.1+ templates: the ipython role or <|python_tag|> beside Llama 3's headers.

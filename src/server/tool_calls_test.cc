@@ -248,6 +248,9 @@ TEST(ToolCalls, FormatDetectedFromPublishedTemplates) {
       {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", ToolCallFormat::kCommandR},
       {"google-gemma-2-2b-it.jinja", ToolCallFormat::kNone},
       {"openai-gpt-oss-120b.jinja", ToolCallFormat::kNone},
+      {"Qwen3-Coder.jinja", ToolCallFormat::kNone},  // <tool_call><function=name> XML
+      {"GLM-4.6.jinja", ToolCallFormat::kNone},      // <tool_call>name<arg_key>
+      {"ibm-granite-granite-4.0.jinja", ToolCallFormat::kHermes},
   };
   for (const auto& [name, format] : cases) {
     const std::string source = read_template(name);
