@@ -30,6 +30,11 @@ void GenerationTask::set_tool_call_format(ToolCallFormat format) {
 
 std::string GenerationTask::tool_call_events(const ParsedOutput& parsed) {
   std::string out;
+  if (!parsed.reasoning.empty()) {
+    json chunk = chat_chunk_json(meta_, false, "", "", nullptr);
+    chunk["choices"][0]["delta"] = {{"reasoning_content", parsed.reasoning}};
+    out += sse_event(chunk);
+  }
   if (parsed.content) out += sse_event(chat_chunk_json(meta_, false, *parsed.content, "", nullptr));
   for (std::size_t i = 0; i < parsed.calls.size(); ++i) {
     const ParsedToolCall& call = parsed.calls[i];
@@ -160,9 +165,10 @@ void GenerationTask::complete() {
     body = chat_completion_json(meta_, text_, o, parsed_.logprobs ? chat_logprobs_json(logprobs_, host_.tokenizer) : json(nullptr));
     if (tool_format_ != ToolCallFormat::kNone) {
       const ParsedOutput parsed = parse_tool_calls(tool_format_, text_, parsed_.tools);
+      json& choice = body["choices"][0];
+      choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+      if (!parsed.reasoning.empty()) choice["message"]["reasoning_content"] = parsed.reasoning;
       if (!parsed.calls.empty()) {
-        json& choice = body["choices"][0];
-        choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
         choice["message"]["tool_calls"] = tool_calls_json(parsed.calls);
         if (o.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
       }

@@ -25,6 +25,7 @@ std::vector<std::string_view> start_markers(ToolCallFormat format) {
     case ToolCallFormat::kMistral: return {"[TOOL_CALLS]"};
     case ToolCallFormat::kDeepSeek: return {kDeepSeekCallsBegin};
     case ToolCallFormat::kCommandR: return {"<|START_ACTION|>"};
+    case ToolCallFormat::kGptOss: return {"<|channel|>", "<|start|>"};
     case ToolCallFormat::kNone: break;
   }
   return {};
@@ -123,6 +124,8 @@ bool calls_from_array(const ordered_json& list, const char* name_key, std::initi
 struct Scan {
   std::size_t end = 0;
   std::vector<ParsedToolCall> calls;
+  std::string content;    // gpt-oss: its final channel's text
+  std::string reasoning;  // gpt-oss: its analysis channel's text
 };
 
 std::optional<Scan> parse_hermes(std::string_view text, std::size_t pos, const ToolRequest& tools) {
@@ -230,6 +233,48 @@ std::optional<Scan> parse_command_r(std::string_view text, std::size_t pos, cons
   return scan;
 }
 
+// gpt-oss (harmony): every message to the end of the output. A header is the text before
+// <|message|> ("assistant", " to=functions.NAME", "<|channel|>commentary", " <|constrain|>json");
+// a body ends at <|end|> or the next <|start|> (<|call|> and <|return|> end generation and never
+// reach the text).
+std::optional<Scan> parse_gpt_oss(std::string_view text, std::size_t pos, const ToolRequest& tools) {
+  Scan scan;
+  while (pos < text.size()) {
+    consume(text, pos, "<|start|>");
+    const std::size_t message = text.find("<|message|>", pos);
+    if (message == std::string_view::npos) return std::nullopt;
+    const std::string_view header = text.substr(pos, message - pos);
+    pos = message + 11;  // "<|message|>"
+    const std::size_t end = std::min(text.find("<|end|>", pos), text.find("<|start|>", pos));
+    const std::string_view body = text.substr(pos, std::min(end, text.size()) - pos);
+    pos = end == std::string_view::npos ? text.size() : end;
+    consume(text, pos, "<|end|>");
+    const std::size_t channel_at = header.find("<|channel|>");
+    if (channel_at == std::string_view::npos) return std::nullopt;
+    std::string_view channel = header.substr(channel_at + 11);
+    channel = channel.substr(0, std::min(channel.find(' '), channel.find("<|")));
+    const std::size_t to = header.find("to=functions.");
+    if (to != std::string_view::npos) {
+      std::string_view name = header.substr(to + 13);
+      name = name.substr(0, std::min({name.find(' '), name.find("<|"), name.size()}));
+      std::size_t args_pos = skip_ws(body, 0);
+      const ordered_json arguments = take_json(body, args_pos);
+      const ordered_json name_json = std::string(name);
+      std::optional<ParsedToolCall> call = make_call(&name_json, &arguments, tools);
+      if (!call || skip_ws(body, args_pos) != body.size()) return std::nullopt;
+      scan.calls.push_back(std::move(*call));
+    } else if (channel == "analysis") {
+      scan.reasoning += body;
+    } else if (channel == "final" || channel == "commentary") {
+      scan.content += body;
+    } else {
+      return std::nullopt;
+    }
+  }
+  scan.end = text.size();
+  return scan;
+}
+
 std::optional<Scan> parse_at(ToolCallFormat format, std::string_view text, std::size_t pos, const ToolRequest& tools) {
   switch (format) {
     case ToolCallFormat::kHermes: return parse_hermes(text, pos, tools);
@@ -237,6 +282,7 @@ std::optional<Scan> parse_at(ToolCallFormat format, std::string_view text, std::
     case ToolCallFormat::kMistral: return parse_mistral(text, pos, tools);
     case ToolCallFormat::kDeepSeek: return parse_deepseek(text, pos, tools);
     case ToolCallFormat::kCommandR: return parse_command_r(text, pos, tools);
+    case ToolCallFormat::kGptOss: return parse_gpt_oss(text, pos, tools);
     case ToolCallFormat::kNone: break;
   }
   return std::nullopt;
@@ -247,6 +293,9 @@ std::optional<Scan> parse_at(ToolCallFormat format, std::string_view text, std::
 std::size_t next_start(ToolCallFormat format, std::string_view text, std::size_t from, bool at_start) {
   std::size_t best = std::string_view::npos;
   for (std::string_view marker : start_markers(format)) best = std::min(best, text.find(marker, from));
+  // gpt-oss: the generation prompt ends in "<|start|>assistant", so the answer opens with its
+  // header (" to=functions.x" or "<|channel|>"): the whole answer is harmony messages.
+  if (format == ToolCallFormat::kGptOss && at_start && from == 0) return 0;
   if (format == ToolCallFormat::kLlama3 && at_start) {
     const std::size_t first = skip_ws(text, 0);
     if (first >= from && first < text.size() && text[first] == '{') best = std::min(best, first);
@@ -276,11 +325,13 @@ ParsedOutput parse_region(ToolCallFormat format, std::string_view text, const To
     }
     std::string_view before = trim_right(text.substr(pos, start - pos));
     content += after_call ? trim_left(before) : before;
+    content += scan->content;
+    out.reasoning += scan->reasoning;
     out.calls.insert(out.calls.end(), scan->calls.begin(), scan->calls.end());
     pos = search = scan->end;
     after_call = true;
   }
-  if (out.calls.empty()) {
+  if (!after_call) {
     out.content = std::string(text);
     return out;
   }
@@ -309,6 +360,7 @@ const char* tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kMistral: return "mistral";
     case ToolCallFormat::kDeepSeek: return "deepseek";
     case ToolCallFormat::kCommandR: return "command-r";
+    case ToolCallFormat::kGptOss: return "gpt-oss";
     case ToolCallFormat::kNone: break;
   }
   return "none";
@@ -325,6 +377,7 @@ ToolCallFormat detect_tool_call_format(const ChatTemplate& chat_template) {
   if (has("<tool_call>")) return has("<function=") || has("<arg_key>") ? ToolCallFormat::kNone : ToolCallFormat::kHermes;
   if (has(kDeepSeekCallBegin)) return ToolCallFormat::kDeepSeek;
   if (has("<|START_ACTION|>")) return ToolCallFormat::kCommandR;
+  if (has("<|channel|>") && has("<|call|>")) return ToolCallFormat::kGptOss;  // harmony
   // Llama 3.1+ templates: the ipython role or <|python_tag|> beside Llama 3's headers.
   if (has("<|start_header_id|>") && (has("<|python_tag|>") || has("ipython"))) return ToolCallFormat::kLlama3;
   return ToolCallFormat::kNone;
@@ -339,6 +392,7 @@ std::vector<std::string> tool_call_marker_tokens(ToolCallFormat format) {
       return {std::string(kDeepSeekCallsBegin), std::string(kDeepSeekCallsEnd), std::string(kDeepSeekCallBegin),
               std::string(kDeepSeekCallEnd), std::string(kDeepSeekSep)};
     case ToolCallFormat::kCommandR: return {"<|START_ACTION|>", "<|END_ACTION|>"};
+    case ToolCallFormat::kGptOss: return {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"};
     case ToolCallFormat::kNone: break;
   }
   return {};

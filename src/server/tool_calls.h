@@ -9,6 +9,10 @@
 //   deepseek (R1 distills, V3, V3.1)  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name
 //            ```json {..} ```<｜tool▁call▁end｜>..., or V3.1's name<｜tool▁sep｜>{..} in the same frame
 //   command-r (Command R7B)  <|START_ACTION|>[{"tool_name": .., "parameters": {..}}, ..]<|END_ACTION|>
+//   gpt-oss  the harmony format: messages <|start|>assistant[ to=functions.NAME]<|channel|>CHANNEL
+//            [to=functions.NAME][ <|constrain|>json]<|message|>BODY<|end|>; a message to
+//            functions.NAME is a call, the final channel (and commentary to nobody) is content,
+//            the analysis channel is reasoning (message.reasoning_content, as vLLM names it)
 //
 // A call is taken only when it parses completely and names a declared function; anything else,
 // markup included, stays in the content as plain text (never an error). Content is the text
@@ -34,13 +38,13 @@
 
 namespace kvstash::server {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3, kMistral, kDeepSeek, kCommandR };
+enum class ToolCallFormat { kNone, kHermes, kLlama3, kMistral, kDeepSeek, kCommandR, kGptOss };
 
 const char* tool_call_format_name(ToolCallFormat format);
 
 // The family whose syntax the template's model writes calls in: built-in chatml is hermes,
 // built-in llama3 is llama3; a Jinja template by the markup its text holds; kNone when none is
-// known (gpt-oss's channels, Command R+'s "Action:" blocks, Kimi, GLM, ...).
+// known (Command R+'s "Action:" blocks, Kimi, GLM's XML, ...).
 ToolCallFormat detect_tool_call_format(const ChatTemplate& chat_template);
 
 // The markup texts of a format that vocabularies hold as control tokens (which render as nothing):
@@ -56,6 +60,7 @@ struct ParsedToolCall {
 struct ParsedOutput {
   std::optional<std::string> content;  // nullopt = null
   std::vector<ParsedToolCall> calls;
+  std::string reasoning;               // gpt-oss's analysis channel; "" = none
 };
 
 // Parses a whole answer. `tools` gives the declared names and parallel_tool_calls.

@@ -186,6 +186,42 @@ TEST(ToolCalls, CommandR7B) {
   EXPECT_EQ(out.content.value_or("<null>"), broken);
 }
 
+TEST(ToolCalls, GptOssHarmonyChannels) {
+  const ToolRequest tools = weather_tools();
+  // After the generation prompt "<|start|>assistant": analysis, then a call (recipient in the
+  // header, as the template writes it; <|call|> ended generation).
+  ParsedOutput out = parse_tool_calls(
+      ToolCallFormat::kGptOss,
+      "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
+      "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Oslo\"}",
+      tools);
+  ASSERT_EQ(out.calls.size(), 1u);
+  expect_call(out.calls[0], "get_weather", {{"city", "Oslo"}});
+  EXPECT_EQ(out.reasoning, "Need the weather.");
+  EXPECT_FALSE(out.content);
+  // The recipient after the channel; then a final answer with no call.
+  out = parse_tool_calls(ToolCallFormat::kGptOss,
+                         "<|channel|>commentary to=functions.search_flights <|constrain|>json<|message|>{\"to\": \"X\"}",
+                         tools);
+  ASSERT_EQ(out.calls.size(), 1u);
+  expect_call(out.calls[0], "search_flights", {{"to", "X"}});
+  out = parse_tool_calls(ToolCallFormat::kGptOss,
+                         "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>42.", tools);
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content.value_or("<null>"), "42.");
+  EXPECT_EQ(out.reasoning, "Easy.");
+  // Broken: a call with bad JSON, an undeclared function, no <|message|>: all text as written.
+  for (const std::string text : {
+           "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": ",
+           "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}",
+           "<|channel|>final no message",
+       }) {
+    out = parse_tool_calls(ToolCallFormat::kGptOss, text, tools);
+    EXPECT_TRUE(out.calls.empty()) << text;
+    EXPECT_EQ(out.content.value_or("<null>"), text);
+  }
+}
+
 // The stream, fed the output in pieces of every size, sends as content exactly the whole-answer
 // parse's content and ends with the same calls; no markup ever goes out before the end.
 void expect_stream_agrees(ToolCallFormat format, const std::string& text, const ToolRequest& tools) {
@@ -202,6 +238,7 @@ void expect_stream_agrees(ToolCallFormat format, const std::string& text, const 
     const ParsedOutput end = stream.finish();
     content += end.content.value_or("");
     EXPECT_EQ(content, whole.content.value_or("")) << "piece " << piece << " of " << text;
+    EXPECT_EQ(end.reasoning, whole.reasoning);
     ASSERT_EQ(end.calls.size(), whole.calls.size()) << text;
     for (std::size_t c = 0; c < end.calls.size(); ++c) {
       EXPECT_EQ(end.calls[c].name, whole.calls[c].name);
@@ -220,6 +257,10 @@ TEST(ToolCalls, StreamAgreesWithWholeParse) {
   expect_stream_agrees(ToolCallFormat::kHermes, "Broken <tool_call>{\"name\": 1}</tool_call> end", tools);
   expect_stream_agrees(ToolCallFormat::kLlama3, "  {\"name\": \"get_weather\", \"parameters\": {\"city\": \"P\"}}", tools);
   expect_stream_agrees(ToolCallFormat::kLlama3, "Text first {\"name\": \"get_weather\", \"parameters\": {}}", tools);
+  expect_stream_agrees(ToolCallFormat::kGptOss,
+                       "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant to=functions.get_weather<|channel|>"
+                       "commentary json<|message|>{}",
+                       tools);
   expect_stream_agrees(ToolCallFormat::kMistral, "Ok. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"N\"}", tools);
   expect_stream_agrees(ToolCallFormat::kDeepSeek,
                        "Hm.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
@@ -247,7 +288,8 @@ TEST(ToolCalls, FormatDetectedFromPublishedTemplates) {
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ToolCallFormat::kDeepSeek},
       {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", ToolCallFormat::kCommandR},
       {"google-gemma-2-2b-it.jinja", ToolCallFormat::kNone},
-      {"openai-gpt-oss-120b.jinja", ToolCallFormat::kNone},
+      {"openai-gpt-oss-120b.jinja", ToolCallFormat::kGptOss},
+      {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", ToolCallFormat::kNone},
       {"Qwen3-Coder.jinja", ToolCallFormat::kNone},  // <tool_call><function=name> XML
       {"GLM-4.6.jinja", ToolCallFormat::kNone},      // <tool_call>name<arg_key>
       {"ibm-granite-granite-4.0.jinja", ToolCallFormat::kHermes},
