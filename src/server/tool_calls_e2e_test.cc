@@ -318,6 +318,33 @@ TEST_F(ToolCallsE2ETest, Llama31PythonTagCall) {
   EXPECT_EQ(p["choices"][0]["message"]["content"], "Calling.{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}");
 }
 
+// Mistral Nemo: a [TOOL_CALLS] list becomes calls whose ids (9 letters and digits) its template
+// accepts when the call and its result come back (it refuses any other length).
+TEST_F(ToolCallsE2ETest, MistralCallRoundTripsThroughNemoTemplate) {
+  ASSERT_NO_FATAL_FAILURE(start("ggml-vocab-llama-spm.gguf", "mistralai-Mistral-Nemo-Instruct-2407.jinja"));
+  backend_->set_output("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]");
+  ojson body = {{"messages", ojson::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})}, {"tools", kTools}};
+  const json r = post_ok(body);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u);
+  const json call = r["choices"][0]["message"]["tool_calls"][0];
+  const std::string id = call["id"];
+  EXPECT_NE(backend_->last_prompt().find("[AVAILABLE_TOOLS]"), std::string::npos);
+  body["messages"].push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ojson::array({ojson::parse(call.dump())})}});
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", "21"}});
+  backend_->set_output("21 degrees.");
+  const json answer = post_ok(body);
+  // (SentencePiece encodes the scripted text with its leading space)
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], " 21 degrees.");
+  const std::string prompt = backend_->last_prompt();
+  EXPECT_NE(prompt.find("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"" + id +
+                        "\"}]"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("[TOOL_RESULTS]{\"content\": 21, \"call_id\": \"" + id + "\"}[/TOOL_RESULTS]"), std::string::npos)
+      << prompt;
+}
+
 // A template that never reads `tools` would drop them: refused by name.
 TEST_F(ToolCallsE2ETest, TemplateWithoutToolsIsRefused) {
   ASSERT_NO_FATAL_FAILURE(start("ggml-vocab-llama-spm.gguf", "google-gemma-2-2b-it.jinja"));
