@@ -47,7 +47,9 @@ ordered_json take_json(std::string_view text, std::size_t& pos) {
   return value;
 }
 
+// A named tool_choice allows that function only: a call to another stays text.
 bool declared(const ToolRequest& tools, const std::string& name) {
+  if (tools.choice == ToolChoice::kNamed) return name == tools.named_function;
   return std::any_of(tools.functions.begin(), tools.functions.end(),
                      [&](const ToolFunction& f) { return f.name == name; });
 }

@@ -14,9 +14,10 @@
 //            functions.NAME is a call, the final channel (and commentary to nobody) is content,
 //            the analysis channel is reasoning (message.reasoning_content, as vLLM names it)
 //
-// A call is taken only when it parses completely and names a declared function; anything else,
-// markup included, stays in the content as plain text (never an error). Content is the text
-// outside the calls, whitespace next to a call trimmed; null when nothing is left.
+// A call is taken only when it parses completely and names a declared function (with a named
+// tool_choice, that function); anything else, markup included, stays in the content as plain
+// text (never an error). Content is the text outside the calls, whitespace next to a call
+// trimmed; null when nothing is left.
 // With parallel_tool_calls false only the first call is returned.
 //
 // ToolCallStream does the same on a stream: text before a call streams as content, text that may

@@ -60,6 +60,20 @@ TEST(ToolCalls, HermesParallelCallsNullContentAndUniqueIds) {
   EXPECT_EQ(one.calls.size(), 1u);
 }
 
+TEST(ToolCalls, NamedChoiceTakesOnlyThatFunction) {
+  ToolRequest tools = weather_tools();
+  tools.choice = ToolChoice::kNamed;
+  tools.named_function = "search_flights";
+  const std::string text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>";
+  ParsedOutput out = parse_tool_calls(ToolCallFormat::kHermes, text, tools);
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content.value_or("<null>"), text);
+  tools.named_function = "get_weather";
+  out = parse_tool_calls(ToolCallFormat::kHermes, text, tools);
+  ASSERT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.calls[0].name, "get_weather");
+}
+
 TEST(ToolCalls, HermesArgumentsAsStringAndMissingCloseAtEnd) {
   const ParsedOutput out = parse_tool_calls(
       ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}",
