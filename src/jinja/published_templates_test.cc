@@ -78,7 +78,7 @@ std::vector<std::string> template_names() {
 TEST(PublishedTemplates, AllSeventyArePresentAndTheOracleRan) {
   EXPECT_EQ(template_names().size(), 70u) << "shared/templates should hold 70 templates";
   EXPECT_EQ(oracle().size(), template_names().size());
-  EXPECT_EQ(conversations().size(), 6u);
+  EXPECT_EQ(conversations().size(), 10u);
 }
 
 // The texts of a message's content: a string, or the "text" of each part of a list; trimmed, as

@@ -5,6 +5,8 @@
 #include <optional>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/template.h"
 #include "jinja/value.h"
 
@@ -57,21 +59,118 @@ void render_llama3(const std::vector<ChatMessage>& messages, bool add_generation
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
 }
 
-jinja::Dict jinja_context(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          const std::string& bos_text, const std::string& eos_text) {
-  jinja::List list;
-  for (const ChatMessage& m : messages) {
-    jinja::Dict message;
-    message.set("role", jinja::Value(m.role));
-    message.set("content", jinja::Value(m.content));
-    list.emplace_back(std::move(message));
+// A message as the OpenAI API has it, for a template: the tool fields only when present (templates
+// test `message.tool_calls is defined`).
+jinja::Value message_value(const ChatMessage& m) {
+  jinja::Dict message;
+  message.set("role", jinja::Value(m.role));
+  message.set("content", jinja::Value(m.content));
+  if (!m.name.empty()) message.set("name", jinja::Value(m.name));
+  if (!m.tool_call_id.empty()) message.set("tool_call_id", jinja::Value(m.tool_call_id));
+  if (!m.tool_calls.empty()) {
+    jinja::List calls;
+    for (const ToolCall& c : m.tool_calls) {
+      // Arguments as the object they encode (tool_request.h says why); other text stays a string.
+      nlohmann::ordered_json args = nlohmann::ordered_json::parse(c.arguments, nullptr, /*allow_exceptions=*/false);
+      jinja::Dict function;
+      function.set("name", jinja::Value(c.name));
+      function.set("arguments", args.is_object() ? jinja::from_json(args) : jinja::Value(c.arguments));
+      jinja::Dict call;
+      call.set("id", jinja::Value(c.id));
+      call.set("type", jinja::Value("function"));
+      call.set("function", jinja::Value(std::move(function)));
+      calls.emplace_back(std::move(call));
+    }
+    message.set("tool_calls", jinja::Value(std::move(calls)));
   }
+  return jinja::Value(std::move(message));
+}
+
+jinja::Dict jinja_context(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const std::string& bos_text, const std::string& eos_text, const ChatExtras& extras) {
+  jinja::List list;
+  for (const ChatMessage& m : messages) list.push_back(message_value(m));
   jinja::Dict context;
   context.set("messages", jinja::Value(std::move(list)));
+  if (!extras.tools_json.empty()) {
+    nlohmann::ordered_json tools = nlohmann::ordered_json::parse(extras.tools_json, nullptr, false);
+    if (tools.is_array()) context.set("tools", jinja::from_json(tools));
+  }
   context.set("add_generation_prompt", jinja::Value(add_generation_prompt));
   context.set("bos_token", jinja::Value(bos_text));
   context.set("eos_token", jinja::Value(eos_text));
   return context;
+}
+
+// The built-ins' tool conversations (tools declared, or calls in the history) render through
+// these Jinja templates, in the syntax of the family each built-in stands for: Qwen2.5's Hermes
+// <tool_call> for ChatML (without Qwen's default system line, which the plain built-in lacks too),
+// Llama 3.1's JSON calls and ipython role for llama3.
+// Every line opens with "{%-" or "{{-" and all text is in expressions: with trim_blocks and
+// lstrip_blocks the template's own layout then adds no whitespace.
+constexpr const char* kChatMLTools = R"JINJA(
+{%- if tools %}
+  {{- '<|im_start|>system\n' }}
+  {%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{% endif %}
+  {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
+  {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
+  {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{% endfor %}
+  {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within ' }}
+  {{- '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}' }}
+  {{- '\n</tool_call><|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+  {%- if message.role == 'system' and loop.first and tools %}
+  {%- elif message.role == 'tool' %}
+    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{% endif %}
+    {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{% endif %}
+  {%- elif message.role == 'assistant' and message.tool_calls %}
+    {{- '<|im_start|>assistant' }}
+    {%- if message.content %}{{- '\n' + message.content }}{% endif %}
+    {%- for call in message.tool_calls %}
+      {{- '\n<tool_call>\n{"name": "' + call.function.name + '", "arguments": ' }}
+      {{- (call.function.arguments | tojson) + '}\n</tool_call>' }}
+    {%- endfor %}
+    {{- '<|im_end|>\n' }}
+  {%- else %}
+    {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+  {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{% endif %})JINJA";
+
+constexpr const char* kLlama3Tools = R"JINJA(
+{%- set ns = namespace(tools_shown=false) %}
+{%- for message in messages %}
+  {%- if message.role == 'user' and tools and not ns.tools_shown %}
+    {%- set ns.tools_shown = true %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' }}
+    {{- 'Given the following functions, please respond with a JSON for a function call with its proper arguments ' }}
+    {{- 'that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": ' }}
+    {{- 'dictionary of argument name and its value}. Do not use variables.\n\n' }}
+    {%- for tool in tools %}{{- (tool | tojson(indent=4)) + '\n\n' }}{% endfor %}
+    {{- (message.content | trim) + '<|eot_id|>' }}
+  {%- elif message.role == 'assistant' and message.tool_calls %}
+    {%- for call in message.tool_calls %}
+      {{- '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "' + call.function.name + '", "parameters": ' }}
+      {{- (call.function.arguments | tojson) + '}<|eot_id|>' }}
+    {%- endfor %}
+  {%- else %}
+    {{- '<|start_header_id|>' + ('ipython' if message.role == 'tool' else message.role) + '<|end_header_id|>\n\n' }}
+    {{- (message.content | trim) + '<|eot_id|>' }}
+  {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})JINJA";
+
+const jinja::Template& builtin_tools_template(bool chatml) {
+  static const jinja::Template chatml_tools = *jinja::Template::parse(kChatMLTools);
+  static const jinja::Template llama3_tools = *jinja::Template::parse(kLlama3Tools);
+  return chatml ? chatml_tools : llama3_tools;
+}
+
+bool uses_tools(const std::vector<ChatMessage>& messages, const ChatExtras& extras) {
+  return !extras.tools_json.empty() ||
+         std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.tool_calls.empty(); });
 }
 
 std::string_view ltrim(std::string_view s) {
@@ -151,6 +250,7 @@ Expected<ChatTemplate> ChatTemplate::from_jinja(std::string_view source) {
   if (!parsed) return parsed.status();
   ChatTemplate t(Kind::kJinja);
   t.jinja_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  t.source_ = std::make_shared<const std::string>(source);
   // A conversation every chat template must take: constructs that only run when rendering fail here.
   const Expected<std::string> sample = t.render({{"user", "Hello"}}, true, "<s>", "</s>");
   if (!sample) return sample.status();
@@ -175,21 +275,31 @@ const char* ChatTemplate::end_token() const {
   return "";
 }
 
+const std::string& ChatTemplate::source() const {
+  static const std::string kNone;
+  return source_ ? *source_ : kNone;
+}
+
 Expected<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                           const std::string& bos_text, const std::string& eos_text) const {
+                                           const std::string& bos_text, const std::string& eos_text,
+                                           const ChatExtras& extras) const {
   std::string out;
+  if (kind_ != Kind::kJinja && uses_tools(messages, extras)) {
+    return builtin_tools_template(kind_ == Kind::kChatML)
+        .render(jinja_context(messages, add_generation_prompt, bos_text, eos_text, extras));
+  }
   switch (kind_) {
     case Kind::kChatML: render_chatml(messages, add_generation_prompt, out); return out;
     case Kind::kLlama3: render_llama3(messages, add_generation_prompt, out); return out;
-    case Kind::kJinja: return jinja_->render(jinja_context(messages, add_generation_prompt, bos_text, eos_text));
+    case Kind::kJinja: return jinja_->render(jinja_context(messages, add_generation_prompt, bos_text, eos_text, extras));
   }
   return out;
 }
 
 Expected<RenderedChat> ChatTemplate::render_marked(const std::vector<ChatMessage>& messages,
                                                    bool add_generation_prompt, const std::string& bos_text,
-                                                   const std::string& eos_text) const {
-  Expected<std::string> text = render(messages, add_generation_prompt, bos_text, eos_text);
+                                                   const std::string& eos_text, const ChatExtras& extras) const {
+  Expected<std::string> text = render(messages, add_generation_prompt, bos_text, eos_text, extras);
   if (!text) return text.status();
   RenderedChat out;
   out.text = std::move(*text);
@@ -221,7 +331,7 @@ Expected<RenderedChat> ChatTemplate::render_marked(const std::vector<ChatMessage
     // Empty content stays empty: a template may test it ("{% if message.content %}").
     if (!marked[i].content.empty()) marked[i].content = prefix + std::to_string(i) + kMarkerEdge;
   }
-  Expected<std::string> marked_text = render(marked, add_generation_prompt, bos_text, eos_text);
+  Expected<std::string> marked_text = render(marked, add_generation_prompt, bos_text, eos_text, extras);
   std::optional<std::vector<tokenizer::TextSpan>> spans;
   if (marked_text) spans = locate_content(out.text, *marked_text, prefix, messages);
   if (spans) {

@@ -6,8 +6,10 @@
 //   llama3:          <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
 //                    <|start_header_id|>assistant<|end_header_id|>\n\n
 //
-// A Jinja template gets the variables Hugging Face passes: messages ({role, content}),
-// add_generation_prompt, bos_token, eos_token. The built-ins never write BOS; a Jinja template
+// A Jinja template gets the variables Hugging Face passes: messages ({role, content, and the tool
+// fields: tool_calls, tool_call_id, name}), tools (when the request declares any),
+// add_generation_prompt, bos_token, eos_token. The built-ins render tool calls and results in
+// their families' syntax (Hermes <tool_call> for ChatML, Llama 3.1's JSON and ipython role). The built-ins never write BOS; a Jinja template
 // may (Llama 3's writes "<|begin_of_text|>"): the prompt builder drops a leading BOS text when it
 // prepends the BOS id itself.
 //
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "kvstash/status.h"
+#include "server/tool_request.h"
 #include "tokenizer/special_tokens.h"
 
 namespace kvstash::jinja {
@@ -29,8 +32,22 @@ class Template;
 namespace kvstash::server {
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+
   std::string role;     // "system", "user", "assistant" or "tool" (validated by the parser)
   std::string content;  // text parts already joined
+  // Tool fields (tool_request.h). An assistant turn that only calls tools (null content in the
+  // API) has content "": as vLLM passes it, since many published templates (Qwen3, gpt-oss,
+  // Phi-3.5, Granite, Ministral, ...) fail on None.
+  std::vector<ToolCall> tool_calls;  // assistant
+  std::string tool_call_id;          // tool
+  std::string name;                  // "" = none
+};
+
+// What a conversation declares besides its messages.
+struct ChatExtras {
+  std::string tools_json;  // the request's `tools` array as sent; "" = no tools (the template sees none)
 };
 
 // A rendered conversation and where the messages' content lies in it, so that the prompt builder
@@ -63,14 +80,19 @@ class ChatTemplate {
   // bos_text / eos_text: the tokenizer's BOS / EOS token texts (Jinja's bos_token, eos_token).
   // Errors (kInvalidArgument): what the template raised ("System role not supported", ...).
   Expected<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                               const std::string& bos_text = "", const std::string& eos_text = "") const;
+                               const std::string& bos_text = "", const std::string& eos_text = "",
+                               const ChatExtras& extras = {}) const;
 
   // render(), plus where each message's content landed. The template runs a second time with
   // each content replaced by a unique marker; the text between markers is the template's own,
   // and each marker stands for the content as given or trimmed (Llama 3 trims). The text is
   // render()'s byte for byte whatever the markers find.
   Expected<RenderedChat> render_marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                       const std::string& bos_text = "", const std::string& eos_text = "") const;
+                                       const std::string& bos_text = "", const std::string& eos_text = "",
+                                       const ChatExtras& extras = {}) const;
+
+  // The Jinja template's text ("" for a built-in): tool_calls.h tells the model's call syntax by it.
+  const std::string& source() const;
 
   bool operator==(const ChatTemplate& other) const { return kind_ == other.kind_ && jinja_ == other.jinja_; }
 
@@ -80,6 +102,7 @@ class ChatTemplate {
 
   Kind kind_;
   std::shared_ptr<const jinja::Template> jinja_;
+  std::shared_ptr<const std::string> source_;
 };
 
 // The name the server's code used when there were only the two built-ins.

@@ -73,7 +73,11 @@ void Generation::apply(const TokenEvent& event, Delta& delta) {
         delta.logprobs.push_back({event.token, event.logprob, event.top_logprobs,
                                   text_.next_offset()});
       }
-      delta.text += text_.push(tokenizer_.token_to_piece(event.token));
+      std::string piece = tokenizer_.token_to_piece(event.token);
+      if (piece.empty() && std::find(shown_tokens_.begin(), shown_tokens_.end(), event.token) != shown_tokens_.end()) {
+        piece = tokenizer_.token_text(event.token);
+      }
+      delta.text += text_.push(piece);
       if (text_.stopped()) {
         // A stop string matched: nothing more is wanted from the engine.
         if (!engine_finished_ && request_id_) backend_.cancel(*request_id_);

@@ -68,6 +68,10 @@ class Generation {
   // As poll(), one Delta per token event applied (in order; a Delta may be empty when a token's
   // text is held back), so that a stream sends one chunk per token whatever the timing.
   std::vector<Delta> poll_each(std::chrono::milliseconds wait);
+  // Tokens whose text the output shows although they are control tokens (which render as
+  // nothing): a tool-call format's markup ("[TOOL_CALLS]", "<|python_tag|>"), which the tool-call
+  // parser must see (tool_calls.h). Set before start() / replay().
+  void show_tokens(std::vector<TokenId> tokens) { shown_tokens_ = std::move(tokens); }
   // Keep a copy of every event applied (off by default): the response cache stores them.
   void record_events() { recording_ = true; }
   const std::vector<TokenEvent>& applied_events() const { return applied_; }
@@ -90,6 +94,7 @@ class Generation {
   const Tokenizer& tokenizer_;
   bool want_logprobs_;
   std::vector<TokenId> stop_tokens_;
+  std::vector<TokenId> shown_tokens_;
   TextStream text_;
   std::shared_ptr<EventQueue> queue_ = std::make_shared<EventQueue>();
   std::optional<std::uint64_t> request_id_;

@@ -21,6 +21,35 @@ ApiError abort_error(const std::string& why) {
 
 }  // namespace
 
+void GenerationTask::set_tool_call_format(ToolCallFormat format) {
+  tool_format_ = parsed_.tools.parse_calls() ? format : ToolCallFormat::kNone;
+  if (tool_format_ != ToolCallFormat::kNone && parsed_.stream) {
+    tool_stream_ = std::make_unique<ToolCallStream>(tool_format_, parsed_.tools);
+  }
+}
+
+std::string GenerationTask::tool_call_events(const ParsedOutput& parsed) {
+  std::string out;
+  if (!parsed.reasoning.empty()) {
+    json chunk = chat_chunk_json(meta_, false, "", "", nullptr);
+    chunk["choices"][0]["delta"] = {{"reasoning_content", parsed.reasoning}};
+    out += sse_event(chunk);
+  }
+  if (parsed.content) out += sse_event(chat_chunk_json(meta_, false, *parsed.content, "", nullptr));
+  for (std::size_t i = 0; i < parsed.calls.size(); ++i) {
+    const ParsedToolCall& call = parsed.calls[i];
+    // As OpenAI streams a call: its index, id, type and name first, then the arguments' text.
+    json head = chat_chunk_json(meta_, false, "", "", nullptr);
+    head["choices"][0]["delta"] = {{"tool_calls", json::array({{{"index", i}, {"id", call.id}, {"type", "function"},
+                                                                 {"function", {{"name", call.name}, {"arguments", ""}}}}})}};
+    out += sse_event(head);
+    json args = chat_chunk_json(meta_, false, "", "", nullptr);
+    args["choices"][0]["delta"] = {{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", call.arguments}}}}})}};
+    out += sse_event(args);
+  }
+  return out;
+}
+
 bool GenerationTask::start(GenerationRequest request) {
   std::weak_ptr<GenerationTask> weak = weak_from_this();
   exchange_->on_close([weak] {
@@ -83,6 +112,7 @@ void GenerationTask::pump() {
   for (Delta& d : gen_->poll_each(std::chrono::milliseconds(0))) {
     text_ += d.text;
     if (parsed_.stream) {
+      if (tool_stream_) d.text = tool_stream_->push(d.text);  // a call's markup is held, never content
       if (d.text.empty() && d.logprobs.empty()) continue;
       json lp = nullptr;
       if (parsed_.logprobs) lp = chat ? chat_logprobs_json(d.logprobs, host_.tokenizer) : completion_logprobs_json(d.logprobs, host_.tokenizer);
@@ -110,8 +140,14 @@ void GenerationTask::complete() {
       // The stream is cut: an error event says so (a client must not take it as complete).
       out += sse_event(json::parse(abort_error(abort_reason_).to_json()));
     } else {
-      out += sse_event(chat ? chat_chunk_json(meta_, false, "", o.finish_reason, nullptr)
-                            : text_chunk_json(meta_, "", o.finish_reason, nullptr));
+      std::string finish = o.finish_reason;
+      if (tool_stream_) {
+        const ParsedOutput parsed = tool_stream_->finish();
+        out += tool_call_events(parsed);
+        if (!parsed.calls.empty() && finish == "stop") finish = "tool_calls";
+      }
+      out += sse_event(chat ? chat_chunk_json(meta_, false, "", finish, nullptr)
+                            : text_chunk_json(meta_, "", finish, nullptr));
       if (parsed_.include_usage) out += sse_event(usage_chunk_json(meta_, chat, o));
     }
     out += "data: [DONE]\n\n";
@@ -127,6 +163,16 @@ void GenerationTask::complete() {
   json body;
   if (chat) {
     body = chat_completion_json(meta_, text_, o, parsed_.logprobs ? chat_logprobs_json(logprobs_, host_.tokenizer) : json(nullptr));
+    if (tool_format_ != ToolCallFormat::kNone) {
+      const ParsedOutput parsed = parse_tool_calls(tool_format_, text_, parsed_.tools);
+      json& choice = body["choices"][0];
+      choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+      if (!parsed.reasoning.empty()) choice["message"]["reasoning_content"] = parsed.reasoning;
+      if (!parsed.calls.empty()) {
+        choice["message"]["tool_calls"] = tool_calls_json(parsed.calls);
+        if (o.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+      }
+    }
   } else {
     body = text_completion_json(meta_, text_, o, parsed_.logprobs ? completion_logprobs_json(logprobs_, host_.tokenizer) : json(nullptr));
   }

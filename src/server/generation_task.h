@@ -24,6 +24,7 @@
 #include "server/generation.h"
 #include "server/request_parser.h"
 #include "server/response_json.h"
+#include "server/tool_calls.h"
 
 namespace kvstash::server {
 
@@ -66,6 +67,9 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   // before start().
   using AnswerCallback = std::function<void(const Generation& gen, const std::string& text)>;
   void set_answer_callback(AnswerCallback callback) { on_answer_ = std::move(callback); }
+  // Parse the output for tool calls in `format` (tool_calls.h) when the request lets the model
+  // call (ParsedRequest::tools); set before start().
+  void set_tool_call_format(ToolCallFormat format);
   // Submits `request`. On error answers it (400/429/500) and returns false.
   bool start(GenerationRequest request);
   // Answers from recorded token events (a response-cache hit) through the same path as start().
@@ -84,6 +88,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void abort(const std::string& why);
   void answer_error(const ApiError& error);
   void end_task();
+  // The streamed end of an answer with tool calls: held content, then each call's chunks.
+  std::string tool_call_events(const ParsedOutput& parsed);
 
   TaskHost host_;
   std::shared_ptr<http::Exchange> exchange_;
@@ -98,6 +104,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   AnswerCallback on_answer_;
   std::string text_;                     // the output so far
   std::vector<LogprobEntry> logprobs_;   // whole answers
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // kNone: output is content only
+  std::unique_ptr<ToolCallStream> tool_stream_;         // streaming with tool calls parsed
 };
 
 }  // namespace kvstash::server

@@ -4,6 +4,30 @@
 #include <string>
 
 namespace kvstash::server {
+namespace {
+
+std::optional<ApiError> check_tool_text(const ParsedRequest& parsed, const Tokenizer& tok) {
+  const auto refuse = [](const std::string& param) {
+    return bad_request("'" + param + "' holds special-token text (such as \"<|im_end|>\"), which would become the "
+                           "template's markup; remove it, or start the server with --parse-special-in-content",
+                       param, "special_tokens_in_content");
+  };
+  if (!parsed.tools.tools_json.empty() && tok.contains_special(parsed.tools.tools_json)) return refuse("tools");
+  for (std::size_t i = 0; i < parsed.messages.size(); ++i) {
+    const ChatMessage& m = parsed.messages[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    for (std::size_t c = 0; c < m.tool_calls.size(); ++c) {
+      const ToolCall& call = m.tool_calls[c];
+      if (tok.contains_special(call.id + call.name + call.arguments)) {
+        return refuse(p + ".tool_calls[" + std::to_string(c) + "]");
+      }
+    }
+    if (tok.contains_special(m.tool_call_id + m.name)) return refuse(p);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, const ModelInfo& model,
                                                  const ChatTemplate& chat_template,
@@ -12,8 +36,14 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
   const Tokenizer& tok = *model.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) out.prompt.push_back(tok.bos_id());
   if (parsed.endpoint == Endpoint::kChatCompletions) {
+    // Tools and tool calls are rendered as the template's own text (no content markers follow
+    // them): special-token text in them would become control tokens, so it is refused.
+    if (!options.parse_special_in_content) {
+      if (auto err = check_tool_text(parsed, tok)) return err;
+    }
     Expected<RenderedChat> rendered = chat_template.render_marked(parsed.messages, /*add_generation_prompt=*/true,
-                                                                  tok.token_text(tok.bos_id()), tok.token_text(tok.eos_id()));
+                                                                  tok.token_text(tok.bos_id()), tok.token_text(tok.eos_id()),
+                                                                  ChatExtras{parsed.tools.tools_json});
     if (!rendered) return bad_request(rendered.status().message(), "messages", "invalid_chat_template");
     std::string& text = rendered->text;
     std::vector<TextSpan>& content = rendered->content;

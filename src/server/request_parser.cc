@@ -134,6 +134,11 @@ std::optional<ApiError> parse_messages(const json& body, ParsedRequest& out) {
     } else if (auto err = parse_content(*content, p + ".content", message.content)) {
       return err;
     }
+    // Tool fields (tool_request.h): tool_calls, tool_call_id, name.
+    if (auto err = parse_message_tool_fields(m, p, message.role, message.tool_calls, message.tool_call_id,
+                                             message.name)) {
+      return err;
+    }
     out.messages.push_back(std::move(message));
   }
   return std::nullopt;
@@ -261,12 +266,17 @@ std::optional<ApiError> parse_logprobs(const json& body, ParsedRequest& out) {
 // a 400 naming it rather than an answer that silently ignores it. A value that means "off"
 // (null, 0 for the penalties, {} for logit_bias, [] for tools, "none"/"auto" with no tools for
 // tool_choice, {"type": "text"} for response_format) changes nothing and is accepted.
-std::optional<ApiError> reject_unsupported(const json& body) {
+std::optional<ApiError> reject_unsupported(const json& body, Endpoint endpoint) {
   static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
                                   "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
                                   "best_of", "echo", "suffix", "parallel_tool_calls", "audio", "modalities",
                                   "prediction", "reasoning_effort", "web_search_options", "min_p"};
   for (const char* name : kFields) {
+    // Chat implements tool calling (tool_request.h); completions have no tools in OpenAI's API.
+    const std::string_view n(name);
+    if (endpoint == Endpoint::kChatCompletions && (n == "tools" || n == "tool_choice" || n == "parallel_tool_calls")) {
+      continue;
+    }
     const json* v = field(body, name);
     if (!v) continue;
     const bool off = (v->is_number() && v->get<double>() == 0.0) || (v->is_boolean() && !v->get<bool>()) ||
@@ -280,7 +290,7 @@ std::optional<ApiError> reject_unsupported(const json& body) {
 }
 
 std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
-  if (auto err = reject_unsupported(body)) return err;
+  if (auto err = reject_unsupported(body, out.endpoint)) return err;
   if (auto err = get_string(body, "model", out.model)) return err;
   if (out.endpoint == Endpoint::kChatCompletions) {
     if (auto err = parse_messages(body, out)) return err;
@@ -335,7 +345,10 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
                        "invalid_json");
   }
   try {
-    return parse_object(parsed, out);
+    if (auto err = parse_object(parsed, out)) return err;
+    // Tool calling, chat only (tool_request.h); it reads the tools again from the text, in order.
+    if (endpoint == Endpoint::kChatCompletions) return parse_tool_request(parsed, body, out.tools);
+    return std::nullopt;
   } catch (const json::exception& e) {
     // Every access above is type-checked first; this is a safety net so that no exception
     // escapes the module.

@@ -12,7 +12,9 @@
 // from nor store into the response cache; default true).
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
-// Fields of OpenAI's API this server does not implement (tools, tool_choice, response_format,
+// Chat only: tools, tool_choice, parallel_tool_calls and the messages' tool fields (tool_calls,
+// tool_call_id, name), parsed by tool_request.h.
+// Fields of OpenAI's API this server does not implement (functions, function_call, response_format,
 // logit_bias, presence_penalty, frequency_penalty, ...) get a 400 with code
 // "unsupported_parameter" naming the field, unless their value means "off" (null, 0, {}, []).
 // Other unknown fields (user, metadata, ...) are ignored.
@@ -29,6 +31,7 @@
 #include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/chat_template.h"
+#include "server/tool_request.h"
 
 namespace kvstash::server {
 
@@ -53,6 +56,8 @@ struct ParsedRequest {
   bool ignore_eos = false;            // generate through end-of-generation tokens
   bool response_cache = true;         // "response_cache": false opts out of the response cache
   int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
+  // Tool calling (chat only; tool_request.h).
+  ToolRequest tools;
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.

@@ -75,7 +75,7 @@ json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const To
 // cut answer must never read as a complete one ("stop").
 json finish_reason_json(const std::string& reason) {
   if (reason.empty()) return nullptr;
-  if (reason == "length" || reason == "stop") return reason;
+  if (reason == "length" || reason == "stop" || reason == "tool_calls") return reason;
   return "abort";  // "abort" (shutdown, time limit) and "cancelled"
 }
 

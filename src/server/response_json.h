@@ -33,7 +33,7 @@ nlohmann::json usage_json(const Outcome& outcome);
 nlohmann::json chat_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok);
 nlohmann::json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok);
 
-// finish_reason as OpenAI names it ("stop", "length"), or "abort" (vLLM's name) for an answer the
+// finish_reason as OpenAI names it ("stop", "length", "tool_calls"), or "abort" (vLLM's name) for an answer the
 // server or client cut short ("abort", "cancelled").
 nlohmann::json finish_reason_json(const std::string& reason);
 

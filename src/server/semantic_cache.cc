@@ -101,6 +101,12 @@ std::optional<SemanticQuery> semantic_query(const ParsedRequest& parsed, const G
   if (s.temperature != 0.0f) return skip("sampled");
   if (parsed.seed_given) return skip("seed");
   if (parsed.logprobs || parsed.top_logprobs > 0) return skip("logprobs");
+  // The namespace below hashes roles and contents only: tools and a history's tool calls would
+  // not separate two conversations, so tool conversations are never near-duplicates.
+  if (parsed.tools.has_tools()) return skip("tools");
+  for (const ChatMessage& m : parsed.messages) {
+    if (!m.tool_calls.empty() || !m.tool_call_id.empty() || !m.name.empty()) return skip("tools");
+  }
   std::string_view text;
   Sha256 h;
   h.update(kNamespaceDomain);

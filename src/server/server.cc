@@ -25,6 +25,7 @@
 #include "server/request_workers.h"
 #include "server/response_cache.h"
 #include "server/response_json.h"
+#include "server/tool_calls.h"
 
 namespace kvstash::server {
 namespace {
@@ -70,6 +71,10 @@ struct Server::Impl : http::Handler {
   GenerationBackend& backend;
   ServerOptions options;
   ChatTemplateKind chat_template = ChatTemplateKind::kChatML;
+  // How the template's model writes tool calls, and the ids of that markup's control tokens (the
+  // output must show them for the parser: tool_calls.h).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  std::vector<TokenId> tool_marker_tokens;
   Metrics metrics;
   std::unique_ptr<http::HttpServer> http;
   // What handlers read: set once `http` is in place. A request can arrive (on an I/O thread) before
@@ -151,6 +156,8 @@ struct Server::Impl : http::Handler {
   void respond_error(http::Exchange& exchange, const std::string& path, const ApiError& error,
                      std::vector<http::Header> headers = {});
   std::optional<ApiError> check_model(const std::string& requested) const;
+  // Tools need a template that presents them and a call syntax the server parses.
+  std::optional<ApiError> check_tools(const ParsedRequest& parsed) const;
   // True when no keys are configured or the request bears one; `*who` is then its entry (null
   // without keys).
   bool authenticate(const http::Request& req, const KeyEntry** who) const;
@@ -411,6 +418,7 @@ void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& re
   if (auto err = parse_request(endpoint, req.body, parsed)) return fail(*err);
   record.stream = parsed.stream;
   if (auto err = check_model(parsed.model)) return fail(*err);
+  if (auto err = check_tools(parsed)) return fail(*err);
   // The key's namespace first: a body's salt narrows a tenant's namespace, never leaves it.
   parsed.cache_salt = tenant_salt(cache_namespace, parsed.cache_salt);
   const ModelInfo& info = backend.model_info();
@@ -487,11 +495,13 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
   const int prompt_tokens = static_cast<int>(request.prompt.size());
   auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
+  if (parsed.tools.parse_calls()) gen->show_tokens(tool_marker_tokens);
   const bool store_answer = cached && cached->status == "miss";
   if (cached) record.cache = cached->status;
   if (store_answer) gen->record_events();
   auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gen), std::move(parsed),
                                                std::move(meta), std::move(record));
+  task->set_tool_call_format(tool_format);
   if (cached) {
     std::vector<http::Header> headers = {{"x-kvstash-cache", cached->status}};
     if (cached->status != "bypass") headers.push_back({"x-kvstash-cache-key", cached->key.hex()});
@@ -543,6 +553,23 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   task->start(std::move(request));  // answers errors itself; finished callback frees the slot
 }
 
+std::optional<ApiError> Server::Impl::check_tools(const ParsedRequest& parsed) const {
+  if (!parsed.tools.has_tools()) return std::nullopt;
+  // A Jinja template that never reads `tools` would drop them from the prompt without a word.
+  if (chat_template.is_jinja() && chat_template.source().find("tools") == std::string::npos) {
+    return bad_request("this model's chat template does not present tools to the model; start the server with a "
+                       "template that does (--chat-template-file)",
+                       "tools", "unsupported_tools");
+  }
+  if (parsed.tools.parse_calls() && tool_format == ToolCallFormat::kNone) {
+    return bad_request("this server cannot read tool calls in this model's chat-template family (known: hermes, "
+                       "llama3, mistral, deepseek, command-r); send tool_choice \"none\" or start the server with "
+                       "such a template (--chat-template-file)",
+                       "tools", "unsupported_tools");
+  }
+  return std::nullopt;
+}
+
 int Server::Impl::open_tasks() {
   std::lock_guard<std::mutex> lock(tasks_mutex);
   return static_cast<int>(tasks.size());
@@ -577,6 +604,12 @@ Expected<std::unique_ptr<Server>> Server::create(GenerationBackend& backend, con
   std::unique_ptr<Server> server(new Server());
   server->impl_ = std::make_shared<Impl>(backend, options);
   server->impl_->chat_template = choice->kind;
+  server->impl_->tool_format = detect_tool_call_format(choice->kind);
+  for (const std::string& text : tool_call_marker_tokens(server->impl_->tool_format)) {
+    if (std::optional<TokenId> id = backend.model_info().tokenizer->find_token(text)) {
+      server->impl_->tool_marker_tokens.push_back(*id);
+    }
+  }
   if (!choice->warning.empty()) log_line("warning: " + choice->warning);
   return server;
 }
