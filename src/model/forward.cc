@@ -1,10 +1,12 @@
-// The batched forward pass of a Llama-family decoder over a paged f16 KV cache.
+// The batched forward pass over a paged f16 KV cache, walking the ModelConfig's layer
+// descriptions (model_config.h).
 //
-// Per layer: RMSNorm → Q, K, V projections (+ bias for qwen2) → RoPE at each token's absolute
-// position → K, V stored into the pool → causal attention over the sequence's positions (GQA:
-// query head h reads KV head h / (n_heads / n_kv_heads)) → output projection + residual →
-// RMSNorm → SwiGLU feed-forward + residual. Then the final norm and the output projection for the
-// rows that need logits.
+// Per layer: RMSNorm → Q, K, V projections (+ bias where the layer has them) → per-head RMSNorm of
+// Q and K where the layer has QK-norm → RoPE at each token's absolute position → K, V stored into
+// the pool → causal attention over the sequence's positions (GQA: query head h reads KV head
+// h / (n_heads / n_kv_heads)) → output projection + residual → RMSNorm → feed-forward (SwiGLU, or
+// a mixture of experts: model/moe.h) + residual. Then the final norm and the output projection for
+// the rows that need logits.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,8 +18,8 @@
 namespace kvstash {
 
 const char* ForwardProfile::name(int phase) {
-  static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+rope+kv", "attention", "attn output",
-                                                  "gate+up", "silu*up", "down", "residual",     "output"};
+  static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+norm+rope+kv", "attention", "attn output",
+                                                  "gate+up", "silu*up", "down", "experts", "residual", "output"};
   return phase >= 0 && phase < kPhases ? kNames[phase] : "?";
 }
 
@@ -31,12 +33,15 @@ class PhaseClock {
     ++profile_->passes;
     last_ = std::chrono::steady_clock::now();
   }
-  // The time since the previous end() (or the start) goes to `phase`, with the bytes of `weights`.
-  void end(ForwardProfile::Phase phase, std::initializer_list<const kernels::WeightView*> weights = {}) {
+  // The time since the previous end() (or the start) goes to `phase`, with the bytes of `weights`
+  // and `more_bytes`.
+  void end(ForwardProfile::Phase phase, std::initializer_list<const kernels::WeightView*> weights = {},
+           std::int64_t more_bytes = 0) {
     if (profile_ == nullptr) return;
     const auto now = std::chrono::steady_clock::now();
     profile_->seconds[phase] += std::chrono::duration<double>(now - last_).count();
     for (const kernels::WeightView* w : weights) profile_->weight_bytes[phase] += w->rows * static_cast<std::int64_t>(w->row_bytes);
+    profile_->weight_bytes[phase] += more_bytes;
     last_ = now;
   }
 
@@ -96,6 +101,15 @@ void add_query_stats(const float* q, int n_heads, int head_dim, RopeStyle style,
       out[3 * i + 1] += head[b];
       out[3 * i + 2] += std::sqrt(head[a] * head[a] + head[b] * head[b]);
     }
+  }
+}
+
+// QK-norm: RMSNorm of each head_dim-wide head of each row, with one weight vector for all heads.
+void norm_heads(float* rows, int n_rows, int n_heads, int head_dim, const std::vector<float>& weight, float eps) {
+  const std::size_t n = static_cast<std::size_t>(n_rows) * n_heads;
+  for (std::size_t i = 0; i < n; ++i) {
+    float* head = rows + i * static_cast<std::size_t>(head_dim);
+    kernels::rms_norm(head, weight.data(), head_dim, eps, head);
   }
 }
 
@@ -268,8 +282,12 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   const int T = static_cast<int>(batch.tokens.size());
   if (Status st = check_batch(batch, kv, c); !st) return st;
   if (T == 0) return Status::ok();
-  const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
+  const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
+  int ff = 0;  // the widest dense feed-forward
+  for (const LayerSpec& spec : c.layers) {
+    if (spec.ffn.kind != FfnKind::kMoe) ff = std::max(ff, spec.ffn.n_ff);
+  }
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
 
   using Phase = ForwardProfile::Phase;
@@ -284,10 +302,13 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   rope.build(slots, rope_inv_freq_);
 
   std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
-      att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff));
+      att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff)), moe_out(c.has_moe() ? sz(T, d) : 0);
   for (int t = 0; t < T; ++t) {
     const TokenId tok = batch.tokens[static_cast<std::size_t>(t)];
     kernels::dequantize_rows(token_embd_, tok, tok + 1, &x[sz(t, d)]);
+  }
+  if (c.embedding_scale != 1.0f) {
+    for (float& value : x) value *= c.embedding_scale;
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const AttentionPlan attention_plan(slots, nkv, nh / nkv, pool.size());
@@ -295,6 +316,8 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
 
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
+    const LayerSpec& spec = c.layers[static_cast<std::size_t>(l)];
+    const RopeStyle rope_style = spec.attention.rope.style;
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
     clock.end(Phase::kNorms);
     // Q, K and V share their input: one pool run for the three on the decode path.
@@ -305,14 +328,18 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     add_bias(q.data(), T, L.bq);
     add_bias(k.data(), T, L.bk);
     add_bias(v.data(), T, L.bv);
+    if (spec.attention.qk_norm) {
+      norm_heads(q.data(), T, nh, hd, L.q_norm, c.rms_eps);
+      norm_heads(k.data(), T, nkv, hd, L.k_norm, c.rms_eps);
+    }
     for (int t = 0; t < T; ++t) {
       const float* cs = &rope.cos[sz(t, half)];
       const float* sn = &rope.sin[sz(t, half)];
       const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
       const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(slot.seq)];
-      if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, c.rope_style, seq.q_stats + sz(l, nh) * half * 3);
-      for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
-      for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
+      if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, rope_style, seq.q_stats + sz(l, nh) * half * 3);
+      for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, rope_style, cs, sn);
+      for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, rope_style, cs, sn);
       const std::int32_t block = seq.block_table[slot.slot / kv.block_size];
       for (int h = 0; h < nkv; ++h) {
         kernels::f32_to_f16_row(&k[sz(t, kv_dim) + sz(h, hd)], kv.k_at(block, l, slot.slot % kv.block_size, h), hd);
@@ -328,11 +355,19 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     clock.end(Phase::kResidual);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
     clock.end(Phase::kNorms);
+    if (spec.ffn.kind == FfnKind::kMoe) {
+      const std::int64_t bytes = moe_feed_forward(spec.ffn.moe, L.experts, xn.data(), T, d, moe_out.data(), pool);
+      clock.end(Phase::kExperts, {}, bytes);
+      kernels::add_inplace(x.data(), moe_out.data(), T * d);
+      clock.end(Phase::kResidual);
+      continue;
+    }
+    const int layer_ff = spec.ffn.n_ff;
     const kernels::WeightView gate_up_w[] = {L.w_gate, L.w_up};
     float* const gate_up_y[] = {gate.data(), up.data()};
     kernels::matmul_many(gate_up_w, xn.data(), T, gate_up_y, pool);
     clock.end(Phase::kGateUp, {&L.w_gate, &L.w_up});
-    kernels::silu_mul(gate.data(), up.data(), T * ff, gate.data());
+    kernels::silu_mul(gate.data(), up.data(), T * layer_ff, gate.data());
     clock.end(Phase::kSiluMul);
     kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
     clock.end(Phase::kDown, {&L.w_down});
