@@ -110,22 +110,22 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
     layer.ffn.kind = FfnKind::kMoe;
     KVSTASH_RETURN_IF_ERROR(keys.need("expert_count", &moe.n_experts));
     KVSTASH_RETURN_IF_ERROR(keys.need("expert_used_count", &moe.n_used));
-    KVSTASH_RETURN_IF_ERROR(keys.need("expert_feed_forward_length", &moe.n_ff_expert));
     if (moe.n_used > moe.n_experts) {
       return corrupt(f.path() + ": expert_used_count " + std::to_string(moe.n_used) + " exceeds expert_count " +
                      std::to_string(moe.n_experts));
     }
+    // Without expert_feed_forward_length llama.cpp takes feed_forward_length / expert_used_count.
+    moe.n_ff_expert = c->n_ff / moe.n_used;
+    KVSTASH_RETURN_IF_ERROR(keys.optional("expert_feed_forward_length", &moe.n_ff_expert));
+    if (moe.n_ff_expert == 0) return corrupt(f.path() + ": no expert_feed_forward_length (nor feed_forward_length)");
     moe.gating = ExpertGating::kSoftmaxTopK;
     moe.renormalize = true;  // qwen3moe's norm_topk_prob; llama.cpp passes norm_w = true
   }
   c->layers.assign(static_cast<std::size_t>(c->n_layers), layer);
   for (int i = 0; i < c->n_layers; ++i) {
-    // Biases: qwen2 always has them; llama files may (llama.cpp: optional). Taken from the file, per layer.
+    // Biases: qwen2 files have them; llama.cpp loads attn_{q,k,v}.bias as optional for every
+    // architecture here and adds them when present. Taken from the file, per layer.
     const bool bias = f.find_tensor("blk." + std::to_string(i) + ".attn_q.bias") != nullptr;
-    if (bias && (arch == Arch::kQwen3 || arch == Arch::kQwen3Moe)) {
-      return unsupported(f.path() + ": " + c->architecture + " with Q/K/V biases (blk." + std::to_string(i) +
-                         ".attn_q.bias); llama.cpp's " + c->architecture + " has none");
-    }
     c->layers[static_cast<std::size_t>(i)].attention.qkv_bias = bias;
   }
   auto name = f.get_string("general.name");
