@@ -135,6 +135,13 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelC
       return internal_error("forward: sequence " + std::to_string(s) + " has n_new " + std::to_string(seq.n_new) +
                             " at position " + std::to_string(seq.pos_start));
     }
+    if (c.has_local_layers() && seq.first_slot() != seq.pos_start) {
+      // A window is over positions and local layers rotate with their own base: compacted slots
+      // (engine/kv_compactor.h) would see the wrong keys.
+      return internal_error("forward: sequence " + std::to_string(s) + " has compacted KV (slot " +
+                            std::to_string(seq.first_slot()) + " at position " + std::to_string(seq.pos_start) +
+                            "); KV compaction is not supported for " + c.architecture + "'s sliding-window layers");
+    }
     const std::int64_t end = std::int64_t{seq.first_slot()} + seq.n_new;
     const std::int64_t needed = (end + kv.block_size - 1) / kv.block_size;
     if (seq.block_table == nullptr || needed > seq.n_blocks) {
@@ -198,6 +205,7 @@ struct AttentionInput {
   float* out;      // the same shape
   int n_heads, n_kv_heads, head_dim;
   float scale;
+  int window;      // > 0: a token sees only the last `window` slots, itself included (slots = positions)
 };
 
 // How the work is cut into pool tasks. With GQA, `group` query heads read the same KV head, and one
@@ -239,8 +247,9 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
     const int n_heads = std::min(plan.heads_per_task, (kvh + 1) * group - h0);
     const std::int32_t* table =
         in.batch.sequences[static_cast<std::size_t>(in.slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
-    // Token i of the tile sees the kept slots before it and itself.
+    // Token i of the tile sees the kept slots [lo(i), n_ctx(i)): before it and itself, within the window.
     const auto n_ctx = [&](int i) { return in.slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
+    const auto lo = [&](int i) { return in.window > 0 ? std::max(0, n_ctx(i) - in.window) : 0; };
     const int ctx_max = n_ctx(tile.count - 1);
     thread_local std::vector<float> scores_buffer;
     const std::size_t n_scores = static_cast<std::size_t>(tile.count) * n_heads * ctx_max;
@@ -252,24 +261,36 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
     const std::size_t row_stride = static_cast<std::size_t>(hd);
     // One kernel call per KV block and token: the KV head's K (and V) rows of a block and layer
     // are contiguous, head_dim apart.
-    for (int j = 0; j < ctx_max; j += kv.block_size) {
+    // Rows [first, end) of block j that token i sees: its context's part of the block, cut at its
+    // window's start (first = j and end = min(j + block, n_ctx) without a window).
+    const auto rows = [&](int i, int j, int* first) {
+      *first = std::max(j, lo(i));
+      return std::min(j + kv.block_size, n_ctx(i)) - *first;
+    };
+    const int block_min = in.window > 0 ? lo(0) / kv.block_size * kv.block_size : 0;  // lo rises with i
+    for (int j = block_min; j < ctx_max; j += kv.block_size) {
       const std::uint16_t* k_rows = kv.k_head(table[j / kv.block_size], in.layer, kvh);
       for (int i = 0; i < tile.count; ++i) {
-        if (j >= n_ctx(i)) continue;  // its context ends before this block
-        kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows, row_stride, std::min(kv.block_size, n_ctx(i) - j), hd,
-                                  in.scale, scores(i) + j, static_cast<std::size_t>(ctx_max));
+        int first;
+        const int n_rows = rows(i, j, &first);
+        if (n_rows <= 0) continue;  // its context ends before this block, or its window starts after it
+        kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows + static_cast<std::size_t>(first - j) * row_stride, row_stride,
+                                  n_rows, hd, in.scale, scores(i) + first, static_cast<std::size_t>(ctx_max));
       }
     }
     for (int i = 0; i < tile.count; ++i) {
-      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max, n_ctx(i));
+      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max + lo(i), n_ctx(i) - lo(i));
       std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
     }
-    for (int j = 0; j < ctx_max; j += kv.block_size) {
+    for (int j = block_min; j < ctx_max; j += kv.block_size) {
       const std::uint16_t* v_rows = kv.v_head(table[j / kv.block_size], in.layer, kvh);
       for (int i = 0; i < tile.count; ++i) {
-        if (j >= n_ctx(i)) continue;
-        kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, v_rows, row_stride,
-                               std::min(kv.block_size, n_ctx(i) - j), hd, out_at(i));
+        int first;
+        const int n_rows = rows(i, j, &first);
+        if (n_rows <= 0) continue;
+        kernels::axpy_f16_rows(scores(i) + first, static_cast<std::size_t>(ctx_max), n_heads,
+                               v_rows + static_cast<std::size_t>(first - j) * row_stride, row_stride, n_rows, hd,
+                               out_at(i));
       }
     }
   });
@@ -298,8 +319,8 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(s)];
     for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, seq.first_slot() + i, s});
   }
-  RopeTable rope;
-  rope.build(slots, rope_inv_freq_);
+  std::vector<RopeTable> ropes(rope_inv_freqs_.size());
+  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r]);
 
   std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
       att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff)), moe_out(c.has_moe() ? sz(T, d) : 0);
@@ -310,7 +331,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   if (c.embedding_scale != 1.0f) {
     for (float& value : x) value *= c.embedding_scale;
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   const AttentionPlan attention_plan(slots, nkv, nh / nkv, pool.size());
   clock.end(Phase::kEmbed);
 
@@ -318,6 +339,8 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const LayerSpec& spec = c.layers[static_cast<std::size_t>(l)];
     const RopeStyle rope_style = spec.attention.rope.style;
+    const RopeTable& rope = ropes[static_cast<std::size_t>(L.rope)];
+    const int window = spec.attention.kind == AttentionKind::kSlidingWindow ? spec.attention.window : 0;
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
     clock.end(Phase::kNorms);
     // Q, K and V share their input: one pool run for the three on the decode path.
@@ -347,10 +370,14 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       }
     }
     clock.end(Phase::kRopeKv);
-    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, attention_plan, pool);
+    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
     clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     clock.end(Phase::kAttnOutput, {&L.wo});
+    if (spec.post_attention_norm) {
+      for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+      clock.end(Phase::kNorms);
+    }
     kernels::add_inplace(x.data(), xn.data(), T * d);
     clock.end(Phase::kResidual);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
@@ -367,10 +394,18 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     float* const gate_up_y[] = {gate.data(), up.data()};
     kernels::matmul_many(gate_up_w, xn.data(), T, gate_up_y, pool);
     clock.end(Phase::kGateUp, {&L.w_gate, &L.w_up});
-    kernels::silu_mul(gate.data(), up.data(), T * layer_ff, gate.data());
+    if (spec.ffn.kind == FfnKind::kGeluGated) {
+      kernels::gelu_mul(gate.data(), up.data(), std::int64_t{T} * layer_ff, gate.data());
+    } else {
+      kernels::silu_mul(gate.data(), up.data(), T * layer_ff, gate.data());
+    }
     clock.end(Phase::kSiluMul);
     kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
     clock.end(Phase::kDown, {&L.w_down});
+    if (spec.post_ffn_norm) {
+      for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+      clock.end(Phase::kNorms);
+    }
     kernels::add_inplace(x.data(), xn.data(), T * d);
     clock.end(Phase::kResidual);
   }
@@ -392,6 +427,10 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   clock.end(Phase::kNorms);
   if (rows > 0) {
     kernels::matmul(output_, xn.data(), rows, logits, pool);
+    if (c.logit_softcap > 0) {
+      const float cap = c.logit_softcap;
+      for (std::size_t i = 0; i < sz(rows, c.n_vocab); ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
     clock.end(Phase::kOutput, {&output_});
   }
   return Status::ok();

@@ -155,8 +155,9 @@ class Model {
   // SHA-256 over architecture, hyper-parameters and tensor bytes; the same on every machine.
   const std::array<std::uint8_t, 32>& fingerprint() const { return fingerprint_; }
   std::string fingerprint_hex() const;
-  // Per rotated pair i: the RoPE angle per position, base^(-2i/head_dim) / freq_factor_i.
-  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  // Per rotated pair i: the RoPE angle per position of the full-attention layers,
+  // base^(-2i/head_dim) * linear scale / freq_factor_i.
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freqs_[0]; }
   // Bytes of weights read per decoded token (all matrices, incl. the output projection; of a MoE
   // layer the router and expert_used_count experts).
   std::size_t weight_bytes_per_token() const;
@@ -186,6 +187,8 @@ class Model {
     std::vector<float> attn_norm, ffn_norm;
     std::vector<float> bq, bk, bv;             // AttentionSpec::qkv_bias; empty otherwise
     std::vector<float> q_norm, k_norm;         // AttentionSpec::qk_norm: head_dim each; empty otherwise
+    std::vector<float> post_attn_norm, post_ffn_norm;  // LayerSpec::post_*_norm; empty otherwise
+    int rope = 0;                              // index into rope_inv_freqs_
   };
   Model() = default;
   Status bind(const std::string& path);
@@ -202,7 +205,9 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   kernels::WeightView token_embd_, output_;
   std::vector<float> output_norm_;
-  std::vector<float> rope_inv_freq_;  // per rotated pair: base^(-2i/d) / freq_factor_i
+  // Per distinct RoPE of the layers (gemma3: global and local), per rotated pair:
+  // base^(-2i/d) * scale / freq_factor_i. Entry 0 is the model-wide one (rope_inv_freq()).
+  std::vector<std::vector<float>> rope_inv_freqs_;
   std::vector<Layer> layers_;
   std::array<std::uint8_t, 32> fingerprint_{};
   HugePageBuffer weights_;  // empty when the weights are used from the file mapping

@@ -24,13 +24,15 @@ enum class RopeStyle {
 // Rotary position embedding of one layer. Per-pair frequency divisors (Llama 3's rope_freqs.weight)
 // are a tensor, held by the Model; they apply to every layer that has them.
 struct RopeSpec {
-  float base = 10000.0f;                 // the angle of pair i per position is base^(-2i/head_dim)
+  float base = 10000.0f;                 // the angle of pair i per position is base^(-2i/head_dim) * scale
+  float scale = 1.0f;                    // linear rope scaling: 1 / rope.scaling.factor; 1: none
   RopeStyle style = RopeStyle::kInterleaved;
+  bool operator==(const RopeSpec&) const = default;
 };
 
 enum class AttentionKind {
   kFull,           // causal over every earlier token of the sequence
-  kSlidingWindow,  // causal, key j visible to query i iff i - j < window (gemma3, mistral): not run yet
+  kSlidingWindow,  // causal, key j visible to query i iff i - j < window (gemma3's local layers)
   kSinks,          // full, plus one learned logit per head in the softmax denominator (gpt-oss): not run yet
 };
 
@@ -45,7 +47,7 @@ struct AttentionSpec {
 
 enum class FfnKind {
   kSwiGlu,     // down(silu(gate(x)) * up(x))
-  kGeluGated,  // down(gelu_tanh(gate(x)) * up(x)) (gemma3): not run yet
+  kGeluGated,  // down(gelu_tanh(gate(x)) * up(x)) (gemma3), GELU as llama.cpp's CPU F16 table gives it
   kMoe,        // a router picks experts per token, each a SwiGLU; their outputs weighted and summed
 };
 
@@ -71,13 +73,13 @@ struct FfnSpec {
 // One transformer block: x += [post_norm](attention(norm(x))); x += [post_norm](ffn(norm(x))).
 struct LayerSpec {
   AttentionSpec attention;
-  bool post_attention_norm = false;  // RMSNorm of the attention output before the residual add (gemma3): not run yet
-  bool post_ffn_norm = false;        // the same for the feed-forward output (gemma3): not run yet
+  bool post_attention_norm = false;  // RMSNorm of the attention output before the residual add (gemma3)
+  bool post_ffn_norm = false;        // the same for the feed-forward output (gemma3)
   FfnSpec ffn;
 };
 
 struct ModelConfig {
-  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3" or "qwen3moe"
+  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gemma3"
   std::string name;          // general.name, or the file's stem
   int n_layers = 0;
   int n_embd = 0;
@@ -88,22 +90,27 @@ struct ModelConfig {
   int n_vocab = 0;
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
-  // The RoPE every full-attention layer uses; KV compaction (engine/kv_compactor.h) reads the
-  // style. Kept equal to layers[i].attention.rope for every layer (check_runnable checks it).
+  // The RoPE of the full-attention layers (Model::rope_inv_freq); KV compaction
+  // (engine/kv_compactor.h) re-rotates keys with it, so a model whose layers differ (gemma3's
+  // local layers) refuses compacted sequences (forward: kInternal).
   float rope_base = 10000.0f;
+  float rope_scale = 1.0f;  // linear rope scaling of the full-attention layers: 1 / factor
   RopeStyle rope_style = RopeStyle::kInterleaved;
   bool tied_output = false;      // the output projection is token_embd
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma3: sqrt(n_embd)); 1: none
-  float logit_softcap = 0.0f;    // > 0: logits = cap * tanh(logits / cap) (gemma2 style): not run yet
+  float attention_scale = 0.0f;  // Q.K multiplier; 0: 1 / sqrt(head_dim)
+  float logit_softcap = 0.0f;    // > 0: logits = cap * tanh(logits / cap) (final_logit_softcapping)
   std::vector<LayerSpec> layers;  // n_layers entries
 
   int kv_row_elems() const { return n_kv_heads * head_dim; }  // K (or V) elements per token per layer
   bool has_moe() const;  // some layer's feed-forward is kMoe
+  // Some layer's attention or RoPE is not the model-wide full attention with rope_base/rope_style.
+  bool has_local_layers() const;
 };
 
-// kUnsupported naming the first thing in `c` that forward() does not run (a sliding window,
-// sinks, a GELU feed-forward, post-norms, a logit soft-cap, ...), or a layer whose RoPE differs
-// from the model-wide one; ok otherwise.
+// kUnsupported naming the first thing in `c` that forward() does not run (attention sinks, a RoPE
+// style that differs between layers, ...); kInternal for a description that contradicts itself
+// (no experts, no window width); ok otherwise.
 Status check_runnable(const ModelConfig& c);
 
 }  // namespace kvstash

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/architectures.h"
 #include "model/model.h"
 #include "modelgen/test_models.h"
@@ -71,6 +73,26 @@ TEST(Architectures, Qwen3MoeLayersRouteToExperts) {
   }
 }
 
+TEST(Architectures, Gemma3HasLocalLayersWithTheirOwnRope) {
+  const ModelConfig c = described("gemma3-tiny");
+  ASSERT_EQ(c.n_layers, 7);
+  EXPECT_TRUE(c.has_local_layers());
+  EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / std::sqrt(32.0f));
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerSpec& l = c.layers[static_cast<std::size_t>(i)];
+    const bool local = i % 6 < 5;  // llama.cpp's default pattern: layer 5 global
+    EXPECT_EQ(l.attention.kind, local ? AttentionKind::kSlidingWindow : AttentionKind::kFull) << i;
+    EXPECT_EQ(l.attention.window, local ? 8 : 0) << i;
+    EXPECT_FLOAT_EQ(l.attention.rope.base, local ? 10000.0f : 1e6f) << i;
+    EXPECT_TRUE(l.attention.qk_norm);
+    EXPECT_TRUE(l.post_attention_norm);
+    EXPECT_TRUE(l.post_ffn_norm);
+    EXPECT_EQ(l.ffn.kind, FfnKind::kGeluGated);
+  }
+  EXPECT_TRUE(check_runnable(c).is_ok());
+}
+
 TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
   const ModelConfig base = described("tiny");
   ASSERT_TRUE(check_runnable(base).is_ok());
@@ -79,12 +101,8 @@ TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
     void (*change)(ModelConfig&);
   };
   const Case cases[] = {
-      {"sliding-window", [](ModelConfig& c) { c.layers[1].attention.kind = AttentionKind::kSlidingWindow; }},
       {"sinks", [](ModelConfig& c) { c.layers[0].attention.kind = AttentionKind::kSinks; }},
-      {"GELU", [](ModelConfig& c) { c.layers[0].ffn.kind = FfnKind::kGeluGated; }},
-      {"post-sublayer norms", [](ModelConfig& c) { c.layers[0].post_ffn_norm = true; }},
-      {"soft-capping", [](ModelConfig& c) { c.logit_softcap = 30.0f; }},
-      {"RoPE", [](ModelConfig& c) { c.layers[1].attention.rope.base = 10000.0f; }},
+      {"RoPE style", [](ModelConfig& c) { c.layers[1].attention.rope.style = RopeStyle::kInterleaved; }},
   };
   for (const Case& k : cases) {
     ModelConfig c = base;
@@ -97,6 +115,20 @@ TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
   ModelConfig bad_moe = base;
   bad_moe.layers[0].ffn.kind = FfnKind::kMoe;  // no experts described
   EXPECT_EQ(check_runnable(bad_moe).code(), StatusCode::kInternal);
+  ModelConfig no_window = base;
+  no_window.layers[0].attention.kind = AttentionKind::kSlidingWindow;  // window 0
+  EXPECT_EQ(check_runnable(no_window).code(), StatusCode::kInternal);
+  // What forward runs: windows, their own RoPE base, GELU, post-norms, a soft-cap.
+  ModelConfig runnable = base;
+  runnable.layers[0].attention.kind = AttentionKind::kSlidingWindow;
+  runnable.layers[0].attention.window = 4;
+  runnable.layers[0].attention.rope.base = 10000.0f;
+  runnable.layers[1].ffn.kind = FfnKind::kGeluGated;
+  runnable.layers[1].post_ffn_norm = true;
+  runnable.logit_softcap = 30.0f;
+  EXPECT_TRUE(check_runnable(runnable).is_ok());
+  EXPECT_TRUE(runnable.has_local_layers());
+  EXPECT_FALSE(base.has_local_layers());
 }
 
 }  // namespace

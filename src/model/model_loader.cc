@@ -261,6 +261,8 @@ Status Model::bind(const std::string& path) {
       KVSTASH_RETURN_IF_ERROR(assign(L.q_norm, b.vector(p + "attn_q_norm.weight", c.head_dim)));
       KVSTASH_RETURN_IF_ERROR(assign(L.k_norm, b.vector(p + "attn_k_norm.weight", c.head_dim)));
     }
+    if (spec.post_attention_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", d)));
+    if (spec.post_ffn_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", d)));
     KVSTASH_RETURN_IF_ERROR(assign(L.ffn_norm, b.vector(p + "ffn_norm.weight", d)));
     if (spec.ffn.kind == FfnKind::kMoe) {
       const MoeSpec& m = spec.ffn.moe;
@@ -275,14 +277,27 @@ Status Model::bind(const std::string& path) {
       KVSTASH_RETURN_IF_ERROR(assign(L.w_down, b.matrix(p + "ffn_down.weight", spec.ffn.n_ff, d)));
     }
   }
-  // RoPE frequencies. Llama 3.1+ files carry per-pair divisors in rope_freqs.weight (llama3 scaling).
+  // RoPE frequencies, one table per distinct RopeSpec (the model-wide one first). Llama 3.1+
+  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), which apply to every layer.
   const int half = c.head_dim / 2;
   std::vector<float> factors(static_cast<std::size_t>(half), 1.0f);
   if (b.has("rope_freqs.weight")) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector("rope_freqs.weight", half)));
-  rope_inv_freq_.resize(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    rope_inv_freq_[static_cast<std::size_t>(i)] = static_cast<float>(
-        std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) / factors[static_cast<std::size_t>(i)]);
+  std::vector<RopeSpec> ropes = {RopeSpec{c.rope_base, c.rope_scale, c.rope_style}};
+  for (int l = 0; l < c.n_layers; ++l) {
+    const RopeSpec& r = c.layers[static_cast<std::size_t>(l)].attention.rope;
+    const auto found = std::find(ropes.begin(), ropes.end(), r);
+    layers_[static_cast<std::size_t>(l)].rope = static_cast<int>(found - ropes.begin());
+    if (found == ropes.end()) ropes.push_back(r);
+  }
+  for (const RopeSpec& r : ropes) {
+    std::vector<float>& inv = rope_inv_freqs_.emplace_back(static_cast<std::size_t>(half));
+    for (int i = 0; i < half; ++i) {
+      // The scale multiplies after the float conversion when it is not 1, so that unscaled models
+      // keep the exact values they always had.
+      inv[static_cast<std::size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(r.base), -2.0 * i / c.head_dim) /
+                                                            factors[static_cast<std::size_t>(i)]);
+      if (r.scale != 1.0f) inv[static_cast<std::size_t>(i)] *= r.scale;
+    }
   }
   auto fp = model_fingerprint(*file_, c);
   if (!fp) return fp.status();

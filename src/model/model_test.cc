@@ -152,7 +152,10 @@ INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
                                            // qwen3: QK-norm, head_dim 32 with 4 heads over 64; qwen3moe: routed experts.
                                            Case{"qwen3-tiny", TensorType::kF32, 5e-3}, Case{"qwen3-tiny", TensorType::kF16, 5e-3},
                                            Case{"qwen3moe-tiny", TensorType::kF32, 5e-3},
-                                           Case{"qwen3moe-tiny", TensorType::kBF16, 5e-3}),
+                                           Case{"qwen3moe-tiny", TensorType::kBF16, 5e-3},
+                                           // gemma3: window 8 on 6 of 7 layers, their own RoPE base,
+                                           // post-norms, GELU (f16 table vs exact: within the bound).
+                                           Case{"gemma3-tiny", TensorType::kF32, 5e-3}, Case{"gemma3-tiny", TensorType::kF16, 5e-3}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.preset) + "_" +
                                            (info.param.scheme ? info.param.scheme : gguf::tensor_type_name(info.param.type));
@@ -201,7 +204,7 @@ TEST(BosConvention, LlamaAddsBosQwen2DoesNot) {
 
 class Chunking : public ::testing::TestWithParam<const char*> {};
 
-INSTANTIATE_TEST_SUITE_P(Presets, Chunking, ::testing::Values("tiny", "qwen3-tiny", "qwen3moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, Chunking, ::testing::Values("tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -234,7 +237,7 @@ class BatchedSequences : public ::testing::TestWithParam<const char*> {};
 
 // A MoE layer groups the batch's tokens by expert: a token's output must not depend on which other
 // tokens share its experts, so the same holds there as for the dense presets.
-INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -342,6 +345,26 @@ TEST(Profile, MoeDecodeStepReadsTheRouterAndTheUsedExpertsOnce) {
   const MoeSpec& moe = model->config().layers[0].ffn.moe;
   EXPECT_EQ(moe.n_used, 4);
   EXPECT_EQ(moe.n_experts, 16);
+}
+
+// KV compaction keeps slots that are not positions; a window over positions and local layers with
+// their own RoPE base cannot run on them, so such a batch is refused, touching nothing.
+TEST(Batching, CompactedSequenceOnSlidingWindowModelIsRefused) {
+  auto model = load("gemma3-tiny", TensorType::kF32);
+  ASSERT_TRUE(model);
+  TestPool pool(model->config(), 2);
+  std::vector<std::int32_t> table{pool.take(), pool.take()};
+  ForwardBatch batch;
+  batch.tokens = {1, 2};
+  batch.sequences.push_back({table.data(), 2, 20, 2, true, false, 10});  // slots 10.. at positions 20..
+  std::vector<float> logits(static_cast<std::size_t>(model->config().n_vocab), -1.0f);
+  const auto before = pool.storage;
+  ThreadPool threads(2);
+  const Status st = model->forward(batch, pool.view, logits.data(), threads);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("sliding-window"), std::string::npos) << st.message();
+  EXPECT_EQ(pool.storage, before);
+  EXPECT_EQ(logits[0], -1.0f);
 }
 
 // Regression (issue 8): a block table too short for a sequence's positions made the forward pass
@@ -591,7 +614,7 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
   ASSERT_FALSE(m1.has_value());
   EXPECT_EQ(m1.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(m1.status().message().find("gpt3"), std::string::npos) << m1.status().message();
-  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe"), std::string::npos)
+  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe, gemma3"), std::string::npos)
       << m1.status().message();
 
   // An IQ type: the file opens (its block size is known) and the model refuses it by name.

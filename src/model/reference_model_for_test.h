@@ -10,6 +10,12 @@
 // routed experts: softmax over the router's logits, the top expert_used_count, renormalised, each a
 // SwiGLU on its slice of the 3-D ffn_{gate,up,down}_exps tensors.
 //
+// gemma3 (llama.cpp's src/models/gemma3.cpp): embeddings × sqrt(n_embd); QK-norm; Q·K scaled by
+// 1/sqrt(head_dim); layer il local iff il % 6 < 5 (key j visible to query i iff i - j < window),
+// local layers rotating with rope.freq_base_swa; post-attention and post-feed-forward RMSNorms
+// before each residual add; feed-forward gelu_tanh(gate) · up (the exact GELU here: the engine's
+// f16 table, as llama.cpp's CPU backend has it, differs from it by f16 rounding).
+//
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
 // Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
@@ -54,6 +60,11 @@ class ReferenceModel {
     }
     eps_ = *f.get_float(arch_ + ".attention.layer_norm_rms_epsilon");
     base_ = *f.get_float(arch_ + ".rope.freq_base");
+    if (arch_ == "gemma3") {
+      gemma_ = true;
+      if (f.find(arch_ + ".attention.sliding_window")) window_ = u("attention.sliding_window");
+      if (auto b = f.get_float(arch_ + ".rope.freq_base_swa")) base_swa_ = *b;
+    }
     rope_ = arch_ == "llama" ? Rope::kInterleaved : Rope::kHalves;
     embd_ = load("token_embd.weight");
     n_vocab_ = static_cast<int>(embd_.size() / static_cast<std::size_t>(d_));
@@ -76,6 +87,10 @@ class ReferenceModel {
       if (f.find_tensor(p + "attn_q_norm.weight")) {
         L.q_norm = load(p + "attn_q_norm.weight");
         L.k_norm = load(p + "attn_k_norm.weight");
+      }
+      if (f.find_tensor(p + "post_attention_norm.weight")) {
+        L.post_attn_norm = load(p + "post_attention_norm.weight");
+        L.post_ffn_norm = load(p + "post_ffw_norm.weight");
       }
       L.ffn_norm = load(p + "ffn_norm.weight");
       if (n_experts_ > 0) {
@@ -119,9 +134,14 @@ class ReferenceModel {
     routing_margin_.assign(static_cast<std::size_t>(T), 1e300);
     std::vector<std::vector<double>> x(T, std::vector<double>(d_));
     for (int t = 0; t < T; ++t)
-      for (int i = 0; i < d_; ++i) x[t][i] = embd_[static_cast<std::size_t>(tokens[t]) * d_ + i];
+      for (int i = 0; i < d_; ++i) {
+        x[t][i] = embd_[static_cast<std::size_t>(tokens[t]) * d_ + i] * (gemma_ ? std::sqrt(static_cast<double>(d_)) : 1.0);
+      }
     // Full (non-paged) KV per layer: kcache[t][kv_dim]
-    for (const Layer& L : layers_) {
+    for (std::size_t il = 0; il < layers_.size(); ++il) {
+      const Layer& L = layers_[il];
+      const bool local = gemma_ && window_ > 0 && il % 6 < 5;
+      const double base = local ? base_swa_ : base_;
       std::vector<std::vector<double>> k(T), v(T), att(T, std::vector<double>(nh_ * hd_, 0.0));
       std::vector<std::vector<double>> q(T);
       for (int t = 0; t < T; ++t) {
@@ -133,32 +153,35 @@ class ReferenceModel {
           for (int h = 0; h < nh_; ++h) norm_head(&q[t][h * hd_], L.q_norm);
           for (int h = 0; h < nkv_; ++h) norm_head(&k[t][h * hd_], L.k_norm);
         }
-        for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t);
-        for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t);
+        for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t, base);
+        for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t, base);
       }
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < nh_; ++h) {
           const int kvh = h / (nh_ / nkv_);
           std::vector<double> s(t + 1);
           double mx = -1e300;
-          for (int j = 0; j <= t; ++j) {
+          const int j0 = local ? std::max(0, t - window_ + 1) : 0;
+          for (int j = j0; j <= t; ++j) {
             double dot = 0;
             for (int i = 0; i < hd_; ++i) dot += q[t][h * hd_ + i] * k[j][kvh * hd_ + i];
             s[j] = dot / std::sqrt(static_cast<double>(hd_));
             mx = std::max(mx, s[j]);
           }
           double z = 0;
-          for (int j = 0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
-          for (int j = 0; j <= t; ++j)
+          for (int j = j0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
+          for (int j = j0; j <= t; ++j)
             for (int i = 0; i < hd_; ++i) att[t][h * hd_ + i] += s[j] / z * v[j][kvh * hd_ + i];
         }
       }
       for (int t = 0; t < T; ++t) {
         auto o = matvec(L.wo, att[t], d_, {});
+        if (gemma_) o = rms_norm(o, L.post_attn_norm);
         for (int i = 0; i < d_; ++i) x[t][i] += o[i];
         auto xn = rms_norm(x[t], L.ffn_norm);
         if (n_experts_ == 0) {
           auto dn = swiglu(L.wg.data(), L.wu.data(), L.wd.data(), xn);
+          if (gemma_) dn = rms_norm(dn, L.post_ffn_norm);
           for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
           continue;
         }
@@ -195,6 +218,7 @@ class ReferenceModel {
   struct Layer {
     std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, wg, wu, wd;
     std::vector<double> router;  // qwen3moe; wg/wu/wd then hold every expert, one after another
+    std::vector<double> post_attn_norm, post_ffn_norm;  // gemma3
   };
 
   // down(silu(gate x) * up x) with gate/up [ff][d] and down [d][ff] row-major.
@@ -206,7 +230,8 @@ class ReferenceModel {
         g += wg[static_cast<std::size_t>(r) * d_ + c] * x[c];
         u += wu[static_cast<std::size_t>(r) * d_ + c] * x[c];
       }
-      h[r] = g / (1.0 + std::exp(-g)) * u;
+      h[r] = gemma_ ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * g * (1.0 + 0.044715 * g * g))) * u
+                    : g / (1.0 + std::exp(-g)) * u;
     }
     for (int r = 0; r < d_; ++r)
       for (int c = 0; c < ff_; ++c) out[r] += wd[static_cast<std::size_t>(r) * ff_ + c] * h[c];
@@ -297,10 +322,10 @@ class ReferenceModel {
     return y;
   }
 
-  void rope(double* head, int pos) const {
+  void rope(double* head, int pos, double base) const {
     const int half = hd_ / 2;
     for (int i = 0; i < half; ++i) {
-      double freq = std::pow(base_, -2.0 * i / hd_);
+      double freq = std::pow(base, -2.0 * i / hd_);
       if (!rope_factors_.empty()) freq /= rope_factors_[i];
       const double a = pos * freq, c = std::cos(a), s = std::sin(a);
       const int i0 = rope_ == Rope::kInterleaved ? 2 * i : i;
@@ -316,6 +341,9 @@ class ReferenceModel {
   int n_layers_, d_, nh_, nkv_, ff_, hd_, n_vocab_;
   int n_experts_ = 0, n_used_ = 0;
   double eps_, base_;
+  bool gemma_ = false;
+  int window_ = 0;
+  double base_swa_ = 10000.0;
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
   mutable std::vector<double> routing_margin_;

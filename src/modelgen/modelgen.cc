@@ -59,6 +59,7 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
       add_tensor(plan, b + "attn_k_norm.weight", TensorType::kF32, {p.head_dim}, Init::kNorm, li);
     }
     add_tensor(plan, b + "attn_output.weight", matrix_type, {q_dim, embd}, Init::kMatrix, li);
+    if (p.post_norms) add_tensor(plan, b + "post_attention_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
     add_tensor(plan, b + "ffn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
     if (p.n_experts > 0) {
       // The router stays F32 as llama.cpp's converter writes it; the experts are 3-D, experts slowest.
@@ -72,6 +73,7 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
     add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
     add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
     add_tensor(plan, b + "ffn_down.weight", matrix_type, {ff, embd}, Init::kMatrix, li);
+    if (p.post_norms) add_tensor(plan, b + "post_ffw_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
   }
   add_tensor(plan, "output_norm.weight", TensorType::kF32, {embd}, Init::kNorm, -1);
   if (!p.tied_output) add_tensor(plan, "output.weight", matrix_type, {embd, vocab}, Init::kMatrix, -1);
@@ -147,6 +149,10 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   if (p.qk_norm) {  // llama.cpp's converter writes them whenever config.json has head_dim (Qwen3 does)
     md.emplace_back(lowercase_arch_key(arch, "attention.key_length"), Value::u32(p.head_dim));
     md.emplace_back(lowercase_arch_key(arch, "attention.value_length"), Value::u32(p.head_dim));
+  }
+  if (p.sliding_window > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "attention.sliding_window"), Value::u32(p.sliding_window));
+    md.emplace_back(lowercase_arch_key(arch, "rope.freq_base_swa"), Value::f32(p.rope_base_swa));
   }
   if (p.n_experts > 0) {
     md.emplace_back(lowercase_arch_key(arch, "expert_count"), Value::u32(p.n_experts));

@@ -364,6 +364,22 @@ TEST(Describe, Qwen3PresetsHaveRealShapes) {
   EXPECT_EQ(moe->n_params - 48ull * 120 * expert, 3353032704u);
 }
 
+// Gemma 3 1B: 999,885,952 parameters; the window and the local layers' RoPE base in the metadata.
+TEST(Describe, Gemma3PresetHasTheRealShape) {
+  auto plan = describe_model(opts("gemma-3-1b", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 999885952u);
+  bool window = false, base_swa = false, post_norm = false;
+  for (const auto& [key, value] : plan->metadata) {
+    if (key == "gemma3.attention.sliding_window") window = std::get<std::uint64_t>(value.data) == 512;
+    base_swa |= key == "gemma3.rope.freq_base_swa";
+  }
+  for (const TensorPlan& t : plan->tensors) post_norm |= t.name == "blk.25.post_ffw_norm.weight";
+  EXPECT_TRUE(window);
+  EXPECT_TRUE(base_swa);
+  EXPECT_TRUE(post_norm);
+}
+
 TEST(Describe, Llama3RopeFreqs) {
   std::vector<float> f = llama3_rope_freqs(64, 500000.0f);
   ASSERT_EQ(f.size(), 32u);

@@ -28,8 +28,23 @@ ModelPreset qwen3(std::string name, std::string arch, std::uint32_t layers, std:
   return p;
 }
 
-const std::array<ModelPreset, 10>& presets() {
-  static const std::array<ModelPreset, 10> kPresets = {{
+// Gemma 3 1B: hidden 1152, 26 layers, 4 heads of 256, 1 KV head, intermediate 6912, vocab 262144,
+// sliding_window 512, rope_theta 1e6 and rope_local_base_freq 1e4, tied. gemma3-tiny: 7 layers, so
+// that layer 5 is global and 6 local again; a window of 8 that the tests' prompts pass.
+ModelPreset gemma3(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
+                   std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx,
+                   std::uint32_t window) {
+  ModelPreset p{std::move(name), "gemma3", layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                1e6f, 1e-6f, true, false, false};
+  p.qk_norm = true;
+  p.post_norms = true;
+  p.sliding_window = window;
+  p.rope_base_swa = 10000.0f;
+  return p;
+}
+
+const std::array<ModelPreset, 12>& presets() {
+  static const std::array<ModelPreset, 12> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -40,6 +55,8 @@ const std::array<ModelPreset, 10>& presets() {
       qwen3("qwen3moe-tiny", "qwen3moe", 2, 64, 4, 2, 32, 128, 0, 4096, false, 16, 4, 32),
       qwen3("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true),
       qwen3("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
+      gemma3("gemma3-tiny", 7, 64, 4, 2, 32, 128, 0, 4096, 8),
+      gemma3("gemma-3-1b", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512),
   }};
   return kPresets;
 }
