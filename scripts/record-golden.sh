@@ -14,7 +14,7 @@
 # usage: scripts/record-golden.sh [KVSTASH_BINARY] [LLAMA_CPP_DIR] [PRESET...]
 #   KVSTASH_BINARY  default build/kvstash
 #   LLAMA_CPP_DIR   default /tmp/llama.cpp-reference/llama.cpp (a source tree with build/bin/llama-server)
-#   PRESET          default: qwen3-tiny qwen3moe-tiny tiny
+#   PRESET          default: qwen3-tiny qwen3moe-tiny gemma3-tiny tiny
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +22,7 @@ KVSTASH=${1:-$ROOT/build/kvstash}
 LLAMA_DIR=${2:-/tmp/llama.cpp-reference/llama.cpp}
 shift $(( $# > 2 ? 2 : $# )) || true
 PRESETS=("$@")
-[ ${#PRESETS[@]} -eq 0 ] && PRESETS=(qwen3-tiny qwen3moe-tiny tiny)
+[ ${#PRESETS[@]} -eq 0 ] && PRESETS=(qwen3-tiny qwen3moe-tiny gemma3-tiny tiny)
 SERVER=$LLAMA_DIR/build/bin/llama-server
 OUT_DIR=$ROOT/src/model/testdata/golden
 PORT=${GOLDEN_PORT:-18931}
