@@ -163,6 +163,28 @@ INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
                            return n;
                          });
 
+// With the sgemm threshold at 8 tokens, qwen3moe-tiny's experts (about 35 of the 140 tokens each)
+// take the prefill path per expert: the grouped-by-expert batch must still be the reference's.
+TEST(Moe, ExpertsOnTheSgemmPathMatchTheReference) {
+  auto model = load("qwen3moe-tiny", TensorType::kF32);
+  ASSERT_TRUE(model);
+  auto tokens = some_tokens(140, model->config().n_vocab);
+  testing::ReferenceModel ref(model->file());
+  const auto expected = ref.forward(std::vector<int>(tokens.begin(), tokens.end()));
+  kernels::set_prefill_min_tokens_for_testing(8);
+  const auto got = run_chunks(*model, tokens, {140});
+  kernels::set_prefill_min_tokens_for_testing(0);  // back to the default
+  const std::size_t nv = expected[0].size();
+  int compared = 0;
+  for (std::size_t t = 0; t < expected.size(); ++t) {
+    if (ref.routing_margin()[t] < 0.005) continue;  // a near-tie may route differently (ForwardVsReference)
+    ++compared;
+    std::vector<float> row(got.begin() + static_cast<std::ptrdiff_t>(t * nv), got.begin() + static_cast<std::ptrdiff_t>((t + 1) * nv));
+    EXPECT_LT(relative_error(row, {expected[t]}), 5e-3) << "position " << t;
+  }
+  EXPECT_GE(compared, 105);
+}
+
 // GGUF `llama` stores Q/K rows permuted into interleaved RoPE pairs. Undoing the permutation and
 // rotating halves (the Hugging Face checkpoint's own convention) must give the same logits —
 // which shows the engine's interleaved RoPE for llama is the checkpoint's model, not a guess.
