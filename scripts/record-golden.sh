@@ -10,6 +10,9 @@
 # the tokens and the log-probabilities.
 #
 # Never run in CI: it needs a llama.cpp build (../shared/tools/llama-cpp-reference.sh).
+# The test that reads the fixtures waits as src/model/golden_test.cc.pending until they are
+# recorded (a test without its fixtures could only fail or skip): after the first recording,
+# `git mv src/model/golden_test.cc.pending src/model/golden_test.cc` and commit both.
 #
 # usage: scripts/record-golden.sh [KVSTASH_BINARY] [LLAMA_CPP_DIR] [PRESET...]
 #   KVSTASH_BINARY  default build/kvstash
