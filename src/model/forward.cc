@@ -1,12 +1,14 @@
 // The batched forward pass over a paged f16 KV cache, walking the ModelConfig's layer
 // descriptions (model_config.h).
 //
-// Per layer: RMSNorm → Q, K, V projections (+ bias where the layer has them) → per-head RMSNorm of
-// Q and K where the layer has QK-norm → RoPE at each token's absolute position → K, V stored into
-// the pool → causal attention over the sequence's positions (GQA: query head h reads KV head
-// h / (n_heads / n_kv_heads)) → output projection + residual → RMSNorm → feed-forward (SwiGLU, or
-// a mixture of experts: model/moe.h) + residual. Then the final norm and the output projection for
-// the rows that need logits.
+// Embedding (× the model's embedding scale). Per layer: RMSNorm → Q, K, V projections (+ bias where
+// the layer has them) → per-head RMSNorm of Q and K where the layer has QK-norm → RoPE at each
+// token's absolute position, with the layer's RoPE table → K, V stored into the pool → causal
+// attention over the sequence's positions, or its last `window` of them for a sliding-window layer
+// (GQA: query head h reads KV head h / (n_heads / n_kv_heads)) → output projection (→ post-norm) +
+// residual → RMSNorm → feed-forward (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h)
+// (→ post-norm) + residual. Then the final norm and the output projection for the rows that need
+// logits (→ soft-cap).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
