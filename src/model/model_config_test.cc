@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <unistd.h>
 
 #include "model/architectures.h"
 #include "model/model.h"
@@ -91,6 +95,75 @@ TEST(Architectures, Gemma3HasLocalLayersWithTheirOwnRope) {
     EXPECT_EQ(l.ffn.kind, FfnKind::kGeluGated);
   }
   EXPECT_TRUE(check_runnable(c).is_ok());
+}
+
+// A copy of `preset`'s F32 file with metadata keys set (added or replaced), for mapping tests.
+std::unique_ptr<gguf::File> with_keys(const std::string& preset, const std::string& name,
+                                      const std::vector<std::pair<std::string, gguf::Value>>& keys) {
+  auto src = gguf::File::open(testing::test_model_path(preset, TensorType::kF32));
+  EXPECT_TRUE(src.has_value());
+  gguf::Writer w;
+  for (const auto& [k, v] : (*src)->metadata()) w.set(k, v);
+  for (const auto& [k, v] : keys) w.set(k, v);
+  for (const auto& t : (*src)->tensors()) EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims).is_ok());
+  // Per process: the tests of this binary may run in parallel with another copy of it.
+  const std::string out = std::string(KVSTASH_BINARY_DIR) + "/test-models/pid" + std::to_string(::getpid()) + "-" + name;
+  EXPECT_TRUE(w.write(out, [&](std::size_t i, std::span<std::uint8_t> bytes) {
+                 std::memcpy(bytes.data(), (*src)->tensors()[i].data, bytes.size());
+                 return Status::ok();
+               }).is_ok());
+  auto f = gguf::File::open(out);
+  std::filesystem::remove(out);  // the mapping stays valid
+  EXPECT_TRUE(f.has_value());
+  return f ? std::move(*f) : nullptr;
+}
+
+TEST(Architectures, RopeScalingLinearIsAppliedOthersAreRefusedByName) {
+  auto linear = with_keys("qwen3-tiny", "rope-linear.gguf",
+                          {{"qwen3.rope.scaling.type", gguf::Value::string("linear")},
+                           {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+  ASSERT_TRUE(linear);
+  ModelConfig c;
+  ASSERT_TRUE(describe_architecture(*linear, &c).is_ok());
+  EXPECT_FLOAT_EQ(c.rope_scale, 0.25f);
+  EXPECT_FLOAT_EQ(c.layers[1].attention.rope.scale, 0.25f);
+
+  auto yarn = with_keys("qwen3-tiny", "rope-yarn.gguf",
+                        {{"qwen3.rope.scaling.type", gguf::Value::string("yarn")},
+                         {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+  ASSERT_TRUE(yarn);
+  ModelConfig y;
+  const Status st = describe_architecture(*yarn, &y);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("'yarn'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("supported: none, llama3, linear"), std::string::npos) << st.message();
+}
+
+// gemma3 files may name the local layers one by one (a bool per layer) instead of a period.
+TEST(Architectures, Gemma3WindowPatternAsAPerLayerArray) {
+  gguf::Array pattern;
+  pattern.elem_type = gguf::ValueType::kBool;
+  for (bool local : {true, false, true, true, false, false, true}) pattern.items.push_back(gguf::Value::boolean(local));
+  gguf::Value value;
+  value.type = gguf::ValueType::kArray;
+  value.data = pattern;
+  auto f = with_keys("gemma3-tiny", "gemma3-pattern.gguf", {{"gemma3.attention.sliding_window_pattern", value}});
+  ASSERT_TRUE(f);
+  ModelConfig c;
+  ASSERT_TRUE(describe_architecture(*f, &c).is_ok());
+  const bool want[7] = {true, false, true, true, false, false, true};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(c.layers[static_cast<std::size_t>(i)].attention.kind == AttentionKind::kSlidingWindow, want[i]) << i;
+    EXPECT_FLOAT_EQ(c.layers[static_cast<std::size_t>(i)].attention.rope.base, want[i] ? 10000.0f : 1e6f) << i;
+  }
+  // A period of 3: layers 0, 1, 3, 4 and 6 local.
+  auto p3 = with_keys("gemma3-tiny", "gemma3-p3.gguf", {{"gemma3.attention.sliding_window_pattern", gguf::Value::u32(3)}});
+  ASSERT_TRUE(p3);
+  ModelConfig c3;
+  ASSERT_TRUE(describe_architecture(*p3, &c3).is_ok());
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(c3.layers[static_cast<std::size_t>(i)].attention.kind == AttentionKind::kSlidingWindow, i % 3 < 2) << i;
+  }
 }
 
 TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
