@@ -20,7 +20,7 @@
 namespace kvstash {
 
 const char* ForwardProfile::name(int phase) {
-  static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+norm+rope+kv", "attention", "attn output",
+  static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+rope+kv", "attention", "attn output",
                                                   "gate+up", "silu*up", "down", "experts", "residual", "output"};
   return phase >= 0 && phase < kPhases ? kNames[phase] : "?";
 }
