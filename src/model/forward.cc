@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "model/attention.h"
 #include "model/model.h"
 
 namespace kvstash {
@@ -26,6 +27,9 @@ const char* ForwardProfile::name(int phase) {
 }
 
 namespace {
+
+using attention::AttentionPlan;
+using attention::TokenSlot;
 
 // Closes forward()'s phases one after another into a ForwardProfile; does nothing without one.
 class PhaseClock {
@@ -50,13 +54,6 @@ class PhaseClock {
  private:
   ForwardProfile* profile_;
   std::chrono::steady_clock::time_point last_;
-};
-
-// Per new token: its position (RoPE), its KV slot, and which sequence it belongs to.
-struct TokenSlot {
-  int pos;
-  int slot;
-  int seq;
 };
 
 // cos/sin of every rotated pair for every new token, computed once per forward pass in double
@@ -169,135 +166,6 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelC
   return Status::ok();
 }
 
-// The query tokens one attention task takes: consecutive tokens of one sequence, so that each K
-// and V block the task reads from the pool serves them all while it is in L1 (a long prefill would
-// otherwise stream the sequence's whole KV from L3 once per token).
-struct TokenTile {
-  int first;
-  int count;
-};
-
-// Tiles of up to max_tokens tokens, fewer where the scores of a tile (tokens x heads per task x
-// context) would pass kScoreBytes.
-std::vector<TokenTile> token_tiles(const std::vector<TokenSlot>& slots, int max_tokens, int heads_per_task) {
-  constexpr std::size_t kScoreBytes = std::size_t{2} << 20;
-  std::vector<TokenTile> tiles;
-  const int T = static_cast<int>(slots.size());
-  for (int t = 0; t < T;) {
-    int end = t + 1;
-    while (end < T && slots[static_cast<std::size_t>(end)].seq == slots[static_cast<std::size_t>(t)].seq) ++end;
-    // Tokens [t, end) are one sequence's, their slots rising: the last sees the most context.
-    const std::size_t ctx = static_cast<std::size_t>(slots[static_cast<std::size_t>(end - 1)].slot) + 1;
-    const int fit = static_cast<int>(std::max<std::size_t>(1, kScoreBytes / (ctx * heads_per_task * sizeof(float))));
-    const int per_tile = std::min(max_tokens, fit);
-    for (; t < end; t += per_tile) tiles.push_back({t, std::min(per_tile, end - t)});
-    t = end;
-  }
-  return tiles;
-}
-
-// One layer's causal attention for every new token, over the K and V already in the pool (the
-// tokens' own included).
-struct AttentionInput {
-  const std::vector<TokenSlot>& slots;
-  const ForwardBatch& batch;
-  const KvPoolView& kv;
-  int layer;
-  const float* q;  // [token][head][head_dim]
-  float* out;      // the same shape
-  int n_heads, n_kv_heads, head_dim;
-  float scale;
-  int window;      // > 0: a token sees only the last `window` slots, itself included (slots = positions)
-};
-
-// How the work is cut into pool tasks. With GQA, `group` query heads read the same KV head, and one
-// kernel call takes several of them, so that each K/V row is read and converted once for them all.
-// A task takes a tile of tokens (prefill) and the heads of one KV head's group, or a part of the
-// group where whole groups leave too few tasks to keep the pool busy (decode: one token, n_kv_heads
-// groups). A token's scores and output do not depend on the plan (the kernels' contract). The
-// same for every layer: made once per forward pass.
-struct AttentionPlan {
-  static constexpr int kTasksPerThread = 4;  // token tiles, for balance: tiles of a causal prompt differ
-  // A group is split only until there is about one task per thread: every task of a group converts
-  // the group's K and V rows again. qwen2.5-0.5b q4_k_m (2 KV heads of 7), decode on 2 threads, at
-  // 4 tasks per thread (a group in 4 parts): 3164-3200 us of attention per step at 2048 tokens of
-  // context, 892 at 512; at 1 (a task per group): 2409-2429 and 659 (BENCHMARKS.md, issue 14).
-  static constexpr int kSplitTasksPerThread = 1;
-  static constexpr int kMaxTileTokens = 16;
-  int heads_per_task = 1, tasks_per_group = 1, tasks_per_tile = 1;
-  std::vector<TokenTile> tiles;
-
-  AttentionPlan(const std::vector<TokenSlot>& slots, int n_kv_heads, int group, int threads) {
-    const int T = static_cast<int>(slots.size());
-    const int splits = std::clamp((kSplitTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
-    heads_per_task = (group + splits - 1) / splits;
-    tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
-    tasks_per_tile = n_kv_heads * tasks_per_group;
-    tiles = token_tiles(slots, std::clamp(T * tasks_per_tile / (kTasksPerThread * threads), 1, kMaxTileTokens),
-                        heads_per_task);
-  }
-};
-
-void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& pool) {
-  const int hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
-  const std::size_t q_dim = static_cast<std::size_t>(in.n_heads) * hd;
-  const KvPoolView& kv = in.kv;
-  pool.run(static_cast<int>(plan.tiles.size()) * plan.tasks_per_tile, [&](int task) {
-    const TokenTile tile = plan.tiles[static_cast<std::size_t>(task / plan.tasks_per_tile)];
-    const int kvh = task % plan.tasks_per_tile / plan.tasks_per_group;
-    const int h0 = kvh * group + task % plan.tasks_per_group * plan.heads_per_task;  // the task's first head
-    const int n_heads = std::min(plan.heads_per_task, (kvh + 1) * group - h0);
-    const std::int32_t* table =
-        in.batch.sequences[static_cast<std::size_t>(in.slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
-    // Token i of the tile sees the kept slots [lo(i), n_ctx(i)): before it and itself, within the window.
-    const auto n_ctx = [&](int i) { return in.slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
-    const auto lo = [&](int i) { return in.window > 0 ? std::max(0, n_ctx(i) - in.window) : 0; };
-    const int ctx_max = n_ctx(tile.count - 1);
-    thread_local std::vector<float> scores_buffer;
-    const std::size_t n_scores = static_cast<std::size_t>(tile.count) * n_heads * ctx_max;
-    if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
-    // [token in tile][head in task][position], rows ctx_max apart.
-    const auto scores = [&](int i) { return scores_buffer.data() + static_cast<std::size_t>(i) * n_heads * ctx_max; };
-    const auto q_at = [&](int i) { return in.q + (tile.first + i) * q_dim + h0 * hd; };
-    const auto out_at = [&](int i) { return in.out + (tile.first + i) * q_dim + h0 * hd; };
-    const std::size_t row_stride = static_cast<std::size_t>(hd);
-    // One kernel call per KV block and token: the KV head's K (and V) rows of a block and layer
-    // are contiguous, head_dim apart.
-    // Rows [first, end) of block j that token i sees: its context's part of the block, cut at its
-    // window's start (first = j and end = min(j + block, n_ctx) without a window).
-    const auto rows = [&](int i, int j, int* first) {
-      *first = std::max(j, lo(i));
-      return std::min(j + kv.block_size, n_ctx(i)) - *first;
-    };
-    const int block_min = in.window > 0 ? lo(0) / kv.block_size * kv.block_size : 0;  // lo rises with i
-    for (int j = block_min; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* k_rows = kv.k_head(table[j / kv.block_size], in.layer, kvh);
-      for (int i = 0; i < tile.count; ++i) {
-        int first;
-        const int n_rows = rows(i, j, &first);
-        if (n_rows <= 0) continue;  // its context ends before this block, or its window starts after it
-        kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows + static_cast<std::size_t>(first - j) * row_stride, row_stride,
-                                  n_rows, hd, in.scale, scores(i) + first, static_cast<std::size_t>(ctx_max));
-      }
-    }
-    for (int i = 0; i < tile.count; ++i) {
-      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max + lo(i), n_ctx(i) - lo(i));
-      std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
-    }
-    for (int j = block_min; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* v_rows = kv.v_head(table[j / kv.block_size], in.layer, kvh);
-      for (int i = 0; i < tile.count; ++i) {
-        int first;
-        const int n_rows = rows(i, j, &first);
-        if (n_rows <= 0) continue;
-        kernels::axpy_f16_rows(scores(i) + first, static_cast<std::size_t>(ctx_max), n_heads,
-                               v_rows + static_cast<std::size_t>(first - j) * row_stride, row_stride, n_rows, hd,
-                               out_at(i));
-      }
-    }
-  });
-}
-
 }  // namespace
 
 Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
@@ -372,7 +240,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       }
     }
     clock.end(Phase::kRopeKv);
-    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
+    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
     clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     clock.end(Phase::kAttnOutput, {&L.wo});
