@@ -110,6 +110,9 @@ void quantize_row(WeightType type, const float* x, std::int64_t n, void* out);
 void rms_norm(const float* x, const float* weight, int n, float eps, float* out);
 void softmax_inplace(float* x, int n);
 void silu_mul(const float* gate, const float* up, int n, float* out);  // silu(gate) * up
+// gelu_tanh(gate) * up with llama.cpp's CPU GELU: gate rounded to f16, GELU from an f16 table
+// (gelu.cc); gate <= -10 gives 0, gate >= 10 gives gate * up. out may alias gate or up.
+void gelu_mul(const float* gate, const float* up, std::int64_t n, float* out);
 void add_inplace(float* y, const float* x, int n);
 float dot_f32(const float* a, const float* b, int n);
 // For attention over an f16 KV cache.

@@ -116,6 +116,13 @@ Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c)
     std::memcpy(&bits, &v, 4);
     h.update_u32(bits);
   }
+  // What the tensors and the keys above do not say and changes the output: the experts each token
+  // uses. Added only for MoE models, so the fingerprints of dense models stay as they were.
+  for (const LayerSpec& l : c.layers) {
+    if (l.ffn.kind != FfnKind::kMoe) continue;
+    h.update("moe").update_u32(static_cast<std::uint32_t>(l.ffn.moe.n_used));
+    h.update_u32(static_cast<std::uint32_t>(l.ffn.moe.gating)).update_u32(l.ffn.moe.renormalize ? 1 : 0);
+  }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     h.update_u32(static_cast<std::uint32_t>(t.name.size())).update(t.name);

@@ -2,8 +2,9 @@
 // root of every KV cache key (ARCHITECTURE.md, "The cache key").
 //
 // Definition (version 1): SHA-256("kvstash-model-v1" ‖ architecture ‖ hyper-parameters as u32/f32
-// LE ‖ for each tensor in file order: name ‖ type ‖ dims ‖ SHA-256(tensor bytes)). Hashing tensors
-// separately lets the work spread over cores; the result is remembered in a sidecar file under
+// LE ‖ for MoE models only, per MoE layer: "moe" ‖ experts used ‖ gating ‖ renormalise ‖ for each
+// tensor in file order: name ‖ type ‖ dims ‖ SHA-256(tensor bytes)). Hashing tensors separately
+// lets the work spread over cores; the result is remembered in a sidecar file under
 // $XDG_CACHE_HOME/kvstash/fingerprints (or ~/.cache/...) found by the file's path, size and mtime,
 // and trusted only when a probe recorded in it (a hash of the tensor table and a sample of the
 // weights) matches the file: every cache key depends on the fingerprint, so it is never inherited

@@ -1,27 +1,35 @@
-// The batched forward pass of a Llama-family decoder over a paged f16 KV cache.
+// The batched forward pass over a paged f16 KV cache, walking the ModelConfig's layer
+// descriptions (model_config.h).
 //
-// Per layer: RMSNorm → Q, K, V projections (+ bias for qwen2) → RoPE at each token's absolute
-// position → K, V stored into the pool → causal attention over the sequence's positions (GQA:
-// query head h reads KV head h / (n_heads / n_kv_heads)) → output projection + residual →
-// RMSNorm → SwiGLU feed-forward + residual. Then the final norm and the output projection for the
-// rows that need logits.
+// Embedding (× the model's embedding scale). Per layer: RMSNorm → Q, K, V projections (+ bias where
+// the layer has them) → per-head RMSNorm of Q and K where the layer has QK-norm → RoPE at each
+// token's absolute position, with the layer's RoPE table → K, V stored into the pool → causal
+// attention over the sequence's positions, or its last `window` of them for a sliding-window layer
+// (GQA: query head h reads KV head h / (n_heads / n_kv_heads)) → output projection (→ post-norm) +
+// residual → RMSNorm → feed-forward (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h)
+// (→ post-norm) + residual. Then the final norm and the output projection for the rows that need
+// logits (→ soft-cap).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <vector>
 
+#include "model/attention.h"
 #include "model/model.h"
 
 namespace kvstash {
 
 const char* ForwardProfile::name(int phase) {
   static constexpr const char* kNames[kPhases] = {"embed",   "norms",   "qkv",  "bias+rope+kv", "attention", "attn output",
-                                                  "gate+up", "silu*up", "down", "residual",     "output"};
+                                                  "gate+up", "silu*up", "down", "experts", "residual", "output"};
   return phase >= 0 && phase < kPhases ? kNames[phase] : "?";
 }
 
 namespace {
+
+using attention::AttentionPlan;
+using attention::TokenSlot;
 
 // Closes forward()'s phases one after another into a ForwardProfile; does nothing without one.
 class PhaseClock {
@@ -31,25 +39,21 @@ class PhaseClock {
     ++profile_->passes;
     last_ = std::chrono::steady_clock::now();
   }
-  // The time since the previous end() (or the start) goes to `phase`, with the bytes of `weights`.
-  void end(ForwardProfile::Phase phase, std::initializer_list<const kernels::WeightView*> weights = {}) {
+  // The time since the previous end() (or the start) goes to `phase`, with the bytes of `weights`
+  // and `more_bytes`.
+  void end(ForwardProfile::Phase phase, std::initializer_list<const kernels::WeightView*> weights = {},
+           std::int64_t more_bytes = 0) {
     if (profile_ == nullptr) return;
     const auto now = std::chrono::steady_clock::now();
     profile_->seconds[phase] += std::chrono::duration<double>(now - last_).count();
     for (const kernels::WeightView* w : weights) profile_->weight_bytes[phase] += w->rows * static_cast<std::int64_t>(w->row_bytes);
+    profile_->weight_bytes[phase] += more_bytes;
     last_ = now;
   }
 
  private:
   ForwardProfile* profile_;
   std::chrono::steady_clock::time_point last_;
-};
-
-// Per new token: its position (RoPE), its KV slot, and which sequence it belongs to.
-struct TokenSlot {
-  int pos;
-  int slot;
-  int seq;
 };
 
 // cos/sin of every rotated pair for every new token, computed once per forward pass in double
@@ -99,6 +103,15 @@ void add_query_stats(const float* q, int n_heads, int head_dim, RopeStyle style,
   }
 }
 
+// QK-norm: RMSNorm of each head_dim-wide head of each row, with one weight vector for all heads.
+void norm_heads(float* rows, int n_rows, int n_heads, int head_dim, const std::vector<float>& weight, float eps) {
+  const std::size_t n = static_cast<std::size_t>(n_rows) * n_heads;
+  for (std::size_t i = 0; i < n; ++i) {
+    float* head = rows + i * static_cast<std::size_t>(head_dim);
+    kernels::rms_norm(head, weight.data(), head_dim, eps, head);
+  }
+}
+
 void add_bias(float* rows, int n_rows, const std::vector<float>& bias) {
   if (bias.empty()) return;
   const int n = static_cast<int>(bias.size());
@@ -120,6 +133,13 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelC
     if (seq.n_new < 1 || seq.pos_start < 0 || seq.first_slot() < 0 || seq.first_slot() > seq.pos_start) {
       return internal_error("forward: sequence " + std::to_string(s) + " has n_new " + std::to_string(seq.n_new) +
                             " at position " + std::to_string(seq.pos_start));
+    }
+    if (c.has_local_layers() && seq.first_slot() != seq.pos_start) {
+      // A window is over positions and local layers rotate with their own base: compacted slots
+      // (engine/kv_compactor.h) would see the wrong keys.
+      return internal_error("forward: sequence " + std::to_string(s) + " has compacted KV (slot " +
+                            std::to_string(seq.first_slot()) + " at position " + std::to_string(seq.pos_start) +
+                            "); KV compaction is not supported for " + c.architecture + "'s sliding-window layers");
     }
     const std::int64_t end = std::int64_t{seq.first_slot()} + seq.n_new;
     const std::int64_t needed = (end + kv.block_size - 1) / kv.block_size;
@@ -146,121 +166,6 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelC
   return Status::ok();
 }
 
-// The query tokens one attention task takes: consecutive tokens of one sequence, so that each K
-// and V block the task reads from the pool serves them all while it is in L1 (a long prefill would
-// otherwise stream the sequence's whole KV from L3 once per token).
-struct TokenTile {
-  int first;
-  int count;
-};
-
-// Tiles of up to max_tokens tokens, fewer where the scores of a tile (tokens x heads per task x
-// context) would pass kScoreBytes.
-std::vector<TokenTile> token_tiles(const std::vector<TokenSlot>& slots, int max_tokens, int heads_per_task) {
-  constexpr std::size_t kScoreBytes = std::size_t{2} << 20;
-  std::vector<TokenTile> tiles;
-  const int T = static_cast<int>(slots.size());
-  for (int t = 0; t < T;) {
-    int end = t + 1;
-    while (end < T && slots[static_cast<std::size_t>(end)].seq == slots[static_cast<std::size_t>(t)].seq) ++end;
-    // Tokens [t, end) are one sequence's, their slots rising: the last sees the most context.
-    const std::size_t ctx = static_cast<std::size_t>(slots[static_cast<std::size_t>(end - 1)].slot) + 1;
-    const int fit = static_cast<int>(std::max<std::size_t>(1, kScoreBytes / (ctx * heads_per_task * sizeof(float))));
-    const int per_tile = std::min(max_tokens, fit);
-    for (; t < end; t += per_tile) tiles.push_back({t, std::min(per_tile, end - t)});
-    t = end;
-  }
-  return tiles;
-}
-
-// One layer's causal attention for every new token, over the K and V already in the pool (the
-// tokens' own included).
-struct AttentionInput {
-  const std::vector<TokenSlot>& slots;
-  const ForwardBatch& batch;
-  const KvPoolView& kv;
-  int layer;
-  const float* q;  // [token][head][head_dim]
-  float* out;      // the same shape
-  int n_heads, n_kv_heads, head_dim;
-  float scale;
-};
-
-// How the work is cut into pool tasks. With GQA, `group` query heads read the same KV head, and one
-// kernel call takes several of them, so that each K/V row is read and converted once for them all.
-// A task takes a tile of tokens (prefill) and the heads of one KV head's group, or a part of the
-// group where whole groups leave too few tasks to keep the pool busy (decode: one token, n_kv_heads
-// groups). A token's scores and output do not depend on the plan (the kernels' contract). The
-// same for every layer: made once per forward pass.
-struct AttentionPlan {
-  static constexpr int kTasksPerThread = 4;  // token tiles, for balance: tiles of a causal prompt differ
-  // A group is split only until there is about one task per thread: every task of a group converts
-  // the group's K and V rows again. qwen2.5-0.5b q4_k_m (2 KV heads of 7), decode on 2 threads, at
-  // 4 tasks per thread (a group in 4 parts): 3164-3200 us of attention per step at 2048 tokens of
-  // context, 892 at 512; at 1 (a task per group): 2409-2429 and 659 (BENCHMARKS.md, issue 14).
-  static constexpr int kSplitTasksPerThread = 1;
-  static constexpr int kMaxTileTokens = 16;
-  int heads_per_task = 1, tasks_per_group = 1, tasks_per_tile = 1;
-  std::vector<TokenTile> tiles;
-
-  AttentionPlan(const std::vector<TokenSlot>& slots, int n_kv_heads, int group, int threads) {
-    const int T = static_cast<int>(slots.size());
-    const int splits = std::clamp((kSplitTasksPerThread * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
-    heads_per_task = (group + splits - 1) / splits;
-    tasks_per_group = (group + heads_per_task - 1) / heads_per_task;
-    tasks_per_tile = n_kv_heads * tasks_per_group;
-    tiles = token_tiles(slots, std::clamp(T * tasks_per_tile / (kTasksPerThread * threads), 1, kMaxTileTokens),
-                        heads_per_task);
-  }
-};
-
-void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& pool) {
-  const int hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
-  const std::size_t q_dim = static_cast<std::size_t>(in.n_heads) * hd;
-  const KvPoolView& kv = in.kv;
-  pool.run(static_cast<int>(plan.tiles.size()) * plan.tasks_per_tile, [&](int task) {
-    const TokenTile tile = plan.tiles[static_cast<std::size_t>(task / plan.tasks_per_tile)];
-    const int kvh = task % plan.tasks_per_tile / plan.tasks_per_group;
-    const int h0 = kvh * group + task % plan.tasks_per_group * plan.heads_per_task;  // the task's first head
-    const int n_heads = std::min(plan.heads_per_task, (kvh + 1) * group - h0);
-    const std::int32_t* table =
-        in.batch.sequences[static_cast<std::size_t>(in.slots[static_cast<std::size_t>(tile.first)].seq)].block_table;
-    // Token i of the tile sees the kept slots before it and itself.
-    const auto n_ctx = [&](int i) { return in.slots[static_cast<std::size_t>(tile.first + i)].slot + 1; };
-    const int ctx_max = n_ctx(tile.count - 1);
-    thread_local std::vector<float> scores_buffer;
-    const std::size_t n_scores = static_cast<std::size_t>(tile.count) * n_heads * ctx_max;
-    if (scores_buffer.size() < n_scores) scores_buffer.resize(n_scores);
-    // [token in tile][head in task][position], rows ctx_max apart.
-    const auto scores = [&](int i) { return scores_buffer.data() + static_cast<std::size_t>(i) * n_heads * ctx_max; };
-    const auto q_at = [&](int i) { return in.q + (tile.first + i) * q_dim + h0 * hd; };
-    const auto out_at = [&](int i) { return in.out + (tile.first + i) * q_dim + h0 * hd; };
-    const std::size_t row_stride = static_cast<std::size_t>(hd);
-    // One kernel call per KV block and token: the KV head's K (and V) rows of a block and layer
-    // are contiguous, head_dim apart.
-    for (int j = 0; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* k_rows = kv.k_head(table[j / kv.block_size], in.layer, kvh);
-      for (int i = 0; i < tile.count; ++i) {
-        if (j >= n_ctx(i)) continue;  // its context ends before this block
-        kernels::dot_f32_f16_rows(q_at(i), n_heads, k_rows, row_stride, std::min(kv.block_size, n_ctx(i) - j), hd,
-                                  in.scale, scores(i) + j, static_cast<std::size_t>(ctx_max));
-      }
-    }
-    for (int i = 0; i < tile.count; ++i) {
-      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max, n_ctx(i));
-      std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
-    }
-    for (int j = 0; j < ctx_max; j += kv.block_size) {
-      const std::uint16_t* v_rows = kv.v_head(table[j / kv.block_size], in.layer, kvh);
-      for (int i = 0; i < tile.count; ++i) {
-        if (j >= n_ctx(i)) continue;
-        kernels::axpy_f16_rows(scores(i) + j, static_cast<std::size_t>(ctx_max), n_heads, v_rows, row_stride,
-                               std::min(kv.block_size, n_ctx(i) - j), hd, out_at(i));
-      }
-    }
-  });
-}
-
 }  // namespace
 
 Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* logits, ThreadPool& pool) const {
@@ -268,8 +173,12 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   const int T = static_cast<int>(batch.tokens.size());
   if (Status st = check_batch(batch, kv, c); !st) return st;
   if (T == 0) return Status::ok();
-  const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ff = c.n_ff;
+  const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
+  int ff = 0;  // the widest dense feed-forward
+  for (const LayerSpec& spec : c.layers) {
+    if (spec.ffn.kind != FfnKind::kMoe) ff = std::max(ff, spec.ffn.n_ff);
+  }
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
 
   using Phase = ForwardProfile::Phase;
@@ -280,21 +189,28 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(s)];
     for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, seq.first_slot() + i, s});
   }
-  RopeTable rope;
-  rope.build(slots, rope_inv_freq_);
+  std::vector<RopeTable> ropes(rope_inv_freqs_.size());
+  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r]);
 
   std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
-      att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff));
+      att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff)), moe_out(c.has_moe() ? sz(T, d) : 0);
   for (int t = 0; t < T; ++t) {
     const TokenId tok = batch.tokens[static_cast<std::size_t>(t)];
     kernels::dequantize_rows(token_embd_, tok, tok + 1, &x[sz(t, d)]);
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (c.embedding_scale != 1.0f) {
+    for (float& value : x) value *= c.embedding_scale;
+  }
+  const float scale = c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   const AttentionPlan attention_plan(slots, nkv, nh / nkv, pool.size());
   clock.end(Phase::kEmbed);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
+    const LayerSpec& spec = c.layers[static_cast<std::size_t>(l)];
+    const RopeStyle rope_style = spec.attention.rope.style;
+    const RopeTable& rope = ropes[static_cast<std::size_t>(L.rope)];
+    const int window = spec.attention.kind == AttentionKind::kSlidingWindow ? spec.attention.window : 0;
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
     clock.end(Phase::kNorms);
     // Q, K and V share their input: one pool run for the three on the decode path.
@@ -305,14 +221,18 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     add_bias(q.data(), T, L.bq);
     add_bias(k.data(), T, L.bk);
     add_bias(v.data(), T, L.bv);
+    if (spec.attention.qk_norm) {
+      norm_heads(q.data(), T, nh, hd, L.q_norm, c.rms_eps);
+      norm_heads(k.data(), T, nkv, hd, L.k_norm, c.rms_eps);
+    }
     for (int t = 0; t < T; ++t) {
       const float* cs = &rope.cos[sz(t, half)];
       const float* sn = &rope.sin[sz(t, half)];
       const TokenSlot& slot = slots[static_cast<std::size_t>(t)];
       const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(slot.seq)];
-      if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, c.rope_style, seq.q_stats + sz(l, nh) * half * 3);
-      for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
-      for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, c.rope_style, cs, sn);
+      if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, rope_style, seq.q_stats + sz(l, nh) * half * 3);
+      for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, rope_style, cs, sn);
+      for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, rope_style, cs, sn);
       const std::int32_t block = seq.block_table[slot.slot / kv.block_size];
       for (int h = 0; h < nkv; ++h) {
         kernels::f32_to_f16_row(&k[sz(t, kv_dim) + sz(h, hd)], kv.k_at(block, l, slot.slot % kv.block_size, h), hd);
@@ -320,22 +240,42 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       }
     }
     clock.end(Phase::kRopeKv);
-    attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale}, attention_plan, pool);
+    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
     clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
     clock.end(Phase::kAttnOutput, {&L.wo});
+    if (spec.post_attention_norm) {
+      for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+      clock.end(Phase::kNorms);
+    }
     kernels::add_inplace(x.data(), xn.data(), T * d);
     clock.end(Phase::kResidual);
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[sz(t, d)], L.ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
     clock.end(Phase::kNorms);
+    if (spec.ffn.kind == FfnKind::kMoe) {
+      const std::int64_t bytes = moe_feed_forward(spec.ffn.moe, L.experts, xn.data(), T, d, moe_out.data(), pool);
+      clock.end(Phase::kExperts, {}, bytes);
+      kernels::add_inplace(x.data(), moe_out.data(), T * d);
+      clock.end(Phase::kResidual);
+      continue;
+    }
+    const int layer_ff = spec.ffn.n_ff;
     const kernels::WeightView gate_up_w[] = {L.w_gate, L.w_up};
     float* const gate_up_y[] = {gate.data(), up.data()};
     kernels::matmul_many(gate_up_w, xn.data(), T, gate_up_y, pool);
     clock.end(Phase::kGateUp, {&L.w_gate, &L.w_up});
-    kernels::silu_mul(gate.data(), up.data(), T * ff, gate.data());
+    if (spec.ffn.kind == FfnKind::kGeluGated) {
+      kernels::gelu_mul(gate.data(), up.data(), std::int64_t{T} * layer_ff, gate.data());
+    } else {
+      kernels::silu_mul(gate.data(), up.data(), T * layer_ff, gate.data());
+    }
     clock.end(Phase::kSiluMul);
     kernels::matmul(L.w_down, gate.data(), T, xn.data(), pool);
     clock.end(Phase::kDown, {&L.w_down});
+    if (spec.post_ffn_norm) {
+      for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_ffn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);
+      clock.end(Phase::kNorms);
+    }
     kernels::add_inplace(x.data(), xn.data(), T * d);
     clock.end(Phase::kResidual);
   }
@@ -357,6 +297,10 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   clock.end(Phase::kNorms);
   if (rows > 0) {
     kernels::matmul(output_, xn.data(), rows, logits, pool);
+    if (c.logit_softcap > 0) {
+      const float cap = c.logit_softcap;
+      for (std::size_t i = 0; i < sz(rows, c.n_vocab); ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
     clock.end(Phase::kOutput, {&output_});
   }
   return Status::ok();

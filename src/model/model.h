@@ -1,5 +1,7 @@
-// A Llama-family transformer (GGUF architectures `llama` and `qwen2`) loaded from a GGUF file,
-// with weights used in place from the mapping, and its batched forward pass over a paged KV cache.
+// A decoder-only transformer loaded from a GGUF file (the architectures of model/architectures.h:
+// llama, qwen2, qwen3, qwen3moe), with weights used in place from the mapping or copied into huge
+// pages, and its batched forward pass over a paged KV cache. What each layer computes is the
+// ModelConfig's per-layer description (model_config.h); forward() walks it.
 //
 // Thread safety: a Model is immutable after load(); forward() may be called by one thread at a
 // time per KvStorage it writes.
@@ -16,37 +18,12 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kvstash/status.h"
+#include "model/model_config.h"
+#include "model/moe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvstash {
 
-enum class RopeStyle {
-  kInterleaved,  // GGUF `llama`: rotate pairs (x[2i], x[2i+1]); Q/K rows were permuted by the converter
-  kHalves,       // GGUF `qwen2` (NEOX style): rotate pairs (x[i], x[i + d/2])
-};
-
-struct ModelConfig {
-  std::string architecture;  // "llama" or "qwen2"
-  std::string name;          // general.name, or the file's stem
-  int n_layers = 0;
-  int n_embd = 0;
-  int n_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int n_ff = 0;
-  int n_vocab = 0;
-  int n_ctx_train = 0;
-  float rms_eps = 1e-5f;
-  float rope_base = 10000.0f;
-  RopeStyle rope_style = RopeStyle::kInterleaved;
-  bool tied_output = false;   // output projection is token_embd
-  bool has_qkv_bias = false;
-  int kv_row_elems() const { return n_kv_heads * head_dim; }  // K (or V) elements per token per layer
-};
-
-}  // namespace kvstash
-
-namespace kvstash {
 
 // Where the KV of one token of one layer lives. The pool is an array of blocks; a block holds,
 // for every layer, the K then the V of `block_size` tokens, each head-major: for each KV head its
@@ -120,12 +97,13 @@ struct ForwardProfile {
     kEmbed,         // the tokens' embedding rows
     kNorms,         // RMSNorm before attention, before the feed-forward, and the final one
     kQkv,           // the Q, K and V projections (one matmul call)
-    kRopeKv,        // the Q/K/V biases, RoPE, and K and V written into the pool
+    kRopeKv,        // the Q/K/V biases, the Q/K norms, RoPE, and K and V written into the pool
     kAttention,     // softmax(Q K^T) V over the pool
     kAttnOutput,    // the attention output projection
     kGateUp,        // the feed-forward gate and up projections (one matmul call)
     kSiluMul,       // SiLU(gate) * up
     kDown,          // the feed-forward down projection
+    kExperts,       // a MoE feed-forward: router, gating and the chosen experts (model/moe.h)
     kResidual,      // the two residual additions
     kOutput,        // the output projection (logits)
     kPhases
@@ -177,9 +155,11 @@ class Model {
   // SHA-256 over architecture, hyper-parameters and tensor bytes; the same on every machine.
   const std::array<std::uint8_t, 32>& fingerprint() const { return fingerprint_; }
   std::string fingerprint_hex() const;
-  // Per rotated pair i: the RoPE angle per position, base^(-2i/head_dim) / freq_factor_i.
-  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
-  // Bytes of weights read per decoded token (all matrices, incl. the output projection).
+  // Per rotated pair i: the RoPE angle per position of the full-attention layers,
+  // base^(-2i/head_dim) * linear scale / freq_factor_i.
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freqs_[0]; }
+  // Bytes of weights read per decoded token (all matrices, incl. the output projection; of a MoE
+  // layer the router and expert_used_count experts).
   std::size_t weight_bytes_per_token() const;
   // Where the weights are, for startup logs: e.g. "weights: 525.1 MiB copied into huge pages
   // (524.0 MiB huge); 169 matrices interleaved by 16 rows for the AVX-512 kernels" (or AVX2) or
@@ -199,9 +179,16 @@ class Model {
                  ThreadPool& pool) const;
 
  private:
+  // One layer's weights; which are bound follows its LayerSpec.
   struct Layer {
-    kernels::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // biases empty when absent
+    kernels::WeightView wq, wk, wv, wo;
+    kernels::WeightView w_gate, w_up, w_down;  // FfnKind::kSwiGlu
+    ExpertWeights experts;                     // FfnKind::kMoe
+    std::vector<float> attn_norm, ffn_norm;
+    std::vector<float> bq, bk, bv;             // AttentionSpec::qkv_bias; empty otherwise
+    std::vector<float> q_norm, k_norm;         // AttentionSpec::qk_norm: head_dim each; empty otherwise
+    std::vector<float> post_attn_norm, post_ffn_norm;  // LayerSpec::post_*_norm; empty otherwise
+    int rope = 0;                              // index into rope_inv_freqs_
   };
   Model() = default;
   Status bind(const std::string& path);
@@ -218,7 +205,9 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   kernels::WeightView token_embd_, output_;
   std::vector<float> output_norm_;
-  std::vector<float> rope_inv_freq_;  // per rotated pair: base^(-2i/d) / freq_factor_i
+  // Per distinct RoPE of the layers (gemma3: global and local), per rotated pair:
+  // base^(-2i/d) * scale / freq_factor_i. Entry 0 is the model-wide one (rope_inv_freq()).
+  std::vector<std::vector<float>> rope_inv_freqs_;
   std::vector<Layer> layers_;
   std::array<std::uint8_t, 32> fingerprint_{};
   HugePageBuffer weights_;  // empty when the weights are used from the file mapping

@@ -1,10 +1,12 @@
-// Model::load: configuration from GGUF metadata, weight binding and validation.
+// Model::load: configuration from GGUF metadata (model/architectures.cc), weight binding per the
+// layers' description, and validation.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "model/architectures.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 
@@ -59,6 +61,31 @@ class Binder {
     return w;
   }
 
+  // A 3-D tensor of n_experts matrices of rows x cols (GGUF dims [cols, rows, n_experts]), one
+  // view per expert over its slice.
+  Expected<std::vector<kernels::WeightView>> experts(const std::string& name, std::int64_t cols, std::int64_t rows,
+                                                     std::int64_t n_experts) {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (!t) return not_found(file_.path() + ": missing tensor '" + name + "'");
+    if (t->dims.size() != 3 || static_cast<std::int64_t>(t->dims[0]) != cols ||
+        static_cast<std::int64_t>(t->dims[1]) != rows || static_cast<std::int64_t>(t->dims[2]) != n_experts) {
+      return corrupt(file_.path() + ": tensor '" + name + "' has shape " + shape(*t) + ", expected [" +
+                     std::to_string(cols) + ", " + std::to_string(rows) + ", " + std::to_string(n_experts) + "]");
+    }
+    auto type = weight_type_of(*t);
+    if (!type) return Status(type.status().code(), file_.path() + ": " + type.status().message());
+    const std::size_t row_bytes = kernels::row_bytes_for(*type, cols);
+    const std::size_t expert_bytes = row_bytes * static_cast<std::size_t>(rows);
+    if (expert_bytes * static_cast<std::size_t>(n_experts) != t->n_bytes) {
+      return corrupt(file_.path() + ": tensor '" + name + "' byte size does not match its shape");
+    }
+    std::vector<kernels::WeightView> views;
+    for (std::int64_t e = 0; e < n_experts; ++e) {
+      views.push_back({*type, t->data + static_cast<std::size_t>(e) * expert_bytes, rows, cols, row_bytes});
+    }
+    return views;
+  }
+
   // A 1-D tensor of n values in any float type, converted to f32.
   Expected<std::vector<float>> vector(const std::string& name, std::int64_t n) {
     const gguf::TensorInfo* t = file_.find_tensor(name);
@@ -91,54 +118,6 @@ class Binder {
   const gguf::File& file_;
 };
 
-Status read_config(const gguf::File& f, ModelConfig* c) {
-  auto arch = f.get_string("general.architecture");
-  if (!arch) return corrupt(f.path() + ": no general.architecture key");
-  c->architecture = *arch;
-  if (c->architecture == "llama") {
-    c->rope_style = RopeStyle::kInterleaved;
-  } else if (c->architecture == "qwen2") {
-    c->rope_style = RopeStyle::kHalves;
-  } else {
-    return unsupported(f.path() + ": architecture '" + c->architecture +
-                       "' is not supported (supported: llama, qwen2)");
-  }
-  const std::string& a = c->architecture;
-  auto need_uint = [&](const std::string& key, int* out) -> Status {
-    auto v = f.get_uint(a + "." + key);
-    if (!v) return corrupt(f.path() + ": " + v.status().message());
-    if (*v == 0 || *v > (1u << 24)) return corrupt(f.path() + ": " + a + "." + key + " = " + std::to_string(*v) + " is out of range");
-    *out = static_cast<int>(*v);
-    return Status::ok();
-  };
-  KVSTASH_RETURN_IF_ERROR(need_uint("block_count", &c->n_layers));
-  KVSTASH_RETURN_IF_ERROR(need_uint("embedding_length", &c->n_embd));
-  KVSTASH_RETURN_IF_ERROR(need_uint("feed_forward_length", &c->n_ff));
-  KVSTASH_RETURN_IF_ERROR(need_uint("attention.head_count", &c->n_heads));
-  c->n_kv_heads = c->n_heads;
-  if (f.find(a + ".attention.head_count_kv")) KVSTASH_RETURN_IF_ERROR(need_uint("attention.head_count_kv", &c->n_kv_heads));
-  c->n_ctx_train = 4096;
-  if (f.find(a + ".context_length")) KVSTASH_RETURN_IF_ERROR(need_uint("context_length", &c->n_ctx_train));
-  c->head_dim = c->n_embd / c->n_heads;
-  if (f.find(a + ".attention.key_length")) KVSTASH_RETURN_IF_ERROR(need_uint("attention.key_length", &c->head_dim));
-  if (c->n_heads % c->n_kv_heads != 0) return corrupt(f.path() + ": head_count is not a multiple of head_count_kv");
-  if (c->head_dim % 2 != 0) return corrupt(f.path() + ": odd head dimension");
-  if (auto rot = f.get_uint(a + ".rope.dimension_count"); rot && static_cast<int>(*rot) != c->head_dim) {
-    return unsupported(f.path() + ": partial rotary embedding (rope.dimension_count " + std::to_string(*rot) +
-                       " != head dim " + std::to_string(c->head_dim) + ")");
-  }
-  if (auto v = f.get_float(a + ".rope.freq_base")) c->rope_base = static_cast<float>(*v);
-  if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c->rms_eps = static_cast<float>(*v);
-  if (auto type = f.get_string(a + ".rope.scaling.type"); type && *type != "none" && *type != "llama3") {
-    if (auto factor = f.get_float(a + ".rope.scaling.factor"); factor && *factor != 1.0) {
-      return unsupported(f.path() + ": rope scaling '" + *type + "' is not supported");
-    }
-  }
-  auto name = f.get_string("general.name");
-  c->name = name ? *name : std::filesystem::path(f.path()).stem().string();
-  return Status::ok();
-}
-
 }  // namespace
 
 int ForwardBatch::logit_rows() const {
@@ -165,7 +144,15 @@ std::vector<const kernels::WeightView*> Model::weight_matrices() const {
 std::vector<kernels::WeightView*> Model::weight_matrices() {
   std::vector<kernels::WeightView*> out;
   for (Layer& L : layers_) {
-    for (kernels::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) out.push_back(w);
+    for (kernels::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) out.push_back(w);
+    if (L.experts.gate.empty()) {
+      for (kernels::WeightView* w : {&L.w_gate, &L.w_up, &L.w_down}) out.push_back(w);
+      continue;
+    }
+    out.push_back(&L.experts.router);
+    for (std::size_t e = 0; e < L.experts.gate.size(); ++e) {
+      for (kernels::WeightView* w : {&L.experts.gate[e], &L.experts.up[e], &L.experts.down[e]}) out.push_back(w);
+    }
   }
   out.push_back(&output_);
   if (!config_.tied_output) out.push_back(&token_embd_);
@@ -226,7 +213,7 @@ Status Model::bind(const std::string& path) {
   auto file = gguf::File::open(path);
   if (!file) return file.status();
   file_ = std::move(file.value());
-  KVSTASH_RETURN_IF_ERROR(read_config(*file_, &config_));
+  KVSTASH_RETURN_IF_ERROR(describe_architecture(*file_, &config_));
   auto tok = Tokenizer::from_gguf(*file_);
   if (!tok) return Status(tok.status().code(), path + ": " + tok.status().message());
   tokenizer_ = std::move(tok.value());
@@ -255,34 +242,62 @@ Status Model::bind(const std::string& path) {
   } else {
     KVSTASH_RETURN_IF_ERROR(assign(output_, b.matrix("output.weight", d, c.n_vocab)));
   }
-  c.has_qkv_bias = b.has("blk.0.attn_q.bias");
   layers_.resize(static_cast<std::size_t>(c.n_layers));
   for (int i = 0; i < c.n_layers; ++i) {
     Layer& L = layers_[static_cast<std::size_t>(i)];
+    const LayerSpec& spec = c.layers[static_cast<std::size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     KVSTASH_RETURN_IF_ERROR(assign(L.attn_norm, b.vector(p + "attn_norm.weight", d)));
     KVSTASH_RETURN_IF_ERROR(assign(L.wq, b.matrix(p + "attn_q.weight", d, q_dim)));
     KVSTASH_RETURN_IF_ERROR(assign(L.wk, b.matrix(p + "attn_k.weight", d, kv_dim)));
     KVSTASH_RETURN_IF_ERROR(assign(L.wv, b.matrix(p + "attn_v.weight", d, kv_dim)));
     KVSTASH_RETURN_IF_ERROR(assign(L.wo, b.matrix(p + "attn_output.weight", q_dim, d)));
-    if (c.has_qkv_bias) {
+    if (spec.attention.qkv_bias) {
       KVSTASH_RETURN_IF_ERROR(assign(L.bq, b.vector(p + "attn_q.bias", q_dim)));
       KVSTASH_RETURN_IF_ERROR(assign(L.bk, b.vector(p + "attn_k.bias", kv_dim)));
       KVSTASH_RETURN_IF_ERROR(assign(L.bv, b.vector(p + "attn_v.bias", kv_dim)));
     }
+    if (spec.attention.qk_norm) {
+      KVSTASH_RETURN_IF_ERROR(assign(L.q_norm, b.vector(p + "attn_q_norm.weight", c.head_dim)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.k_norm, b.vector(p + "attn_k_norm.weight", c.head_dim)));
+    }
+    if (spec.post_attention_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", d)));
+    if (spec.post_ffn_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", d)));
     KVSTASH_RETURN_IF_ERROR(assign(L.ffn_norm, b.vector(p + "ffn_norm.weight", d)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, c.n_ff)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, c.n_ff)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.w_down, b.matrix(p + "ffn_down.weight", c.n_ff, d)));
+    if (spec.ffn.kind == FfnKind::kMoe) {
+      const MoeSpec& m = spec.ffn.moe;
+      ExpertWeights& x = L.experts;
+      KVSTASH_RETURN_IF_ERROR(assign(x.router, b.matrix(p + "ffn_gate_inp.weight", d, m.n_experts)));
+      KVSTASH_RETURN_IF_ERROR(assign(x.gate, b.experts(p + "ffn_gate_exps.weight", d, m.n_ff_expert, m.n_experts)));
+      KVSTASH_RETURN_IF_ERROR(assign(x.up, b.experts(p + "ffn_up_exps.weight", d, m.n_ff_expert, m.n_experts)));
+      KVSTASH_RETURN_IF_ERROR(assign(x.down, b.experts(p + "ffn_down_exps.weight", m.n_ff_expert, d, m.n_experts)));
+    } else {
+      KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, spec.ffn.n_ff)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, spec.ffn.n_ff)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.w_down, b.matrix(p + "ffn_down.weight", spec.ffn.n_ff, d)));
+    }
   }
-  // RoPE frequencies. Llama 3.1+ files carry per-pair divisors in rope_freqs.weight (llama3 scaling).
+  // RoPE frequencies, one table per distinct RopeSpec (the model-wide one first). Llama 3.1+
+  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), which apply to every layer.
   const int half = c.head_dim / 2;
   std::vector<float> factors(static_cast<std::size_t>(half), 1.0f);
   if (b.has("rope_freqs.weight")) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector("rope_freqs.weight", half)));
-  rope_inv_freq_.resize(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    rope_inv_freq_[static_cast<std::size_t>(i)] = static_cast<float>(
-        std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) / factors[static_cast<std::size_t>(i)]);
+  std::vector<RopeSpec> ropes = {RopeSpec{c.rope_base, c.rope_scale, c.rope_style}};
+  for (int l = 0; l < c.n_layers; ++l) {
+    const RopeSpec& r = c.layers[static_cast<std::size_t>(l)].attention.rope;
+    const auto found = std::find(ropes.begin(), ropes.end(), r);
+    layers_[static_cast<std::size_t>(l)].rope = static_cast<int>(found - ropes.begin());
+    if (found == ropes.end()) ropes.push_back(r);
+  }
+  for (const RopeSpec& r : ropes) {
+    std::vector<float>& inv = rope_inv_freqs_.emplace_back(static_cast<std::size_t>(half));
+    for (int i = 0; i < half; ++i) {
+      // The scale multiplies after the float conversion when it is not 1, so that unscaled models
+      // keep the exact values they always had.
+      inv[static_cast<std::size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(r.base), -2.0 * i / c.head_dim) /
+                                                            factors[static_cast<std::size_t>(i)]);
+      if (r.scale != 1.0f) inv[static_cast<std::size_t>(i)] *= r.scale;
+    }
   }
   auto fp = model_fingerprint(*file_, c);
   if (!fp) return fp.status();
@@ -301,10 +316,18 @@ std::string Model::fingerprint_hex() const {
 }
 
 std::size_t Model::weight_bytes_per_token() const {
-  std::size_t bytes = output_.row_bytes * static_cast<std::size_t>(output_.rows);
-  for (const Layer& L : layers_) {
-    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
+  auto bytes_of = [](const kernels::WeightView& w) { return w.row_bytes * static_cast<std::size_t>(w.rows); };
+  std::size_t bytes = bytes_of(output_);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo}) bytes += bytes_of(*w);
+    if (L.experts.gate.empty()) {
+      for (const auto* w : {&L.w_gate, &L.w_up, &L.w_down}) bytes += bytes_of(*w);
+    } else {
+      // Every expert of a layer has the same shape and type (slices of one tensor).
+      const std::size_t used = static_cast<std::size_t>(config_.layers[l].ffn.moe.n_used);
+      bytes += bytes_of(L.experts.router) +
+               used * (bytes_of(L.experts.gate[0]) + bytes_of(L.experts.up[0]) + bytes_of(L.experts.down[0]));
     }
   }
   return bytes;

@@ -5,6 +5,17 @@
 // kernels/reference_dequant.h, the block-by-block double-precision decoder that shares no code
 // with the kernels' own unpacking either.
 //
+// qwen3 adds an RMSNorm of every Q and K head before RoPE (attn_q_norm / attn_k_norm, head_dim
+// wide) and a head_dim of its own (attention.key_length); qwen3moe replaces the feed-forward with
+// routed experts: softmax over the router's logits, the top expert_used_count, renormalised, each a
+// SwiGLU on its slice of the 3-D ffn_{gate,up,down}_exps tensors.
+//
+// gemma3 (llama.cpp's src/models/gemma3.cpp): embeddings × sqrt(n_embd); QK-norm; Q·K scaled by
+// 1/sqrt(head_dim); layer il local iff il % 6 < 5 (key j visible to query i iff i - j < window),
+// local layers rotating with rope.freq_base_swa; post-attention and post-feed-forward RMSNorms
+// before each residual add; feed-forward gelu_tanh(gate) · up (the exact GELU here: the engine's
+// f16 table, as llama.cpp's CPU backend has it, differs from it by f16 rounding).
+//
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
 // Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
@@ -13,6 +24,7 @@
 // converter's permutation and run the checkpoint's own convention instead.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -38,10 +50,21 @@ class ReferenceModel {
     d_ = u("embedding_length");
     nh_ = u("attention.head_count");
     nkv_ = u("attention.head_count_kv");
-    ff_ = u("feed_forward_length");
-    hd_ = d_ / nh_;
+    hd_ = f.find(arch_ + ".attention.key_length") ? u("attention.key_length") : d_ / nh_;
+    if (arch_ == "qwen3moe") {
+      n_experts_ = u("expert_count");
+      n_used_ = u("expert_used_count");
+      ff_ = u("expert_feed_forward_length");
+    } else {
+      ff_ = u("feed_forward_length");
+    }
     eps_ = *f.get_float(arch_ + ".attention.layer_norm_rms_epsilon");
     base_ = *f.get_float(arch_ + ".rope.freq_base");
+    if (arch_ == "gemma3") {
+      gemma_ = true;
+      if (f.find(arch_ + ".attention.sliding_window")) window_ = u("attention.sliding_window");
+      if (auto b = f.get_float(arch_ + ".rope.freq_base_swa")) base_swa_ = *b;
+    }
     rope_ = arch_ == "llama" ? Rope::kInterleaved : Rope::kHalves;
     embd_ = load("token_embd.weight");
     n_vocab_ = static_cast<int>(embd_.size() / static_cast<std::size_t>(d_));
@@ -61,10 +84,25 @@ class ReferenceModel {
         L.bk = load(p + "attn_k.bias");
         L.bv = load(p + "attn_v.bias");
       }
+      if (f.find_tensor(p + "attn_q_norm.weight")) {
+        L.q_norm = load(p + "attn_q_norm.weight");
+        L.k_norm = load(p + "attn_k_norm.weight");
+      }
+      if (f.find_tensor(p + "post_attention_norm.weight")) {
+        L.post_attn_norm = load(p + "post_attention_norm.weight");
+        L.post_ffn_norm = load(p + "post_ffw_norm.weight");
+      }
       L.ffn_norm = load(p + "ffn_norm.weight");
-      L.wg = load(p + "ffn_gate.weight");
-      L.wu = load(p + "ffn_up.weight");
-      L.wd = load(p + "ffn_down.weight");
+      if (n_experts_ > 0) {
+        L.router = load(p + "ffn_gate_inp.weight");
+        L.wg = load(p + "ffn_gate_exps.weight");
+        L.wu = load(p + "ffn_up_exps.weight");
+        L.wd = load(p + "ffn_down_exps.weight");
+      } else {
+        L.wg = load(p + "ffn_gate.weight");
+        L.wu = load(p + "ffn_up.weight");
+        L.wd = load(p + "ffn_down.weight");
+      }
       if (undo_llama_permutation) {
         L.wq = hf_order(L.wq, nh_);
         L.wk = hf_order(L.wk, nkv_);
@@ -75,6 +113,12 @@ class ReferenceModel {
   }
 
   int n_vocab() const { return n_vocab_; }
+
+  // MoE models, after forward() or final_hidden(): per position, the smallest gap over the layers
+  // between the router logits of the last expert kept and the first dropped. Where it is below the
+  // rounding of an f16 KV cache, an exact engine may route that token differently, and its logits
+  // then differ by far more than rounding; 1e300 for dense models.
+  const std::vector<double>& routing_margin() const { return routing_margin_; }
 
   // Logits for every position of `tokens` (a fresh sequence from position 0).
   std::vector<std::vector<double>> forward(const std::vector<int>& tokens) const {
@@ -87,11 +131,17 @@ class ReferenceModel {
   // The final hidden state of every position after the final norm (the output projection's input).
   std::vector<std::vector<double>> final_hidden(const std::vector<int>& tokens) const {
     const int T = static_cast<int>(tokens.size());
+    routing_margin_.assign(static_cast<std::size_t>(T), 1e300);
     std::vector<std::vector<double>> x(T, std::vector<double>(d_));
     for (int t = 0; t < T; ++t)
-      for (int i = 0; i < d_; ++i) x[t][i] = embd_[static_cast<std::size_t>(tokens[t]) * d_ + i];
+      for (int i = 0; i < d_; ++i) {
+        x[t][i] = embd_[static_cast<std::size_t>(tokens[t]) * d_ + i] * (gemma_ ? std::sqrt(static_cast<double>(d_)) : 1.0);
+      }
     // Full (non-paged) KV per layer: kcache[t][kv_dim]
-    for (const Layer& L : layers_) {
+    for (std::size_t il = 0; il < layers_.size(); ++il) {
+      const Layer& L = layers_[il];
+      const bool local = gemma_ && window_ > 0 && il % 6 < 5;
+      const double base = local ? base_swa_ : base_;
       std::vector<std::vector<double>> k(T), v(T), att(T, std::vector<double>(nh_ * hd_, 0.0));
       std::vector<std::vector<double>> q(T);
       for (int t = 0; t < T; ++t) {
@@ -99,35 +149,65 @@ class ReferenceModel {
         q[t] = matvec(L.wq, xn, nh_ * hd_, L.bq);
         k[t] = matvec(L.wk, xn, nkv_ * hd_, L.bk);
         v[t] = matvec(L.wv, xn, nkv_ * hd_, L.bv);
-        for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t);
-        for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t);
+        if (!L.q_norm.empty()) {
+          for (int h = 0; h < nh_; ++h) norm_head(&q[t][h * hd_], L.q_norm);
+          for (int h = 0; h < nkv_; ++h) norm_head(&k[t][h * hd_], L.k_norm);
+        }
+        for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t, base);
+        for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t, base);
       }
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < nh_; ++h) {
           const int kvh = h / (nh_ / nkv_);
           std::vector<double> s(t + 1);
           double mx = -1e300;
-          for (int j = 0; j <= t; ++j) {
+          const int j0 = local ? std::max(0, t - window_ + 1) : 0;
+          for (int j = j0; j <= t; ++j) {
             double dot = 0;
             for (int i = 0; i < hd_; ++i) dot += q[t][h * hd_ + i] * k[j][kvh * hd_ + i];
             s[j] = dot / std::sqrt(static_cast<double>(hd_));
             mx = std::max(mx, s[j]);
           }
           double z = 0;
-          for (int j = 0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
-          for (int j = 0; j <= t; ++j)
+          for (int j = j0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
+          for (int j = j0; j <= t; ++j)
             for (int i = 0; i < hd_; ++i) att[t][h * hd_ + i] += s[j] / z * v[j][kvh * hd_ + i];
         }
       }
       for (int t = 0; t < T; ++t) {
         auto o = matvec(L.wo, att[t], d_, {});
+        if (gemma_) o = rms_norm(o, L.post_attn_norm);
         for (int i = 0; i < d_; ++i) x[t][i] += o[i];
         auto xn = rms_norm(x[t], L.ffn_norm);
-        auto g = matvec(L.wg, xn, ff_, {});
-        auto u = matvec(L.wu, xn, ff_, {});
-        for (int i = 0; i < ff_; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-        auto dn = matvec(L.wd, g, d_, {});
-        for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
+        if (n_experts_ == 0) {
+          auto dn = swiglu(L.wg.data(), L.wu.data(), L.wd.data(), xn);
+          if (gemma_) dn = rms_norm(dn, L.post_ffn_norm);
+          for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
+          continue;
+        }
+        // Router: softmax over all experts, the n_used most probable, weights renormalised.
+        auto logits = matvec(L.router, xn, n_experts_, {});
+        const double mx = *std::max_element(logits.begin(), logits.end());
+        double z = 0;
+        for (double& l : logits) z += l = std::exp(l - mx);
+        std::vector<int> order(n_experts_);
+        for (int e = 0; e < n_experts_; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+        // How near this token's routing is to choosing differently (logit gap of the last kept
+        // expert over the first dropped one): the smallest over the layers.
+        if (n_used_ < n_experts_) {
+          const double gap = std::log(logits[order[n_used_ - 1]]) - std::log(logits[order[n_used_]]);
+          routing_margin_[t] = std::min(routing_margin_[t], gap);
+        }
+        double kept = 0;
+        for (int j = 0; j < n_used_; ++j) kept += logits[order[j]] / z;
+        const std::size_t up_size = static_cast<std::size_t>(ff_) * d_;
+        for (int j = 0; j < n_used_; ++j) {
+          const std::size_t e = static_cast<std::size_t>(order[j]);
+          auto dn = swiglu(&L.wg[e * up_size], &L.wu[e * up_size], &L.wd[e * up_size], xn);
+          const double w = logits[order[j]] / z / kept;
+          for (int i = 0; i < d_; ++i) x[t][i] += w * dn[i];
+        }
       }
     }
     for (int t = 0; t < T; ++t) x[t] = rms_norm(x[t], out_norm_);
@@ -136,8 +216,34 @@ class ReferenceModel {
 
  private:
   struct Layer {
-    std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, wg, wu, wd;
+    std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, wg, wu, wd;
+    std::vector<double> router;  // qwen3moe; wg/wu/wd then hold every expert, one after another
+    std::vector<double> post_attn_norm, post_ffn_norm;  // gemma3
   };
+
+  // down(silu(gate x) * up x) with gate/up [ff][d] and down [d][ff] row-major.
+  std::vector<double> swiglu(const double* wg, const double* wu, const double* wd, const std::vector<double>& x) const {
+    std::vector<double> h(ff_), out(d_, 0.0);
+    for (int r = 0; r < ff_; ++r) {
+      double g = 0, u = 0;
+      for (int c = 0; c < d_; ++c) {
+        g += wg[static_cast<std::size_t>(r) * d_ + c] * x[c];
+        u += wu[static_cast<std::size_t>(r) * d_ + c] * x[c];
+      }
+      h[r] = gemma_ ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * g * (1.0 + 0.044715 * g * g))) * u
+                    : g / (1.0 + std::exp(-g)) * u;
+    }
+    for (int r = 0; r < d_; ++r)
+      for (int c = 0; c < ff_; ++c) out[r] += wd[static_cast<std::size_t>(r) * ff_ + c] * h[c];
+    return out;
+  }
+
+  void norm_head(double* head, const std::vector<double>& w) const {
+    double ss = 0;
+    for (int i = 0; i < hd_; ++i) ss += head[i] * head[i];
+    const double r = 1.0 / std::sqrt(ss / hd_ + eps_);
+    for (int i = 0; i < hd_; ++i) head[i] = head[i] * r * w[i];
+  }
 
   std::vector<double> load(const std::string& name) const {
     const gguf::TensorInfo* t = f_.find_tensor(name);
@@ -216,10 +322,10 @@ class ReferenceModel {
     return y;
   }
 
-  void rope(double* head, int pos) const {
+  void rope(double* head, int pos, double base) const {
     const int half = hd_ / 2;
     for (int i = 0; i < half; ++i) {
-      double freq = std::pow(base_, -2.0 * i / hd_);
+      double freq = std::pow(base, -2.0 * i / hd_);
       if (!rope_factors_.empty()) freq /= rope_factors_[i];
       const double a = pos * freq, c = std::cos(a), s = std::sin(a);
       const int i0 = rope_ == Rope::kInterleaved ? 2 * i : i;
@@ -233,9 +339,14 @@ class ReferenceModel {
   const gguf::File& f_;
   std::string arch_;
   int n_layers_, d_, nh_, nkv_, ff_, hd_, n_vocab_;
+  int n_experts_ = 0, n_used_ = 0;
   double eps_, base_;
+  bool gemma_ = false;
+  int window_ = 0;
+  double base_swa_ = 10000.0;
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
+  mutable std::vector<double> routing_margin_;
   std::vector<Layer> layers_;
 };
 

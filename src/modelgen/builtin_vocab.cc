@@ -108,6 +108,13 @@ std::vector<std::string> train_merges() {
   return merges;
 }
 
+// Qwen3 and Qwen3-MoE checkpoints ship Qwen2's tokenizer (tokenizer.ggml.pre "qwen2"). Gemma 3's
+// is SentencePiece, which the built-in vocabulary is not: gemma3 files get Qwen2's byte-level one
+// (llama.cpp reads the tokenizer independently of the architecture); --vocab gives a real one.
+std::string vocab_family(const std::string& arch) {
+  return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" ? "qwen2" : arch;
+}
+
 std::vector<std::string> special_tokens(const std::string& arch) {
   if (arch == "qwen2") return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   return {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
@@ -168,13 +175,16 @@ std::vector<std::string> normal_tokens() {
 }
 }  // namespace
 
-std::uint64_t builtin_vocab_size(const std::string& arch) {
-  return normal_tokens().size() + special_tokens(arch).size();
+std::uint64_t builtin_vocab_size(const std::string& model_arch) {
+  return normal_tokens().size() + special_tokens(vocab_family(model_arch)).size();
 }
 
-Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_metadata(const std::string& arch,
+Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_metadata(const std::string& model_arch,
                                                                                     std::uint64_t n_vocab) {
-  if (arch != "qwen2" && arch != "llama") return unsupported("no built-in vocabulary for architecture " + arch);
+  const std::string arch = vocab_family(model_arch);
+  if (arch != "qwen2" && arch != "llama") {
+    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
+  }
   std::vector<std::string> tokens = normal_tokens();
   std::vector<std::int32_t> types(tokens.size(), kNormal);
   const std::int32_t first_special = static_cast<std::int32_t>(tokens.size());

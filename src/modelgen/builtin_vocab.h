@@ -27,7 +27,7 @@ std::string byte_token(std::uint8_t byte);
 // The merge rules, in rank order, as "left right" strings of byte-token spellings.
 const std::vector<std::string>& builtin_merges();
 
-// The vocabulary's size for `arch` ("qwen2" or "llama") before padding.
+// The vocabulary's size for `arch` ("qwen2" or "llama"; "qwen3" and "qwen3moe" take qwen2's) before padding.
 std::uint64_t builtin_vocab_size(const std::string& arch);
 
 // The tokenizer.* metadata for `arch`, padded with unused tokens to `n_vocab` tokens

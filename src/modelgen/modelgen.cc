@@ -54,11 +54,26 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
       add_tensor(plan, b + "attn_k.bias", TensorType::kF32, {kv_dim}, Init::kBias, li);
       add_tensor(plan, b + "attn_v.bias", TensorType::kF32, {kv_dim}, Init::kBias, li);
     }
+    if (p.qk_norm) {
+      add_tensor(plan, b + "attn_q_norm.weight", TensorType::kF32, {p.head_dim}, Init::kNorm, li);
+      add_tensor(plan, b + "attn_k_norm.weight", TensorType::kF32, {p.head_dim}, Init::kNorm, li);
+    }
     add_tensor(plan, b + "attn_output.weight", matrix_type, {q_dim, embd}, Init::kMatrix, li);
+    if (p.post_norms) add_tensor(plan, b + "post_attention_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
     add_tensor(plan, b + "ffn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
+    if (p.n_experts > 0) {
+      // The router stays F32 as llama.cpp's converter writes it; the experts are 3-D, experts slowest.
+      const std::uint64_t n_exp = p.n_experts, ff_exp = p.n_ff_expert;
+      add_tensor(plan, b + "ffn_gate_inp.weight", TensorType::kF32, {embd, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_gate_exps.weight", matrix_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_up_exps.weight", matrix_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_down_exps.weight", matrix_type, {ff_exp, embd, n_exp}, Init::kMatrix, li);
+      continue;
+    }
     add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
     add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
     add_tensor(plan, b + "ffn_down.weight", matrix_type, {ff, embd}, Init::kMatrix, li);
+    if (p.post_norms) add_tensor(plan, b + "post_ffw_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
   }
   add_tensor(plan, "output_norm.weight", TensorType::kF32, {embd}, Init::kNorm, -1);
   if (!p.tied_output) add_tensor(plan, "output.weight", matrix_type, {embd, vocab}, Init::kMatrix, -1);
@@ -131,12 +146,25 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back(lowercase_arch_key(arch, "attention.layer_norm_rms_epsilon"), Value::f32(p.rms_eps));
   md.emplace_back(lowercase_arch_key(arch, "rope.dimension_count"), Value::u32(p.head_dim));
   md.emplace_back(lowercase_arch_key(arch, "vocab_size"), Value::u32(static_cast<std::uint32_t>(n_vocab)));
+  if (p.qk_norm) {  // llama.cpp's converter writes them whenever config.json has head_dim (Qwen3 does)
+    md.emplace_back(lowercase_arch_key(arch, "attention.key_length"), Value::u32(p.head_dim));
+    md.emplace_back(lowercase_arch_key(arch, "attention.value_length"), Value::u32(p.head_dim));
+  }
+  if (p.sliding_window > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "attention.sliding_window"), Value::u32(p.sliding_window));
+    md.emplace_back(lowercase_arch_key(arch, "rope.freq_base_swa"), Value::f32(p.rope_base_swa));
+  }
+  if (p.n_experts > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "expert_count"), Value::u32(p.n_experts));
+    md.emplace_back(lowercase_arch_key(arch, "expert_used_count"), Value::u32(p.n_experts_used));
+    md.emplace_back(lowercase_arch_key(arch, "expert_feed_forward_length"), Value::u32(p.n_ff_expert));
+  }
   for (auto& kv : vocab_part.metadata) md.push_back(std::move(kv));
 
   plan_tensors(&plan, scheme != nullptr ? TensorType::kF32 : options.type);
   if (scheme != nullptr) {
     const ModelShapeForQuant shape{static_cast<int>(p.n_layers), static_cast<int>(p.n_heads / p.n_kv_heads),
-                                   !p.tied_output};
+                                   !p.tied_output, static_cast<int>(p.n_experts)};
     for (TensorPlan& t : plan.tensors) t.type = choose_tensor_type(*scheme, t.name, t.dims, t.type, shape);
   }
   for (const TensorPlan& t : plan.tensors) {

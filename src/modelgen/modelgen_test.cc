@@ -329,6 +329,57 @@ TEST(Describe, BigPresetsHaveRealShapes) {
   EXPECT_TRUE(has_freqs);
 }
 
+// Qwen3-0.6B: 596,049,920 parameters (its model card: 0.6B, 0.44B without the embedding), head_dim
+// 128 over 16 heads of a 1024-wide model. Qwen3-30B-A3B: 30.5B in all, 3.3B active (model card),
+// experts stored as [n_embd, 768, 128] and [768, n_embd, 128].
+TEST(Describe, Qwen3PresetsHaveRealShapes) {
+  auto dense = describe_model(opts("qwen3-0.6b", TensorType::kBF16));
+  ASSERT_TRUE(dense) << dense.status().to_string();
+  EXPECT_EQ(dense->n_params, 596049920u);
+  auto find = [](const ModelPlan& plan, const std::string& name) -> const TensorPlan* {
+    for (const TensorPlan& t : plan.tensors) if (t.name == name) return &t;
+    return nullptr;
+  };
+  ASSERT_NE(find(*dense, "blk.27.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ(find(*dense, "blk.27.attn_q_norm.weight")->dims, (std::vector<std::uint64_t>{128}));
+  EXPECT_EQ(find(*dense, "blk.0.attn_q.weight")->dims, (std::vector<std::uint64_t>{1024, 2048}));
+  EXPECT_EQ(find(*dense, "blk.0.attn_output.weight")->dims, (std::vector<std::uint64_t>{2048, 1024}));
+  EXPECT_EQ(find(*dense, "output.weight"), nullptr) << "tied";
+  bool key_length = false;
+  for (const auto& [key, value] : dense->metadata) key_length |= key == "qwen3.attention.key_length";
+  EXPECT_TRUE(key_length);
+
+  auto moe = describe_model(opts("qwen3-30b-a3b", TensorType::kF16));
+  ASSERT_TRUE(moe) << moe.status().to_string();
+  EXPECT_EQ(moe->n_params, 30532122624u);
+  const TensorPlan* down = find(*moe, "blk.47.ffn_down_exps.weight");
+  ASSERT_NE(down, nullptr);
+  EXPECT_EQ(down->dims, (std::vector<std::uint64_t>{768, 2048, 128}));
+  EXPECT_EQ(find(*moe, "blk.0.ffn_gate_exps.weight")->dims, (std::vector<std::uint64_t>{2048, 768, 128}));
+  EXPECT_EQ(find(*moe, "blk.0.ffn_gate_inp.weight")->type, TensorType::kF32);
+  EXPECT_EQ(find(*moe, "blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_NE(find(*moe, "output.weight"), nullptr);
+  // Active per token: everything but 120 of each layer's 128 experts.
+  const std::uint64_t expert = 3ull * 2048 * 768;
+  EXPECT_EQ(moe->n_params - 48ull * 120 * expert, 3353032704u);
+}
+
+// Gemma 3 1B: 999,885,952 parameters; the window and the local layers' RoPE base in the metadata.
+TEST(Describe, Gemma3PresetHasTheRealShape) {
+  auto plan = describe_model(opts("gemma-3-1b", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 999885952u);
+  bool window = false, base_swa = false, post_norm = false;
+  for (const auto& [key, value] : plan->metadata) {
+    if (key == "gemma3.attention.sliding_window") window = std::get<std::uint64_t>(value.data) == 512;
+    base_swa |= key == "gemma3.rope.freq_base_swa";
+  }
+  for (const TensorPlan& t : plan->tensors) post_norm |= t.name == "blk.25.post_ffw_norm.weight";
+  EXPECT_TRUE(window);
+  EXPECT_TRUE(base_swa);
+  EXPECT_TRUE(post_norm);
+}
+
 TEST(Describe, Llama3RopeFreqs) {
   std::vector<float> f = llama3_rope_freqs(64, 500000.0f);
   ASSERT_EQ(f.size(), 32u);

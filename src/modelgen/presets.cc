@@ -10,14 +10,53 @@ namespace {
 // rms_norm_eps, tie_word_embeddings).
 // tiny-k: the smallest shape whose rows are whole 256-weight K super-blocks, for tests of the K
 // quantization types in a model (tiny's 64-wide rows fall back to 32-weight types).
-const std::array<ModelPreset, 6>& presets() {
-  static const std::array<ModelPreset, 6> kPresets = {{
+// qwen3-tiny and qwen3moe-tiny: head_dim 32 with 4 heads of a 64-wide model, so that
+// n_heads * head_dim != n_embd as in real Qwen3 (0.6B: 16 x 128 over 1024); qwen3moe-tiny has 16
+// experts (not 8: llama.cpp's quantizer treats exactly 8 as Mixtral) of which 4 run per token, and
+// its own output matrix (Qwen3-30B-A3B does not tie it).
+// Qwen3-0.6B and Qwen3-30B-A3B: config.json's head_dim 128, moe_intermediate_size 768,
+// num_experts 128, num_experts_per_tok 8, norm_topk_prob true, max_position_embeddings 40960.
+ModelPreset qwen3(std::string name, std::string arch, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
+                  std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx,
+                  bool tied, std::uint32_t experts = 0, std::uint32_t used = 0, std::uint32_t ff_expert = 0) {
+  ModelPreset p{std::move(name), std::move(arch), layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                1e6f, 1e-6f, tied, false, false};
+  p.qk_norm = true;
+  p.n_experts = experts;
+  p.n_experts_used = used;
+  p.n_ff_expert = ff_expert;
+  return p;
+}
+
+// Gemma 3 1B: hidden 1152, 26 layers, 4 heads of 256, 1 KV head, intermediate 6912, vocab 262144,
+// sliding_window 512, rope_theta 1e6 and rope_local_base_freq 1e4, tied. gemma3-tiny: 7 layers, so
+// that layer 5 is global and 6 local again; a window of 8 that the tests' prompts pass.
+ModelPreset gemma3(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
+                   std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx,
+                   std::uint32_t window) {
+  ModelPreset p{std::move(name), "gemma3", layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                1e6f, 1e-6f, true, false, false};
+  p.qk_norm = true;
+  p.post_norms = true;
+  p.sliding_window = window;
+  p.rope_base_swa = 10000.0f;
+  return p;
+}
+
+const std::array<ModelPreset, 12>& presets() {
+  static const std::array<ModelPreset, 12> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
       {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e6f, 1e-6f, true, true, false},
       {"qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1e6f, 1e-6f, true, true, false},
       {"llama-3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 5e5f, 1e-5f, true, false, true},
+      qwen3("qwen3-tiny", "qwen3", 2, 64, 4, 2, 32, 128, 0, 4096, true),
+      qwen3("qwen3moe-tiny", "qwen3moe", 2, 64, 4, 2, 32, 128, 0, 4096, false, 16, 4, 32),
+      qwen3("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true),
+      qwen3("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
+      gemma3("gemma3-tiny", 7, 64, 4, 2, 32, 128, 0, 4096, 8),
+      gemma3("gemma-3-1b", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512),
   }};
   return kPresets;
 }

@@ -1,5 +1,5 @@
 // The model shapes `kvstash gen-model` can produce: tiny ones for tests and the exact shapes of
-// real Qwen2.5 and Llama 3.2 checkpoints (from their config.json) for benchmarks.
+// real Qwen2.5, Qwen3, Qwen3-MoE, Gemma 3 and Llama 3.2 checkpoints (from their config.json) for benchmarks.
 //
 // Thread safety: the preset table is immutable.
 #pragma once
@@ -13,7 +13,7 @@ namespace kvstash::modelgen {
 
 struct ModelPreset {
   std::string name;          // "qwen2.5-0.5b"
-  std::string arch;          // "qwen2" or "llama": the GGUF general.architecture
+  std::string arch;          // "qwen2", "llama", "qwen3", "qwen3moe" or "gemma3": the GGUF general.architecture
   std::uint32_t n_layers = 0;
   std::uint32_t n_embd = 0;
   std::uint32_t n_heads = 0;
@@ -31,6 +31,17 @@ struct ModelPreset {
   // head's pre-RoPE queries and keys sit in a cluster around a non-zero centre, as in trained
   // models (what KV eviction by TriAttention scoring relies on). Set from GenerateOptions.
   float qk_concentration = 0.0f;
+  // qwen3, qwen3moe: attn_q_norm / attn_k_norm per layer, and attention.key_length written.
+  bool qk_norm = false;
+  // qwen3moe: routed experts in place of the dense feed-forward (n_ff is then only declared).
+  std::uint32_t n_experts = 0;       // expert_count; 0: a dense model
+  std::uint32_t n_experts_used = 0;  // expert_used_count
+  std::uint32_t n_ff_expert = 0;     // expert_feed_forward_length
+  // gemma3: post_attention_norm / post_ffw_norm per layer, and local layers (llama.cpp's default
+  // pattern: 5 of every 6) attending to the last `sliding_window` tokens with rope_base_swa.
+  bool post_norms = false;
+  std::uint32_t sliding_window = 0;  // 0: no sliding_window key
+  float rope_base_swa = 10000.0f;
 };
 
 // Llama 3's rope scaling (config.json "rope_scaling" of Llama 3.2 1B).

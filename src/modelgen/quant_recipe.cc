@@ -78,7 +78,12 @@ bool is_quantized_scheme(const QuantScheme& scheme) { return block_elems(scheme.
 
 TensorType choose_tensor_type(const QuantScheme& scheme, const std::string& name, const std::vector<std::uint64_t>& dims,
                               TensorType current, const ModelShapeForQuant& shape) {
-  if (dims.size() != 2 || !ends_with(name, "weight") || contains(name, "_norm.weight")) return current;
+  // 2-D matrices and 3-D expert stacks; never norms nor the MoE router (ffn_gate_inp), which
+  // llama.cpp keeps in its stored type.
+  if (dims.size() < 2 || dims.size() > 3 || !ends_with(name, "weight") || contains(name, "_norm.weight") ||
+      contains(name, "ffn_gate_inp.weight")) {
+    return current;
+  }
   if (!is_quantized_scheme(scheme)) return scheme.base;
   const std::string& s = scheme.name;
   const std::uint64_t row = dims[0];
@@ -104,6 +109,9 @@ TensorType choose_tensor_type(const QuantScheme& scheme, const std::string& name
     } else if (s == "q4_k_s" && layer < 4) {
       type = TensorType::kQ5_K;
     }
+    if (shape.n_experts == 8) type = TensorType::kQ8_0;  // llama.cpp: "for the 8-expert model ... ~128MB"
+  } else if (contains(name, "attn_k.weight")) {
+    if (shape.n_experts == 8) type = TensorType::kQ8_0;
   } else if (contains(name, "ffn_down")) {
     if (s == "q2_k") {
       type = TensorType::kQ3_K;
@@ -116,6 +124,8 @@ TensorType choose_tensor_type(const QuantScheme& scheme, const std::string& name
     } else if (s == "q4_k_s" && layer < n / 8) {
       type = TensorType::kQ5_K;
     }
+  } else if (contains(name, "attn_output.weight") && shape.n_experts == 8) {
+    if (s == "q2_k" || s == "q3_k_s" || s == "q3_k_m" || s == "q4_k_s" || s == "q4_k_m") type = TensorType::kQ5_K;
   } else if (contains(name, "attn_output.weight")) {
     if (s == "q2_k") type = TensorType::kQ3_K;
     else if (s == "q3_k_m") type = TensorType::kQ4_K;

@@ -2,9 +2,10 @@
 //
 // The names are llama.cpp's file types, and so are the mixtures behind the _S / _M / _L names:
 // they follow llama.cpp's per-tensor choice (src/llama-quant.cpp, llama_tensor_get_type_impl and
-// tensor_type_fallback), read there and restated here for the tensors of the llama and qwen2
-// architectures this project runs (no MoE, no Falcon, no importance matrix):
-//   - only 2-D tensors whose name ends in "weight" are quantized, never norms;
+// tensor_type_fallback), read there and restated here for the tensors of the architectures this
+// project runs (llama, qwen2, qwen3, qwen3moe; no Falcon, no importance matrix):
+//   - only 2-D tensors and 3-D expert stacks whose name ends in "weight" are quantized, never norms
+//     nor the MoE router (ffn_gate_inp); an expert stack's row is its dims[0], like a matrix's;
 //   - the output matrix, or the token embedding when it doubles as the output (no output.weight),
 //     takes Q6_K (Q8_0 when its row length is not a multiple of the scheme's block, and under q8_0);
 //   - attn_v.weight: q2_k -> Q4_K when heads / kv heads >= 4, else Q3_K; q3_k_m -> Q5_K in the first
@@ -15,6 +16,8 @@
 //   - attn_output.weight: q2_k -> Q3_K, q3_k_m -> Q4_K, q3_k_l -> Q5_K;
 //   - a row length that is not a multiple of the chosen type's block falls back: Q2_K/Q3_K -> Q4_0,
 //     Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when even 32 does not divide it.
+//   - models of exactly 8 experts (Mixtral's shape) take attn_v and attn_k in Q8_0, and
+//     attn_output in Q5_K under q2_k, q3_k_s, q3_k_m, q4_k_s and q4_k_m;
 //   use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2: the first and last eighth of
 //   the layers and every third one between.
 //
@@ -47,6 +50,7 @@ struct ModelShapeForQuant {
   int n_layers = 1;
   int n_gqa = 1;
   bool has_output = false;
+  int n_experts = 0;  // expert_count; 0 for dense models
 };
 
 // The type `name` (with `dims`, dims[0] the row length) gets under `scheme`. Tensors that are not

@@ -79,6 +79,7 @@ ModelShapeForQuant quant_shape_of(const gguf::File& file) {
     auto kv_heads = file.get_uint(*arch + ".attention.head_count_kv");
     if (layers) shape.n_layers = static_cast<int>(*layers);
     if (heads && kv_heads && *kv_heads > 0) shape.n_gqa = static_cast<int>(*heads / *kv_heads);
+    if (auto experts = file.get_uint(*arch + ".expert_count")) shape.n_experts = static_cast<int>(*experts);
   }
   return shape;
 }

@@ -92,6 +92,38 @@ TEST(QuantRecipe, MixturesOnLlama32_1B) {
 }
 
 // Rows too short even for a 32-weight block fall back to F16.
+// Qwen3-30B-A3B (48 layers, 128 experts, 4 KV heads for 32): the 3-D expert stacks take the
+// matrices' rules by name (ffn_down_exps is an ffn_down), the router keeps F32, and 128 experts
+// are not Mixtral's 8, so attn_v keeps the dense rule.
+TEST(QuantRecipe, Q4KMOnQwen3_30B_A3B) {
+  auto t = planned_types("qwen3-30b-a3b", "q4_k_m");
+  EXPECT_EQ(t["output.weight"], TensorType::kQ6_K);
+  EXPECT_EQ(t["token_embd.weight"], TensorType::kQ4_K);
+  EXPECT_EQ(t["blk.0.ffn_gate_inp.weight"], TensorType::kF32);
+  EXPECT_EQ(t["blk.0.ffn_gate_exps.weight"], TensorType::kQ4_K);
+  EXPECT_EQ(t["blk.0.ffn_up_exps.weight"], TensorType::kQ4_K);
+  EXPECT_EQ(t["blk.0.ffn_down_exps.weight"], TensorType::kQ6_K);   // first eighth
+  EXPECT_EQ(t["blk.7.ffn_down_exps.weight"], TensorType::kQ4_K);   // (7 - 6) % 3 != 2
+  EXPECT_EQ(t["blk.8.ffn_down_exps.weight"], TensorType::kQ6_K);   // (8 - 6) % 3 == 2
+  EXPECT_EQ(t["blk.0.attn_v.weight"], TensorType::kQ6_K);
+  EXPECT_EQ(t["blk.7.attn_v.weight"], TensorType::kQ4_K);
+  EXPECT_EQ(t["blk.0.attn_k.weight"], TensorType::kQ4_K);
+  EXPECT_EQ(t["blk.0.attn_q_norm.weight"], TensorType::kF32);
+}
+
+// Exactly 8 experts (Mixtral's shape): llama.cpp bumps attn_v and attn_k to Q8_0 and attn_output to Q5_K.
+TEST(QuantRecipe, EightExpertBumps) {
+  const ModelShapeForQuant shape{32, 4, true, 8};
+  const QuantScheme& q4km = *find_quant_scheme("q4_k_m");
+  EXPECT_EQ(choose_tensor_type(q4km, "blk.3.attn_v.weight", {4096, 1024}, TensorType::kF16, shape), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(q4km, "blk.3.attn_k.weight", {4096, 1024}, TensorType::kF16, shape), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(q4km, "blk.3.attn_output.weight", {4096, 4096}, TensorType::kF16, shape), TensorType::kQ5_K);
+  EXPECT_EQ(choose_tensor_type(*find_quant_scheme("q5_k_m"), "blk.3.attn_output.weight", {4096, 4096}, TensorType::kF16, shape),
+            TensorType::kQ5_K);  // q5_k_m's base: not in the bumped list, and its own base anyway
+  const ModelShapeForQuant dense{32, 4, true, 0};
+  EXPECT_EQ(choose_tensor_type(q4km, "blk.3.attn_k.weight", {4096, 1024}, TensorType::kF16, dense), TensorType::kQ4_K);
+}
+
 TEST(QuantRecipe, FallbackChain) {
   const ModelShapeForQuant shape{4, 1, true};
   const QuantScheme* q4km = find_quant_scheme("q4_k_m");
@@ -110,9 +142,18 @@ TEST(QuantRecipe, FallbackChain) {
 // A file written by quantize reads back with the same tensors (names, order, shapes), the types
 // of the recipe, the metadata plus file_type, the unconverted tensors byte for byte, and the
 // converted ones within their quantization step of the source.
-TEST(Quantize, WrittenFileReadsBackWithTheSameTensors) {
-  const std::string src = testing::test_model_path("tiny-k", TensorType::kF16);
-  const std::string out = std::string(KVSTASH_BINARY_DIR) + "/test-models/quantize-test-q4_k_m.gguf";
+// qwen3moe-tiny: the 3-D expert tensors convert row by row like matrices; the router stays as stored.
+class QuantizePresets : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Presets, QuantizePresets, ::testing::Values("tiny-k", "qwen3moe-tiny"), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+TEST_P(QuantizePresets, WrittenFileReadsBackWithTheSameTensors) {
+  const std::string preset = GetParam();
+  const std::string src = testing::test_model_path(preset, TensorType::kF16);
+  const std::string out = std::string(KVSTASH_BINARY_DIR) + "/test-models/quantize-test-" + preset + "-q4_k_m.gguf";
   ThreadPool pool(2);
   int progress_lines = 0;
   QuantizeOptions o{src, out, "q4_k_m", [&](const std::string&) { ++progress_lines; }};
@@ -124,9 +165,9 @@ TEST(Quantize, WrittenFileReadsBackWithTheSameTensors) {
   EXPECT_EQ(progress_lines, static_cast<int>((*in)->tensors().size()));
   EXPECT_EQ(*(*q)->get_uint("general.file_type"), 15u);
   EXPECT_EQ(*(*q)->get_uint("general.quantization_version"), 2u);
-  EXPECT_EQ(*(*q)->get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(*(*q)->get_string("general.architecture"), *(*in)->get_string("general.architecture"));
   EXPECT_TRUE(*(*q)->find("tokenizer.ggml.tokens") == *(*in)->find("tokenizer.ggml.tokens"));
-  const auto planned = planned_types("tiny-k", "q4_k_m");
+  const auto planned = planned_types(preset, "q4_k_m");
   ASSERT_EQ((*q)->tensors().size(), (*in)->tensors().size());
   for (std::size_t i = 0; i < (*in)->tensors().size(); ++i) {
     const gguf::TensorInfo& a = (*in)->tensors()[i];
@@ -135,6 +176,11 @@ TEST(Quantize, WrittenFileReadsBackWithTheSameTensors) {
     EXPECT_EQ(a.name, b.name);
     EXPECT_EQ(a.dims, b.dims);
     EXPECT_EQ(b.type, planned.at(a.name));
+    if (a.name.find("_exps.weight") != std::string::npos) {
+      EXPECT_EQ(a.dims.size(), 3u);
+      EXPECT_NE(a.type, b.type) << "expert tensors are quantized";
+    }
+    if (a.name.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(b.type, TensorType::kF32) << "the router is kept";
     if (a.type == b.type) {
       ASSERT_EQ(a.n_bytes, b.n_bytes);
       EXPECT_EQ(0, std::memcmp(a.data, b.data, a.n_bytes));

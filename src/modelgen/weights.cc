@@ -46,7 +46,10 @@ TensorValues::TensorValues(const ModelPreset& preset, const TensorPlan& tensor, 
       // The projections that write into the residual stream get 3x the gain, so that each layer
       // moves the hidden state well away from the input token's embedding. Otherwise a model with
       // tied embeddings greedily repeats its input token (the embedding's dot with itself wins).
-      if (tensor.name.ends_with("attn_output.weight") || tensor.name.ends_with("ffn_down.weight")) scale_ *= 3.0f;
+      if (tensor.name.ends_with("attn_output.weight") || tensor.name.ends_with("ffn_down.weight") ||
+          tensor.name.ends_with("ffn_down_exps.weight")) {
+        scale_ *= 3.0f;
+      }
       break;
     case Init::kEmbedding:
       // std 1 spreads logits well (std sqrt(n_embd)); tied models take 0.25 for the reason above.

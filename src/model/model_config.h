@@ -1,0 +1,116 @@
+// What a loaded model computes, as data: the model-wide shape and, per layer, which attention,
+// norms, biases, RoPE and feed-forward it runs. The loader maps each GGUF architecture onto this
+// description (model/architectures.cc); the forward pass walks it and has no per-architecture
+// branches, so a new architecture is a mapping plus whatever kernel is genuinely new.
+//
+// Every kind named here is either run by forward() or refused at load by name
+// (check_runnable): the description never holds something the forward pass would ignore.
+//
+// Thread safety: plain values; a Model's config is immutable after load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kvstash/status.h"
+
+namespace kvstash {
+
+enum class RopeStyle {
+  kInterleaved,  // GGUF `llama`: rotate pairs (x[2i], x[2i+1]); Q/K rows were permuted by the converter
+  kHalves,       // GGUF `qwen2`, `qwen3` (NEOX style): rotate pairs (x[i], x[i + d/2])
+};
+
+// Rotary position embedding of one layer. Per-pair frequency divisors (Llama 3's rope_freqs.weight)
+// are a tensor, held by the Model; they apply to every layer that has them.
+struct RopeSpec {
+  float base = 10000.0f;                 // the angle of pair i per position is base^(-2i/head_dim) * scale
+  float scale = 1.0f;                    // linear rope scaling: 1 / rope.scaling.factor; 1: none
+  RopeStyle style = RopeStyle::kInterleaved;
+  bool operator==(const RopeSpec&) const = default;
+};
+
+enum class AttentionKind {
+  kFull,           // causal over every earlier token of the sequence
+  kSlidingWindow,  // causal, key j visible to query i iff i - j < window (gemma3's local layers)
+  kSinks,          // full, plus one learned logit per head in the softmax denominator (gpt-oss): not run yet
+};
+
+struct AttentionSpec {
+  AttentionKind kind = AttentionKind::kFull;
+  int window = 0;          // kSlidingWindow only: tokens a query sees, itself included
+  bool qkv_bias = false;   // attn_{q,k,v}.bias added after the projections (qwen2)
+  bool qk_norm = false;    // RMSNorm of every Q and K head (head_dim wide, one weight vector for all
+                           // heads) before RoPE (qwen3)
+  RopeSpec rope;
+};
+
+enum class FfnKind {
+  kSwiGlu,     // down(silu(gate(x)) * up(x))
+  kGeluGated,  // down(gelu_tanh(gate(x)) * up(x)) (gemma3), GELU as llama.cpp's CPU F16 table gives it
+  kMoe,        // a router picks experts per token, each a SwiGLU; their outputs weighted and summed
+};
+
+// How the router's logits become expert weights.
+enum class ExpertGating {
+  kSoftmaxTopK,  // softmax over all experts, keep the top k; renormalised to sum 1 when `renormalize` (qwen3moe)
+};
+
+struct MoeSpec {
+  int n_experts = 0;      // routed experts per layer (expert_count)
+  int n_used = 0;         // experts each token runs (expert_used_count)
+  int n_ff_expert = 0;    // hidden width of one expert (expert_feed_forward_length)
+  ExpertGating gating = ExpertGating::kSoftmaxTopK;
+  bool renormalize = true;  // divide the k kept weights by their sum
+};
+
+struct FfnSpec {
+  FfnKind kind = FfnKind::kSwiGlu;
+  int n_ff = 0;  // hidden width of the dense feed-forward (kSwiGlu, kGeluGated)
+  MoeSpec moe;   // kMoe only
+};
+
+// One transformer block: x += [post_norm](attention(norm(x))); x += [post_norm](ffn(norm(x))).
+struct LayerSpec {
+  AttentionSpec attention;
+  bool post_attention_norm = false;  // RMSNorm of the attention output before the residual add (gemma3)
+  bool post_ffn_norm = false;        // the same for the feed-forward output (gemma3)
+  FfnSpec ffn;
+};
+
+struct ModelConfig {
+  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gemma3"
+  std::string name;          // general.name, or the file's stem
+  int n_layers = 0;
+  int n_embd = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;          // may differ from n_embd / n_heads (qwen3: attention.key_length)
+  int n_ff = 0;              // feed_forward_length; for MoE models the dense width the file declares
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  // The RoPE of the full-attention layers (Model::rope_inv_freq); KV compaction
+  // (engine/kv_compactor.h) re-rotates keys with it, so a model whose layers differ (gemma3's
+  // local layers) refuses compacted sequences (forward: kInternal).
+  float rope_base = 10000.0f;
+  float rope_scale = 1.0f;  // linear rope scaling of the full-attention layers: 1 / factor
+  RopeStyle rope_style = RopeStyle::kInterleaved;
+  bool tied_output = false;      // the output projection is token_embd
+  float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma3: sqrt(n_embd)); 1: none
+  float attention_scale = 0.0f;  // Q.K multiplier; 0: 1 / sqrt(head_dim)
+  float logit_softcap = 0.0f;    // > 0: logits = cap * tanh(logits / cap) (final_logit_softcapping)
+  std::vector<LayerSpec> layers;  // n_layers entries
+
+  int kv_row_elems() const { return n_kv_heads * head_dim; }  // K (or V) elements per token per layer
+  bool has_moe() const;  // some layer's feed-forward is kMoe
+  // Some layer's attention or RoPE is not the model-wide full attention with rope_base/rope_style.
+  bool has_local_layers() const;
+};
+
+// kUnsupported naming the first thing in `c` that forward() does not run (attention sinks, a RoPE
+// style that differs between layers, ...); kInternal for a description that contradicts itself
+// (no experts, no window width); ok otherwise.
+Status check_runnable(const ModelConfig& c);
+
+}  // namespace kvstash

@@ -1,0 +1,208 @@
+// The per-layer description: what the loader maps each architecture to, and that whatever the
+// forward pass does not run is refused by name rather than ignored.
+#include "model/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "model/architectures.h"
+#include "model/model.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+using gguf::TensorType;
+
+ModelConfig described(const std::string& preset) {
+  auto file = gguf::File::open(testing::test_model_path(preset, TensorType::kF32));
+  EXPECT_TRUE(file.has_value());
+  ModelConfig c;
+  if (file) {
+    Status st = describe_architecture(**file, &c);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  }
+  return c;
+}
+
+TEST(Architectures, Qwen2LayersHaveBiasesAndHalvesRope) {
+  const ModelConfig c = described("tiny");
+  ASSERT_EQ(static_cast<int>(c.layers.size()), c.n_layers);
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+    EXPECT_TRUE(l.attention.qkv_bias);
+    EXPECT_FALSE(l.attention.qk_norm);
+    EXPECT_EQ(l.attention.rope.style, RopeStyle::kHalves);
+    EXPECT_EQ(l.ffn.kind, FfnKind::kSwiGlu);
+    EXPECT_EQ(l.ffn.n_ff, c.n_ff);
+  }
+  EXPECT_FALSE(c.has_moe());
+}
+
+TEST(Architectures, LlamaLayersHaveNoBiasesAndInterleavedRope) {
+  const ModelConfig c = described("tiny-llama");
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_FALSE(l.attention.qkv_bias);
+    EXPECT_FALSE(l.attention.qk_norm);
+    EXPECT_EQ(l.attention.rope.style, RopeStyle::kInterleaved);
+  }
+}
+
+TEST(Architectures, Qwen3HasQkNormAndItsOwnHeadDim) {
+  const ModelConfig c = described("qwen3-tiny");
+  EXPECT_EQ(c.architecture, "qwen3");
+  EXPECT_NE(c.head_dim, c.n_embd / c.n_heads);  // the preset is chosen so that they differ
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_TRUE(l.attention.qk_norm);
+    EXPECT_FALSE(l.attention.qkv_bias);
+    EXPECT_EQ(l.attention.rope.style, RopeStyle::kHalves);
+    EXPECT_EQ(l.ffn.kind, FfnKind::kSwiGlu);
+  }
+}
+
+TEST(Architectures, Qwen3MoeLayersRouteToExperts) {
+  const ModelConfig c = described("qwen3moe-tiny");
+  EXPECT_TRUE(c.has_moe());
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_TRUE(l.attention.qk_norm);
+    ASSERT_EQ(l.ffn.kind, FfnKind::kMoe);
+    EXPECT_GT(l.ffn.moe.n_experts, l.ffn.moe.n_used);
+    EXPECT_GT(l.ffn.moe.n_ff_expert, 0);
+    EXPECT_TRUE(l.ffn.moe.renormalize);
+  }
+}
+
+TEST(Architectures, Gemma3HasLocalLayersWithTheirOwnRope) {
+  const ModelConfig c = described("gemma3-tiny");
+  ASSERT_EQ(c.n_layers, 7);
+  EXPECT_TRUE(c.has_local_layers());
+  EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / std::sqrt(32.0f));
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerSpec& l = c.layers[static_cast<std::size_t>(i)];
+    const bool local = i % 6 < 5;  // llama.cpp's default pattern: layer 5 global
+    EXPECT_EQ(l.attention.kind, local ? AttentionKind::kSlidingWindow : AttentionKind::kFull) << i;
+    EXPECT_EQ(l.attention.window, local ? 8 : 0) << i;
+    EXPECT_FLOAT_EQ(l.attention.rope.base, local ? 10000.0f : 1e6f) << i;
+    EXPECT_TRUE(l.attention.qk_norm);
+    EXPECT_TRUE(l.post_attention_norm);
+    EXPECT_TRUE(l.post_ffn_norm);
+    EXPECT_EQ(l.ffn.kind, FfnKind::kGeluGated);
+  }
+  EXPECT_TRUE(check_runnable(c).is_ok());
+}
+
+// A copy of `preset`'s F32 file with metadata keys set (added or replaced), for mapping tests.
+std::unique_ptr<gguf::File> with_keys(const std::string& preset, const std::string& name,
+                                      const std::vector<std::pair<std::string, gguf::Value>>& keys) {
+  auto src = gguf::File::open(testing::test_model_path(preset, TensorType::kF32));
+  EXPECT_TRUE(src.has_value());
+  gguf::Writer w;
+  for (const auto& [k, v] : (*src)->metadata()) w.set(k, v);
+  for (const auto& [k, v] : keys) w.set(k, v);
+  for (const auto& t : (*src)->tensors()) EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims).is_ok());
+  // Per process: the tests of this binary may run in parallel with another copy of it.
+  const std::string out = std::string(KVSTASH_BINARY_DIR) + "/test-models/pid" + std::to_string(::getpid()) + "-" + name;
+  EXPECT_TRUE(w.write(out, [&](std::size_t i, std::span<std::uint8_t> bytes) {
+                 std::memcpy(bytes.data(), (*src)->tensors()[i].data, bytes.size());
+                 return Status::ok();
+               }).is_ok());
+  auto f = gguf::File::open(out);
+  std::filesystem::remove(out);  // the mapping stays valid
+  EXPECT_TRUE(f.has_value());
+  return f ? std::move(*f) : nullptr;
+}
+
+TEST(Architectures, RopeScalingLinearIsAppliedOthersAreRefusedByName) {
+  auto linear = with_keys("qwen3-tiny", "rope-linear.gguf",
+                          {{"qwen3.rope.scaling.type", gguf::Value::string("linear")},
+                           {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+  ASSERT_TRUE(linear);
+  ModelConfig c;
+  ASSERT_TRUE(describe_architecture(*linear, &c).is_ok());
+  EXPECT_FLOAT_EQ(c.rope_scale, 0.25f);
+  EXPECT_FLOAT_EQ(c.layers[1].attention.rope.scale, 0.25f);
+
+  auto yarn = with_keys("qwen3-tiny", "rope-yarn.gguf",
+                        {{"qwen3.rope.scaling.type", gguf::Value::string("yarn")},
+                         {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+  ASSERT_TRUE(yarn);
+  ModelConfig y;
+  const Status st = describe_architecture(*yarn, &y);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("'yarn'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("supported: none, llama3, linear"), std::string::npos) << st.message();
+}
+
+// gemma3 files may name the local layers one by one (a bool per layer) instead of a period.
+TEST(Architectures, Gemma3WindowPatternAsAPerLayerArray) {
+  gguf::Array pattern;
+  pattern.elem_type = gguf::ValueType::kBool;
+  for (bool local : {true, false, true, true, false, false, true}) pattern.items.push_back(gguf::Value::boolean(local));
+  gguf::Value value;
+  value.type = gguf::ValueType::kArray;
+  value.data = pattern;
+  auto f = with_keys("gemma3-tiny", "gemma3-pattern.gguf", {{"gemma3.attention.sliding_window_pattern", value}});
+  ASSERT_TRUE(f);
+  ModelConfig c;
+  ASSERT_TRUE(describe_architecture(*f, &c).is_ok());
+  const bool want[7] = {true, false, true, true, false, false, true};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(c.layers[static_cast<std::size_t>(i)].attention.kind == AttentionKind::kSlidingWindow, want[i]) << i;
+    EXPECT_FLOAT_EQ(c.layers[static_cast<std::size_t>(i)].attention.rope.base, want[i] ? 10000.0f : 1e6f) << i;
+  }
+  // A period of 3: layers 0, 1, 3, 4 and 6 local.
+  auto p3 = with_keys("gemma3-tiny", "gemma3-p3.gguf", {{"gemma3.attention.sliding_window_pattern", gguf::Value::u32(3)}});
+  ASSERT_TRUE(p3);
+  ModelConfig c3;
+  ASSERT_TRUE(describe_architecture(*p3, &c3).is_ok());
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(c3.layers[static_cast<std::size_t>(i)].attention.kind == AttentionKind::kSlidingWindow, i % 3 < 2) << i;
+  }
+}
+
+TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
+  const ModelConfig base = described("tiny");
+  ASSERT_TRUE(check_runnable(base).is_ok());
+  struct Case {
+    const char* expect_in_message;
+    void (*change)(ModelConfig&);
+  };
+  const Case cases[] = {
+      {"sinks", [](ModelConfig& c) { c.layers[0].attention.kind = AttentionKind::kSinks; }},
+      {"RoPE style", [](ModelConfig& c) { c.layers[1].attention.rope.style = RopeStyle::kInterleaved; }},
+  };
+  for (const Case& k : cases) {
+    ModelConfig c = base;
+    k.change(c);
+    const Status st = check_runnable(c);
+    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << k.expect_in_message;
+    EXPECT_NE(st.message().find(k.expect_in_message), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("'qwen2'"), std::string::npos) << st.message();
+  }
+  ModelConfig bad_moe = base;
+  bad_moe.layers[0].ffn.kind = FfnKind::kMoe;  // no experts described
+  EXPECT_EQ(check_runnable(bad_moe).code(), StatusCode::kInternal);
+  ModelConfig no_window = base;
+  no_window.layers[0].attention.kind = AttentionKind::kSlidingWindow;  // window 0
+  EXPECT_EQ(check_runnable(no_window).code(), StatusCode::kInternal);
+  // What forward runs: windows, their own RoPE base, GELU, post-norms, a soft-cap.
+  ModelConfig runnable = base;
+  runnable.layers[0].attention.kind = AttentionKind::kSlidingWindow;
+  runnable.layers[0].attention.window = 4;
+  runnable.layers[0].attention.rope.base = 10000.0f;
+  runnable.layers[1].ffn.kind = FfnKind::kGeluGated;
+  runnable.layers[1].post_ffn_norm = true;
+  runnable.logit_softcap = 30.0f;
+  EXPECT_TRUE(check_runnable(runnable).is_ok());
+  EXPECT_TRUE(runnable.has_local_layers());
+  EXPECT_FALSE(base.has_local_layers());
+}
+
+}  // namespace
+}  // namespace kvstash

@@ -1,0 +1,43 @@
+// The mixture-of-experts feed-forward on the CPU (qwen3moe): a router scores every expert for each
+// token, the token runs only the k best, and their SwiGLU outputs are summed with the router's
+// weights. Computed so that a forward pass reads each expert's weights at most once:
+//   - a batch's tokens are grouped by expert, and each expert multiplies all of its tokens in one
+//     matmul (its weights streamed once for them all);
+//   - one token (decode): the gate and up matrices of its k experts share the input, so they go to
+//     the pool as one matmul_many, whose tasks split the rows of all k experts over the threads; the
+//     down projections, each on its own input, are split by rows expert after expert.
+// A token's output depends on its own routing only, summed in its top-k order (as llama.cpp's
+// build_moe_ffn does): the batch it rides in changes nothing but the matmul path (kernels.h).
+//
+// Thread safety: moe_feed_forward uses `pool` for the duration of the call; weights are read only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/model_config.h"
+
+namespace kvstash {
+
+// One MoE layer's weights. The GGUF stores each of gate/up/down as one 3-D tensor, experts along
+// the slowest dimension; each view here is one expert's slice of it.
+struct ExpertWeights {
+  kernels::WeightView router;                       // ffn_gate_inp: n_experts rows of n_embd
+  std::vector<kernels::WeightView> gate, up, down;  // per expert: n_ff_expert x n_embd, the same, n_embd x n_ff_expert
+};
+
+// The router's choice for T tokens: experts[t * n_used + j] is token t's j-th expert (best first)
+// and weights[...] its weight. From router logits [T][n_experts]: softmax over all experts, the
+// n_used largest probabilities (ties: the lower expert index first), divided by their sum when
+// spec.renormalize (the sum clamped below at 2^-14, as llama.cpp does).
+void route_tokens(const MoeSpec& spec, const float* router_logits, int n_tokens, int* experts, float* weights);
+
+// out[t] = sum_j weights[t][j] * down_e(silu(gate_e(x_t)) * up_e(x_t)), e = experts[t][j], for the
+// T rows of x (n_embd floats each). Returns the bytes of weight matrices it read (the router and
+// each expert used by some token, once), for ForwardProfile.
+std::int64_t moe_feed_forward(const MoeSpec& spec, const ExpertWeights& w, const float* x, int n_tokens, int n_embd,
+                              float* out, ThreadPool& pool);
+
+}  // namespace kvstash
