@@ -86,6 +86,13 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
     out.max_tokens = std::min(room, kDefaultMaxTokens);
   }
   out.sampling = parsed.sampling;
+  for (const auto& [token, bias] : out.sampling.logit_bias) {
+    if (token >= model.n_vocab) {
+      return bad_request("token id " + std::to_string(token) + " in 'logit_bias' is out of range (vocabulary size " +
+                             std::to_string(model.n_vocab) + ")",
+                         "logit_bias", "invalid_token");
+    }
+  }
   out.cache_salt = parsed.cache_salt;
   out.kv_budget = parsed.kv_budget;
   if (parsed.ignore_eos) {
