@@ -264,16 +264,14 @@ std::optional<ApiError> parse_logprobs(const json& body, ParsedRequest& out) {
 // (null, 0, false, {}, [], "none"/"auto" with no tools for tool_choice) changes nothing and is
 // accepted.
 std::optional<ApiError> reject_unsupported(const json& body) {
-  static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
-                                  "best_of", "echo", "suffix", "parallel_tool_calls", "audio", "modalities",
+  static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "best_of", "echo", "suffix", "parallel_tool_calls", "audio", "modalities",
                                   "prediction", "reasoning_effort", "web_search_options"};
   for (const char* name : kFields) {
     const json* v = field(body, name);
     if (!v) continue;
     const bool off = (v->is_number() && v->get<double>() == 0.0) || (v->is_boolean() && !v->get<bool>()) ||
                      ((v->is_object() || v->is_array()) && v->empty()) ||
-                     (v->is_string() && (*v == "none" || *v == "auto") && std::string(name) == "tool_choice") ||
-                     (std::string(name) == "response_format" && v->is_object() && v->value("type", "") == "text");
+                     (v->is_string() && (*v == "none" || *v == "auto") && std::string(name) == "tool_choice");
     if (off) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
   }
@@ -299,7 +297,7 @@ std::optional<ApiError> reject_unimplemented_samplers(const json& body) {
     if (!v || (v->is_number() && v->get<double>() == off)) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
   }
-  for (const char* name : {"dry_sequence_breakers", "samplers", "grammar", "json_schema"}) {
+  for (const char* name : {"dry_sequence_breakers", "samplers", "grammar"}) {
     const json* v = field(body, name);
     if (!v || ((v->is_array() || v->is_object() || v->is_string()) && v->empty())) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
@@ -447,6 +445,21 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   return get_string(body, "cache_salt", out.cache_salt);
 }
 
+// ---- Structured outputs (issue 33): response_format / json_schema ------------------------------
+// The schema's properties are generated in the order the client wrote them, which `json` (keys
+// sorted) loses: the body is read again, keys in order, when it has either field.
+std::optional<ApiError> parse_structured_output(const json& body, std::string_view text, ParsedRequest& out) {
+  if (!field(body, "response_format") && !field(body, "json_schema")) return std::nullopt;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
+  if (auto err = parse_response_format(ordered, out.response_format)) return err;
+  if (out.response_format.kind != ResponseFormat::Kind::kText && out.ignore_eos) {
+    return bad_request("'ignore_eos' cannot be combined with a response format: the output ends where the format does",
+                       "ignore_eos", "invalid_value");
+  }
+  return std::nullopt;
+}
+// ---- end of structured outputs ------------------------------------------------------------------
+
 }  // namespace
 
 std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, ParsedRequest& out) {
@@ -469,7 +482,8 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
                        "invalid_json");
   }
   try {
-    return parse_object(parsed, out);
+    if (auto err = parse_object(parsed, out)) return err;
+    return parse_structured_output(parsed, body, out);
   } catch (const json::exception& e) {
     // Every access above is type-checked first; this is a safety net so that no exception
     // escapes the module.

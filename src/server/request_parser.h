@@ -15,12 +15,13 @@
 // presence_penalty and frequency_penalty [-2, 2] (OpenAI, over generated tokens),
 // repetition_penalty / repeat_penalty (0, 10] (vLLM's / llama-server's name for one knob, with
 // llama.cpp's semantics) over repeat_last_n tokens (>= -1, default 64), min_p [0, 1],
-// typical_p (0, 1].
+// typical_p (0, 1]. Structured outputs: response_format (json_schema, json_object, text) and
+// llama-server's top-level json_schema (server/structured_output.h); not with ignore_eos.
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
 // Fields of OpenAI's API this server does not implement (tools, tool_choice, best_of, ...) and
 // llama-server's or vLLM's samplers it does not implement (mirostat, dry_*, xtc_*, top_n_sigma,
-// tfs_z, dynatemp_*, grammar, json_schema, ...) get a 400 with code "unsupported_parameter"
+// tfs_z, dynatemp_*, grammar, ...) get a 400 with code "unsupported_parameter"
 // naming the field, unless their value means "off" (null, 0 or the server's default, {}, []).
 // Fields no server defines (foo_bar), and those that do not change the output (user, metadata,
 // store), are ignored, as llama-server and vLLM ignore them.
@@ -37,6 +38,7 @@
 #include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/chat_template.h"
+#include "server/structured_output.h"
 
 namespace kvstash::server {
 
@@ -61,6 +63,7 @@ struct ParsedRequest {
   bool ignore_eos = false;            // generate through end-of-generation tokens
   bool response_cache = true;         // "response_cache": false opts out of the response cache
   int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
+  ResponseFormat response_format;     // structured outputs (server/structured_output.h)
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.

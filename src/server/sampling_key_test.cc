@@ -7,6 +7,8 @@
 #include <functional>
 #include <set>
 
+#include "grammar/grammar_cache.h"
+
 namespace kvstash::server {
 namespace {
 
@@ -42,6 +44,21 @@ TEST(SamplingKey, EveryKnobChangesTheKeyAndDefaultsAddNothing) {
     EXPECT_TRUE(keys.insert(digest(s)).second) << "two settings share a key";
     EXPECT_EQ(digest(s), digest(s));
   }
+}
+
+TEST(SamplingKey, TheGrammarsKeyIsPartOfIt) {
+  grammar::GrammarCache cache(grammar::TokenVocabulary::create({"true", "null", "{", "}", "\""}, {}));
+  SamplingParams a, b, c;
+  a.grammar = *cache.json_schema(R"({"type":"boolean"})");
+  b.grammar = *cache.json_schema(R"({"type":"null"})");
+  c.grammar = *cache.json_object();
+  EXPECT_TRUE(has_sampling_knobs(a));
+  EXPECT_NE(digest(a), digest(b));
+  EXPECT_NE(digest(a), digest(c));
+  EXPECT_NE(digest(a), digest(SamplingParams{}));
+  SamplingParams a2;
+  a2.grammar = *cache.json_schema(R"({"type":"boolean"})");
+  EXPECT_EQ(digest(a), digest(a2));
 }
 
 }  // namespace
