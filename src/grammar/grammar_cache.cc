@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 
 namespace kvstash::grammar {
@@ -10,12 +11,19 @@ GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, Gr
     : vocabulary_(std::move(vocabulary)), options_(options) {}
 
 Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::json_schema(const std::string& schema_text) {
-  return get("json_schema:" + schema_text, schema_text);
+  return get("json_schema:" + schema_text, [&schema_text] { return compile_json_schema_text(schema_text); });
 }
 
-Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::json_object() { return get("json_object", ""); }
+Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::json_object() {
+  return get("json_object", [] { return Expected<Grammar>(json_object_grammar()); });
+}
 
-Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::string& key, const std::string& schema_text) {
+Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::gbnf(const std::string& text) {
+  return get("gbnf:" + text, [&text] { return parse_gbnf(text); });
+}
+
+Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::string& key,
+                                                                   const std::function<Expected<Grammar>()>& compile) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -23,7 +31,7 @@ Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::st
     return it->second->second;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Expected<Grammar> grammar = key == "json_object" ? Expected<Grammar>(json_object_grammar()) : compile_json_schema_text(schema_text);
+  Expected<Grammar> grammar = compile();
   if (!grammar) {
     ++stats_.errors;
     return grammar.status();

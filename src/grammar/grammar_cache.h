@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -39,12 +40,14 @@ class GrammarCache {
   Expected<std::shared_ptr<const CompiledGrammar>> json_schema(const std::string& schema_text);
   // Any JSON object.
   Expected<std::shared_ptr<const CompiledGrammar>> json_object();
+  // A GBNF grammar (llama-server's `grammar` field, gbnf.h). Errors: parse_gbnf's.
+  Expected<std::shared_ptr<const CompiledGrammar>> gbnf(const std::string& text);
 
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   GrammarCacheStats stats() const;
 
  private:
-  Expected<std::shared_ptr<const CompiledGrammar>> get(const std::string& key, const std::string& schema_text);
+  Expected<std::shared_ptr<const CompiledGrammar>> get(const std::string& key, const std::function<Expected<Grammar>()>& compile);
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   GrammarCacheOptions options_;

@@ -297,7 +297,7 @@ std::optional<ApiError> reject_unimplemented_samplers(const json& body) {
     if (!v || (v->is_number() && v->get<double>() == off)) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
   }
-  for (const char* name : {"dry_sequence_breakers", "samplers", "grammar"}) {
+  for (const char* name : {"dry_sequence_breakers", "samplers"}) {
     const json* v = field(body, name);
     if (!v || ((v->is_array() || v->is_object() || v->is_string()) && v->empty())) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
@@ -445,11 +445,11 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   return get_string(body, "cache_salt", out.cache_salt);
 }
 
-// ---- Structured outputs (issue 33): response_format / json_schema ------------------------------
+// ---- Structured outputs (issue 33): response_format / json_schema / grammar -------------------
 // The schema's properties are generated in the order the client wrote them, which `json` (keys
 // sorted) loses: the body is read again, keys in order, when it has either field.
 std::optional<ApiError> parse_structured_output(const json& body, std::string_view text, ParsedRequest& out) {
-  if (!field(body, "response_format") && !field(body, "json_schema")) return std::nullopt;
+  if (!field(body, "response_format") && !field(body, "json_schema") && !field(body, "grammar")) return std::nullopt;
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
   if (auto err = parse_response_format(ordered, out.response_format)) return err;
   if (out.response_format.kind != ResponseFormat::Kind::kText && out.ignore_eos) {

@@ -29,6 +29,14 @@ std::optional<ApiError> parse_response_format(const ojson& body, ResponseFormat&
   const bool has_rf = rf != body.end() && !rf->is_null();
   const bool has_top = top_schema != body.end() && !top_schema->is_null() && !(top_schema->is_object() && top_schema->empty());
   if (has_rf && has_top) return format_error("give either 'response_format' or 'json_schema', not both", "json_schema");
+  auto gbnf = body.find("grammar");
+  if (gbnf != body.end() && !gbnf->is_null() && !(gbnf->is_string() && gbnf->get<std::string>().empty())) {
+    if (has_rf || has_top) return format_error("'grammar' cannot be combined with 'response_format' or 'json_schema'", "grammar");
+    if (!gbnf->is_string()) return format_error("'grammar' must be a string (GBNF)", "grammar", "invalid_type");
+    out.kind = ResponseFormat::Kind::kGbnf;
+    out.schema = gbnf->get<std::string>();
+    return std::nullopt;
+  }
   if (has_top) {
     if (!top_schema->is_object()) return format_error("'json_schema' must be a JSON Schema object", "json_schema", "invalid_type");
     out.kind = ResponseFormat::Kind::kJsonSchema;
@@ -102,7 +110,12 @@ grammar::GrammarCache& StructuredOutputs::cache() {
 std::optional<ApiError> StructuredOutputs::apply(const ResponseFormat& format, SamplingParams& sampling) {
   if (format.kind == ResponseFormat::Kind::kText) return std::nullopt;
   if (!tokenizer_) return bad_request("this server has no tokenizer to constrain decoding with", "response_format", "unsupported_parameter");
-  auto compiled = format.kind == ResponseFormat::Kind::kJsonObject ? cache().json_object() : cache().json_schema(format.schema);
+  auto compiled = format.kind == ResponseFormat::Kind::kJsonObject ? cache().json_object()
+                  : format.kind == ResponseFormat::Kind::kGbnf     ? cache().gbnf(format.schema)
+                                                                   : cache().json_schema(format.schema);
+  if (!compiled && format.kind == ResponseFormat::Kind::kGbnf) {
+    return bad_request("invalid 'grammar': " + compiled.status().message(), "grammar", "invalid_grammar");
+  }
   if (!compiled) {
     const bool unsupported = compiled.status().code() == StatusCode::kUnsupported;
     return bad_request(std::string(unsupported ? "unsupported" : "invalid") + " schema in 'response_format': " + compiled.status().message(),

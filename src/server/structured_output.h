@@ -4,6 +4,7 @@
 //   response_format: {"type": "json_object"}       any JSON object
 //   response_format: {"type": "text"} or absent     no constraint
 //   json_schema: {...}                             llama-server's top-level form of the first
+//   grammar: "root ::= ..."                         llama-server's GBNF (grammar/gbnf.h)
 //
 // parse_response_format() checks the shape (a 400 naming the field); the schema itself is
 // compiled later, by StructuredOutputs, against the served model's vocabulary, once per schema
@@ -33,13 +34,13 @@
 namespace kvstash::server {
 
 struct ResponseFormat {
-  enum class Kind { kText, kJsonObject, kJsonSchema };
+  enum class Kind { kText, kJsonObject, kJsonSchema, kGbnf };
   Kind kind = Kind::kText;
   std::string name;    // json_schema.name
-  std::string schema;  // the schema's canonical text (json_schema only)
+  std::string schema;  // the schema's canonical text (json_schema), the grammar's text (gbnf)
 };
 
-// Reads response_format (or llama-server's json_schema) from the request body, parsed with its
+// Reads response_format (or llama-server's json_schema or grammar; one of them) from the request body, parsed with its
 // keys in order. On error the 400 names the field.
 std::optional<ApiError> parse_response_format(const nlohmann::ordered_json& body, ResponseFormat& out);
 

@@ -175,5 +175,32 @@ TEST_F(StructuredOutputE2ETest, UnsupportedSchemasAreRefusedNamingTheKeyword) {
   EXPECT_TRUE(ok["ok"].is_boolean());
 }
 
+TEST_F(StructuredOutputE2ETest, GbnfGrammarField) {
+  using testing::expect_api_error;
+  for (int seed = 1; seed <= 5; ++seed) {
+    json body = chat({{"type", "text"}}, 1.0, seed);
+    body.erase("response_format");
+    body["grammar"] = "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\" | [0-9]{1,3}";
+    auto r = post(body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json response = json::parse(r->body);
+    EXPECT_EQ(response["choices"][0]["finish_reason"], "stop");
+    const std::string content = response["choices"][0]["message"]["content"];
+    const std::string answer = content.substr(0, content.size() - 1);
+    EXPECT_EQ(content.back(), '.') << content;
+    EXPECT_TRUE(answer == "yes" || answer == "no" ||
+                (!answer.empty() && answer.size() <= 3 && answer.find_first_not_of("0123456789") == std::string::npos))
+        << content;
+  }
+  json bad = chat({{"type", "text"}}, 1.0, 1);
+  bad.erase("response_format");
+  bad["grammar"] = "root ::= \"a\"\nitem ::= missing";
+  expect_api_error(post(bad), 400, "'missing' is used but never defined");
+  bad["grammar"] = "root ::= \"a\"";
+  bad["response_format"] = {{"type", "json_object"}};
+  expect_api_error(post(bad), 400, "grammar");
+}
+
 }  // namespace
 }  // namespace kvstash::server
