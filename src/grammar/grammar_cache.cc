@@ -26,9 +26,17 @@ Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::st
                                                                    const std::function<Expected<Grammar>()>& compile) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    ++stats_.hits;
-    return it->second->second;
+    // A grammar whose state table is three quarters full is replaced for new requests (those in
+    // flight keep the old one and its last quarter), so a long-lived schema whose states grow with
+    // its outputs (recursion) never runs its requests into the bound.
+    if (it->second->second->stats().states * 4 < options_.compiled.max_states * 3) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++stats_.hits;
+      return it->second->second;
+    }
+    lru_.erase(it->second);
+    index_.erase(it);
+    ++stats_.renewed;
   }
   const auto t0 = std::chrono::steady_clock::now();
   Expected<Grammar> grammar = compile();

@@ -1,7 +1,8 @@
 // Compiled grammars per constraint, shared across requests: the first request of a schema
 // compiles it and binds it to the vocabulary; later ones get the same CompiledGrammar, whose DFA
 // and masks are already warm (token_matcher.h). Bounded by count, least recently used first out
-// (a request holding one keeps it alive).
+// (a request holding one keeps it alive). A grammar whose DFA nears its bound is compiled afresh
+// for the requests that follow.
 //
 // Thread safety: all methods are safe from any thread (one mutex; compilation runs under it, a
 // few milliseconds for the schemas of the tests, BENCHMARKS.md).
@@ -19,8 +20,10 @@
 
 namespace kvstash::grammar {
 
+// Memory: each grammar holds at most max_states DFA states (about 1 KiB each) and max_mask_bytes
+// of masks, so the cache holds at most max_grammars times that (defaults: 16 x (32 MiB + 32 MiB)).
 struct GrammarCacheOptions {
-  std::size_t max_grammars = 64;      // compiled grammars kept; default 64
+  std::size_t max_grammars = 16;      // compiled grammars kept; default 16
   CompiledGrammarOptions compiled{};  // bounds of each one's DFA and masks
 };
 
@@ -28,6 +31,7 @@ struct GrammarCacheStats {
   std::int64_t hits = 0;
   std::int64_t compiles = 0;
   std::int64_t errors = 0;  // schemas refused
+  std::int64_t renewed = 0;  // grammars recompiled for new requests as their state table filled
   double compile_seconds = 0;
 };
 

@@ -220,5 +220,25 @@ TEST(GrammarCache, OneCompilationPerSchema) {
   EXPECT_EQ(cache.stats().errors, 1);
 }
 
+TEST(GrammarCache, AGrammarNearItsStateBoundIsRenewedForNewRequests) {
+  GrammarCacheOptions small;
+  small.compiled.max_states = 40;
+  GrammarCache cache(test::test_vocabulary(), small);
+  const std::string nested = R"({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"})";
+  auto first = cache.json_schema(nested);
+  ASSERT_TRUE(first);
+  // A request in flight nests 30 deep: a new stack, a new state per level (31 of 40).
+  auto state = (*first)->advance_bytes((*first)->initial_state(), std::string(30, '['));
+  ASSERT_TRUE(state) << state.status().to_string();
+  ASSERT_GE((*first)->stats().states, 30u);
+  auto second = cache.json_schema(nested);
+  ASSERT_TRUE(second);
+  EXPECT_NE(first->get(), second->get());
+  EXPECT_EQ(cache.stats().renewed, 1);
+  EXPECT_LT((*second)->stats().states, 30u);
+  // The request in flight keeps its grammar and goes on.
+  EXPECT_TRUE((*first)->advance_bytes(*state, "]"));
+}
+
 }  // namespace
 }  // namespace kvstash::grammar

@@ -66,8 +66,8 @@ class TokenVocabulary {
 };
 
 struct CompiledGrammarOptions {
-  std::size_t max_states = std::size_t{1} << 16;            // DFA states (about 1 KiB each); default 65,536
-  std::size_t max_mask_bytes = std::size_t{256} << 20;     // cached masks; default 256 MiB
+  std::size_t max_states = std::size_t{1} << 15;        // DFA states (about 1 KiB each); default 32,768
+  std::size_t max_mask_bytes = std::size_t{32} << 20;  // cached masks (19 KiB each at 151,936 tokens); default 32 MiB
 };
 
 struct CompiledGrammarStats {

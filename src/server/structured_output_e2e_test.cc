@@ -114,7 +114,9 @@ TEST_F(StructuredOutputE2ETest, JsonSchemaOutputValidatesInEverySampledRequest) 
     std::string why;
     EXPECT_TRUE(grammar::test::validates(value, schema, schema, why)) << "seed " << seed << ": " << why << " in " << content;
     // Generated in the schema's order.
-    if (seed == 1) EXPECT_EQ(value.begin().key(), "name") << content;
+    if (seed == 1) {
+      EXPECT_EQ(value.begin().key(), "name") << content;
+    }
   }
 }
 
