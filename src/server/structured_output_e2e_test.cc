@@ -139,6 +139,44 @@ TEST_F(StructuredOutputE2ETest, GreedyUnderASchemaIsValidAndRepeatable) {
   EXPECT_NE(json::parse(free->body)["choices"][0]["message"]["content"].get<std::string>(), content);
 }
 
+TEST_F(StructuredOutputE2ETest, StreamedAndCompletionsOutputsValidateToo) {
+  const ojson schema = ojson::parse(kSchema);
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", json::parse(kSchema)}}}};
+  for (int seed = 1; seed <= 3; ++seed) {
+    json body = chat(format, 1.0, seed);
+    body["stream"] = true;
+    auto r = post(body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    bool done = false;
+    std::string content, finish;
+    for (const json& chunk : testing::parse_sse(r->body, &done)) {
+      for (const json& choice : chunk.value("choices", json::array())) {
+        if (choice.contains("delta") && choice["delta"].contains("content") && choice["delta"]["content"].is_string()) {
+          content += choice["delta"]["content"].get<std::string>();
+        }
+        if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+      }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "stop");
+    std::string why;
+    const ojson value = ojson::parse(content, nullptr, false);
+    ASSERT_FALSE(value.is_discarded()) << content;
+    EXPECT_TRUE(grammar::test::validates(value, schema, schema, why)) << why << " in " << content;
+  }
+  // /v1/completions takes the same field.
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(120, 0);
+  const json completion = {{"prompt", "JSON:"}, {"response_format", format}, {"temperature", 1.0}, {"seed", 9}, {"max_tokens", 600}};
+  auto r = c.Post("/v1/completions", completion.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string text = json::parse(r->body)["choices"][0]["text"];
+  std::string why;
+  EXPECT_TRUE(grammar::test::validates(ojson::parse(text), schema, schema, why)) << why << " in " << text;
+}
+
 TEST_F(StructuredOutputE2ETest, JsonObjectOutputParsesWhenItEnds) {
   int stopped = 0;
   for (int seed = 1; seed <= 6; ++seed) {
