@@ -42,6 +42,7 @@ struct SamplingParams {
   std::uint64_t seed = 0;    // per request; same seed + same prompt = same output
   float min_p = 0.0f;        // 0 = off; drops tokens with p < min_p * p(most likely)
   float typical_p = 1.0f;    // 1 = off; locally typical sampling (Meister et al. 2022)
+  float top_n_sigma = -1.0f; // < 0 = off; keeps logits >= max - top_n_sigma * stddev (Tang et al. 2024)
   // OpenAI's penalties over the generated tokens: logit -= count * frequency + (count > 0) * presence.
   float presence_penalty = 0.0f;   // 0 = off
   float frequency_penalty = 0.0f;  // 0 = off

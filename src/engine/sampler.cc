@@ -146,6 +146,16 @@ TokenId Sampler::pick(const float* logits, int n_vocab) {
   if (candidates_.empty()) return -1;
   float max_logit = candidates_[0].first;
   for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
+  if (params_.top_n_sigma >= 0.0f) {
+    double mean = 0.0, sq = 0.0;
+    for (const auto& c : candidates_) mean += c.first;
+    mean /= static_cast<double>(candidates_.size());
+    for (const auto& c : candidates_) sq += (c.first - mean) * (c.first - mean);
+    const double sigma = std::sqrt(sq / static_cast<double>(candidates_.size()));
+    const auto floor = static_cast<float>(max_logit - params_.top_n_sigma * sigma);
+    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(), [floor](const auto& c) { return c.first < floor; }),
+                      candidates_.end());
+  }
   // min_p keeps p >= min_p * p_max, i.e. logit/T >= max + log(min_p).
   const float min_p_floor = params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : kMinusInf;
   auto below_min_p = [min_p_floor](const std::pair<float, TokenId>& c) { return c.first < min_p_floor; };

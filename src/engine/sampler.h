@@ -13,8 +13,10 @@
 //      end-of-generation tokens are allowed only where the grammar accepts. Every selection
 //      below sees only what is left, greedy included.
 //   5. Greedy (temperature 0): the most likely token left, ties to the lowest id. Otherwise the
-//      logits are divided by the temperature and filtered in llama.cpp's order: top_k, typical_p,
-//      top_p, min_p; the draw is from what is left, renormalised. (min_p is applied first when
+//      logits are divided by the temperature; top_n_sigma keeps those within top_n_sigma standard
+//      deviations (of the logits left) of the largest (scale-free, so the temperature does not
+//      change what it keeps); then the filters in llama.cpp's order: top_k, typical_p, top_p,
+//      min_p; the draw is from what is left, renormalised. (min_p is applied first when
 //      typical_p is off: it keeps p >= min_p * p_max, and top_k and top_p never drop the most
 //      likely token, so the result is the same and the sorts after it are smaller.)
 //

@@ -195,5 +195,30 @@ TEST(SamplerKnobs, TypicalPDrawsFromTheTypicalSet) {
   }
 }
 
+TEST(SamplerKnobs, TopNSigmaKeepsLogitsNearTheMaximum) {
+  const std::vector<float> logits = logits_of(20000, 13, 12.0f);
+  for (float n : {0.5f, 1.0f}) {
+    for (float temperature : {0.7f, 1.5f}) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.top_n_sigma = n;
+      p.seed = 3;
+      // The reference on the raw logits: the threshold scales with them, so T does not matter.
+      double mean = 0, sq = 0;
+      for (float l : logits) mean += l;
+      mean /= static_cast<double>(logits.size());
+      for (float l : logits) sq += (l - mean) * (l - mean);
+      const double sigma = std::sqrt(sq / static_cast<double>(logits.size()));
+      const float max = *std::max_element(logits.begin(), logits.end());
+      std::set<TokenId> seen;
+      for (TokenId t : draws(logits, p, 200)) {
+        EXPECT_GE(logits[static_cast<std::size_t>(t)], max - n * sigma - 1e-3) << "n " << n << " T " << temperature;
+        seen.insert(t);
+      }
+      EXPECT_GT(seen.size(), 1u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvstash

@@ -290,7 +290,7 @@ std::optional<ApiError> reject_unimplemented_samplers(const json& body) {
   static const std::pair<const char*, double> kFields[] = {
       {"mirostat", 0},          {"mirostat_tau", 5.0},     {"mirostat_eta", 0.1}, {"dry_multiplier", 0},
       {"dry_base", 1.75},       {"dry_allowed_length", 2}, {"dry_penalty_last_n", -1}, {"xtc_probability", 0},
-      {"xtc_threshold", 0.1},   {"top_n_sigma", -1},       {"tfs_z", 1.0},        {"dynatemp_range", 0},
+      {"xtc_threshold", 0.1},   {"tfs_z", 1.0},        {"dynatemp_range", 0},
       {"dynatemp_exponent", 1}, {"min_keep", 0},           {"n_probs", 0}};
   for (const auto& [name, off] : kFields) {
     const json* v = field(body, name);
@@ -406,6 +406,13 @@ std::optional<ApiError> parse_sampling_knobs(const json& body, ParsedRequest& ou
   }
   if (auto err = parse_range(body, "min_p", 0.0, 1.0, false, s.min_p)) return err;
   if (auto err = parse_range(body, "typical_p", 0.0, 1.0, true, s.typical_p)) return err;
+  // llama-server: -1 (any negative) is off.
+  std::optional<double> sigma;
+  if (auto err = get_number(body, "top_n_sigma", sigma)) return err;
+  if (sigma && *sigma >= 0) {
+    if (*sigma > 100) return bad_request("'top_n_sigma' must be at most 100 (negative: off)", "top_n_sigma", "out_of_range");
+    s.top_n_sigma = static_cast<float>(*sigma);
+  }
   return std::nullopt;
 }
 // ---- end of the sampling knobs ------------------------------------------------------------------

@@ -15,13 +15,13 @@
 // presence_penalty and frequency_penalty [-2, 2] (OpenAI, over generated tokens),
 // repetition_penalty / repeat_penalty (0, 10] (vLLM's / llama-server's name for one knob, with
 // llama.cpp's semantics) over repeat_last_n tokens (>= -1, default 64), min_p [0, 1],
-// typical_p (0, 1]. Structured outputs: response_format (json_schema, json_object, text) and
-// llama-server's top-level json_schema and GBNF grammar (server/structured_output.h); not with
-// ignore_eos.
+// typical_p (0, 1], top_n_sigma [0, 100] (negative: off). Structured outputs: response_format
+// (json_schema, json_object, text), llama-server's top-level json_schema and GBNF grammar
+// (server/structured_output.h); not with ignore_eos.
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
 // Fields of OpenAI's API this server does not implement (tools, tool_choice, best_of, ...) and
-// llama-server's or vLLM's samplers it does not implement (mirostat, dry_*, xtc_*, top_n_sigma,
+// llama-server's or vLLM's samplers it does not implement (mirostat, dry_*, xtc_*,
 // tfs_z, dynatemp_*, ...) get a 400 with code "unsupported_parameter"
 // naming the field, unless their value means "off" (null, 0 or the server's default, {}, []).
 // Fields no server defines (foo_bar), and those that do not change the output (user, metadata,

@@ -24,7 +24,7 @@ ApiError error_of(const std::string& body) {
 TEST(RequestParserKnobs, ParsesEveryKnob) {
   ParsedRequest r;
   auto err = parse_request(kChat, chat(R"("logit_bias": {"50": -100, "7": 2.5, "1000": 100}, "presence_penalty": 0.5,
-      "frequency_penalty": -1, "repetition_penalty": 1.1, "repeat_last_n": 32, "min_p": 0.05, "typical_p": 0.9,
+      "frequency_penalty": -1, "repetition_penalty": 1.1, "repeat_last_n": 32, "min_p": 0.05, "typical_p": 0.9, "top_n_sigma": 1.5,
       "user": "u1", "metadata": {"a": "b"}, "store": false, "foo_bar": 3, "mirostat": 0)"), r);
   ASSERT_FALSE(err) << err->message;
   const SamplingParams& s = r.sampling;
@@ -35,6 +35,7 @@ TEST(RequestParserKnobs, ParsesEveryKnob) {
   EXPECT_EQ(s.repeat_last_n, 32);
   EXPECT_FLOAT_EQ(s.min_p, 0.05f);
   EXPECT_FLOAT_EQ(s.typical_p, 0.9f);
+  EXPECT_FLOAT_EQ(s.top_n_sigma, 1.5f);
   // llama-server's spellings: [[id, bias]] with false as a ban, repeat_penalty.
   ASSERT_FALSE(parse_request(kChat, chat(R"("logit_bias": [[3, false], [9, 1.5]], "repeat_penalty": 1.2)"), r));
   EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<TokenId, float>>{{3, -100.0f}, {9, 1.5f}}));
@@ -57,6 +58,7 @@ TEST(RequestParserKnobs, RangesAreChecked) {
       {R"("repeat_last_n": -2)", "repeat_last_n"},
       {R"("min_p": 1.5)", "min_p"},
       {R"("typical_p": 0)", "typical_p"},
+      {R"("top_n_sigma": 101)", "top_n_sigma"},
       {R"("logit_bias": {"5": 101})", "logit_bias.5"},
       {R"("logit_bias": {"abc": 1})", "logit_bias"},
       {R"("logit_bias": {"-3": 1})", "logit_bias.-3"},
@@ -73,7 +75,7 @@ TEST(RequestParserKnobs, RangesAreChecked) {
 
 TEST(RequestParserKnobs, UnimplementedSamplersAreRefusedByName) {
   for (const char* extra : {R"("mirostat": 2)", R"("dry_multiplier": 0.8)", R"("xtc_probability": 0.5)",
-                            R"("top_n_sigma": 1.0)", R"("tools": [{"type": "function"}])"}) {
+                            R"("tfs_z": 0.9)", R"("tools": [{"type": "function"}])"}) {
     ApiError e = error_of(chat(extra));
     EXPECT_EQ(e.code, "unsupported_parameter") << extra;
     EXPECT_NE(e.message.find(e.param), std::string::npos) << e.message;
@@ -82,6 +84,7 @@ TEST(RequestParserKnobs, UnimplementedSamplersAreRefusedByName) {
   // Their "off" values change nothing and are accepted.
   ParsedRequest r;
   EXPECT_FALSE(parse_request(kChat, chat(R"("mirostat": 0, "dry_multiplier": 0, "top_n_sigma": -1, "samplers": [])"), r));
+  EXPECT_LT(r.sampling.top_n_sigma, 0.0f);
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ bool has_sampling_knobs(const SamplingParams& s) {
   const SamplingParams off;
   return !s.logit_bias.empty() || s.presence_penalty != off.presence_penalty ||
          s.frequency_penalty != off.frequency_penalty || s.repetition_penalty != off.repetition_penalty ||
-         s.repeat_last_n != off.repeat_last_n || s.min_p != off.min_p || s.typical_p != off.typical_p || s.grammar;
+         s.repeat_last_n != off.repeat_last_n || s.min_p != off.min_p || s.typical_p != off.typical_p ||
+         s.top_n_sigma != off.top_n_sigma || s.grammar;
 }
 
 void hash_sampling_knobs(Sha256& h, const SamplingParams& s) {
@@ -34,6 +35,7 @@ void hash_sampling_knobs(Sha256& h, const SamplingParams& s) {
   h.update_u32(static_cast<std::uint32_t>(s.repeat_last_n));
   update_float(h, s.min_p);
   update_float(h, s.typical_p);
+  update_float(h, s.top_n_sigma);
   const std::string& grammar = s.grammar ? s.grammar->key() : std::string();
   h.update_u32(s.grammar ? 1 : 0);
   h.update_u32(static_cast<std::uint32_t>(grammar.size()));

@@ -1,5 +1,5 @@
 // The part of the response cache's keys (exact and semantic) that the sampling knobs of issue 33
-// contribute: logit_bias, the penalties and their window, min_p, typical_p and the grammar's key
+// contribute: logit_bias, the penalties and their window, min_p, typical_p, top_n_sigma and the grammar's key
 // (the canonical schema text). A request that sets none of them adds nothing, so the keys of
 // requests without them are those of before (records stored then still hit). Otherwise the key
 // gets a domain tag and every field, in a fixed order, floats as their bit patterns.

@@ -35,6 +35,7 @@ TEST(SamplingKey, EveryKnobChangesTheKeyAndDefaultsAddNothing) {
       [](SamplingParams& s) { s.repeat_last_n = 32; },
       [](SamplingParams& s) { s.min_p = 0.1f; },
       [](SamplingParams& s) { s.typical_p = 0.9f; },
+      [](SamplingParams& s) { s.top_n_sigma = 1.0f; },
   };
   std::set<std::array<std::uint8_t, 32>> keys{digest(off)};
   for (const auto& change : changes) {
