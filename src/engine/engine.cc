@@ -514,7 +514,19 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     register_full_blocks(s);
     store_full_chunks(s);
     if (!sample_now) continue;
-    SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs);
+    SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs,
+                                      s.tokens, s.n_prompt);
+    if (!r.error.empty()) {
+      // Nothing may be picked (everything banned or masked, or the grammar's state table full):
+      // the request ends with the reason, never with a token outside its constraints.
+      finish(s, FinishReason::kError, r.error);
+      s.finished = true;
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.requests_finished;
+      stats.prompt_tokens += s.n_prompt;
+      stats.cached_prompt_tokens += s.num_cached_tokens;
+      continue;
+    }
     if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     s.tokens.push_back(r.token);
     const FinishReason reason = stop_reason(s, r.token);

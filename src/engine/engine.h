@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvstash/status.h"
@@ -23,16 +24,37 @@
 namespace kvstash {
 
 class Model;
+namespace grammar {
+class CompiledGrammar;
+}
 namespace cache {
 class TieredStore;
 class KvEventLog;
 }
 
+// How the sampler turns a row of logits into a token (engine/sampler.h has the order in which the
+// knobs apply and their exact definitions). Every field changes the output; the response cache's
+// key covers them all (server/sampling_key.h).
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
   int top_k = 0;             // 0 = no limit
   float top_p = 1.0f;        // 1 = no limit
   std::uint64_t seed = 0;    // per request; same seed + same prompt = same output
+  float min_p = 0.0f;        // 0 = off; drops tokens with p < min_p * p(most likely)
+  float typical_p = 1.0f;    // 1 = off; locally typical sampling (Meister et al. 2022)
+  float top_n_sigma = -1.0f; // < 0 = off; keeps logits >= max - top_n_sigma * stddev (Tang et al. 2024)
+  // OpenAI's penalties over the generated tokens: logit -= count * frequency + (count > 0) * presence.
+  float presence_penalty = 0.0f;   // 0 = off
+  float frequency_penalty = 0.0f;  // 0 = off
+  // llama.cpp's repeat_penalty over the last repeat_last_n tokens of the sequence (prompt included):
+  // a positive logit is divided by it, a negative one multiplied. 1 = off.
+  float repetition_penalty = 1.0f;
+  int repeat_last_n = 64;          // llama.cpp's default; -1 = the whole sequence, 0 = off
+  // OpenAI's logit_bias: added to the token's logit; -100 bans the token. Sorted by id, unique.
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  // Constrained decoding: the grammar every generated token must keep valid (grammar/), shared
+  // with every request of the same schema. Null = none.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct GenerationRequest {

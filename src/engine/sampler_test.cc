@@ -13,6 +13,15 @@
 namespace kvstash {
 namespace {
 
+SamplingParams params(float temperature, int top_k, float top_p, std::uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
+
 std::vector<float> logits_of(int n, std::uint32_t seed, float spread) {
   std::vector<float> out(static_cast<std::size_t>(n));
   std::uint32_t x = seed * 2654435761u + 1;
@@ -62,8 +71,8 @@ TEST(Sampler, TopKAndTopPDrawOnlyFromTheSetAFullSortDefines) {
   // is tens of thousands: wider than the first partial sort of 256), and top-k with top-p.
   for (float spread : {40.0f, 2.0f}) {
     const std::vector<float> logits = logits_of(151936, 7, spread);
-    for (SamplingParams p : {SamplingParams{1.0f, 0, 0.9f, 11}, SamplingParams{0.7f, 0, 0.5f, 12},
-                             SamplingParams{1.0f, 40, 0.95f, 13}, SamplingParams{1.3f, 5, 1.0f, 14}}) {
+    for (const SamplingParams& p : {params(1.0f, 0, 0.9f, 11), params(0.7f, 0, 0.5f, 12),
+                             params(1.0f, 40, 0.95f, 13), params(1.3f, 5, 1.0f, 14)}) {
       const std::set<TokenId> ok = allowed(logits, p);
       for (TokenId t : draws(logits, p, 25)) {
         ASSERT_TRUE(ok.count(t)) << "spread " << spread << " T " << p.temperature << " top_k " << p.top_k << " top_p "
@@ -84,7 +93,7 @@ TEST(Sampler, DrawsFollowTheDistribution) {
   logits[4000] = std::log(2.0f);
   logits[20] = 0.0f;
   logits[30] = 0.0f;
-  SamplingParams p{1.0f, 0, 1.0f, 99};
+  SamplingParams p = params(1.0f, 0, 1.0f, 99);
   std::map<TokenId, int> count;
   for (TokenId t : draws(logits, p, 4000)) ++count[t];
   EXPECT_NEAR(count[10] / 4000.0, 0.5, 0.03);
@@ -102,7 +111,7 @@ TEST(Sampler, DrawsFollowTheDistribution) {
 TEST(Sampler, TheSameSeedReplaysAndAnotherSeedDiffers) {
   const std::vector<float> logits = logits_of(151936, 3, 4.0f);
   for (float top_p : {1.0f, 0.9f}) {
-    const SamplingParams a{1.0f, 0, top_p, 5}, b{1.0f, 0, top_p, 6};
+    const SamplingParams a = params(1.0f, 0, top_p, 5), b = params(1.0f, 0, top_p, 6);
     EXPECT_EQ(draws(logits, a, 20), draws(logits, a, 20));
     EXPECT_NE(draws(logits, a, 20), draws(logits, b, 20));
   }

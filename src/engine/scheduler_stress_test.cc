@@ -7,6 +7,8 @@
 //   KVSTASH_STRESS_SEEDS=500 build/engine_scheduler_stress_test    # more seeds than CI runs
 //
 // Each configuration asserts that preemption happened, so the harness cannot pass vacuously.
+// About a quarter of the requests decode under a grammar (constrained decoding, issue 33): their
+// output must also be the same as alone, and stay inside the grammar.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -19,6 +21,8 @@
 #include "cache/memory_tier.h"
 #include "cache/tiered_store.h"
 #include "engine/engine.h"
+#include "grammar/gbnf.h"
+#include "grammar/token_matcher.h"
 #include "kernels/simd_dispatch.h"
 #include "model/model.h"
 #include "modelgen/test_models.h"
@@ -49,8 +53,11 @@ struct Workload {
 // A random workload: up to 32 requests, prompts of 1 to nearly the whole context, some sharing long
 // prefixes (the prefix cache and the store see hits), some salted, arrivals spread over steps,
 // some cancelled, max_tokens up to a few hundred.
-Workload make_workload(std::uint64_t seed, int n_vocab) {
+// `grammar`: what the constrained requests follow. Which requests are constrained comes from a
+// generator of its own, so a seed's schedule is the one it was before constrained requests.
+Workload make_workload(std::uint64_t seed, int n_vocab, const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   std::mt19937_64 rng(seed);
+  std::mt19937_64 constrained(seed * 0x9E3779B97F4A7C15ull + 33);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   Workload w;
@@ -89,6 +96,7 @@ Workload make_workload(std::uint64_t seed, int n_vocab) {
     if (chance(0.6)) step += uniform(0, 12);
     p.arrival_step = step;
     if (chance(0.1)) p.cancel_step = p.arrival_step + uniform(0, 40);
+    if (constrained() % 4 == 0) p.request.sampling.grammar = grammar;
     w.requests.push_back(std::move(p));
   }
   return w;
@@ -158,8 +166,20 @@ class SchedulerStressTest : public ::testing::Test {
     auto m = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF16));
     ASSERT_TRUE(m.has_value()) << m.status().to_string();
     model_ = std::move(m.value()).release();
+    // Brace-delimited runs of lower-case words: a language the random model never keeps to alone.
+    const Tokenizer& tok = model_->tokenizer();
+    std::vector<std::string> bytes;
+    for (std::size_t i = 0; i < tok.vocab_size(); ++i) bytes.push_back(tok.token_to_piece(static_cast<TokenId>(i)));
+    auto g = grammar::parse_gbnf(R"(root ::= ("{" [a-z ]* "}" "\n"?)+)");
+    ASSERT_TRUE(g) << g.status().to_string();
+    auto compiled = grammar::CompiledGrammar::create(std::move(*g), grammar::TokenVocabulary::create(bytes, {}), "stress");
+    ASSERT_TRUE(compiled) << compiled.status().to_string();
+    grammar_ = std::move(*compiled);
   }
-  static void TearDownTestSuite() { delete model_; }
+  static void TearDownTestSuite() {
+    delete model_;
+    grammar_.reset();
+  }
 
   // Each request alone on a roomy engine without any cache: the expected tokens.
   static std::vector<std::vector<TokenId>> solo(const Workload& w, const KvBudgetOptions& budget) {
@@ -171,9 +191,9 @@ class SchedulerStressTest : public ::testing::Test {
     auto engine = Engine::create(*model_, o);
     EXPECT_TRUE(engine.has_value());
     std::vector<std::vector<TokenId>> expected;
-    std::map<std::vector<TokenId>, std::vector<TokenId>> memo;  // prompt -> longest run so far
+    std::map<std::pair<std::vector<TokenId>, bool>, std::vector<TokenId>> memo;  // (prompt, constrained) -> longest run
     for (const PlannedRequest& p : w.requests) {
-      auto& known = memo[p.request.prompt];
+      auto& known = memo[{p.request.prompt, p.request.sampling.grammar != nullptr}];
       if (static_cast<int>(known.size()) < p.request.max_tokens) {
         GenerationRequest r = p.request;
         r.cache_salt.clear();
@@ -200,10 +220,10 @@ class SchedulerStressTest : public ::testing::Test {
 
   // Runs `n_seeds` seeds from `first_seed` in one configuration; stops at the first wrong output.
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
-    std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0;
+    std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
-      const Workload w = make_workload(seed, model_->config().n_vocab);
+      const Workload w = make_workload(seed, model_->config().n_vocab, grammar_);
       const auto expected = solo(w, budget);
       EngineOptions o = w.options;
       o.kv_budget = budget;
@@ -239,6 +259,15 @@ class SchedulerStressTest : public ::testing::Test {
         }
         ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;
         ASSERT_EQ(r.tokens.size(), expected[i].size()) << where;
+        if (p.request.sampling.grammar) {
+          ++constrained;
+          grammar::MatcherState state = grammar_->initial_state();
+          for (TokenId t : r.tokens) {
+            auto next = grammar_->advance(state, t);
+            ASSERT_TRUE(next) << where << ": a constrained output left its grammar: " << next.status().to_string();
+            state = *next;
+          }
+        }
         if (exact) { ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone"; }
       }
       preemptions += stats.preemptions;
@@ -251,6 +280,7 @@ class SchedulerStressTest : public ::testing::Test {
     if (config != Config::kNoPrefixCache) { EXPECT_GT(pool_hits, 0) << "no prefix-cache hit: the workload does not exercise the cache"; }
     if (config == Config::kPrefixCacheAndStore) { EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store"; }
     EXPECT_GT(preemptions, 0) << "no preemption: the harness proved nothing";
+    EXPECT_GT(constrained, 0) << "no constrained request ran to its end";
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
                   static_cast<long long>(compactions), static_cast<long long>(exact_seeds), n_seeds);
@@ -271,8 +301,10 @@ class SchedulerStressTest : public ::testing::Test {
     return n ? std::atoi(n) : 100;
   }
   static Model* model_;
+  static std::shared_ptr<const grammar::CompiledGrammar> grammar_;
 };
 Model* SchedulerStressTest::model_ = nullptr;
+std::shared_ptr<const grammar::CompiledGrammar> SchedulerStressTest::grammar_;
 
 TEST_F(SchedulerStressTest, WithoutPrefixCache) { run_seeds(Config::kNoPrefixCache, first_seed(), n_seeds()); }
 

@@ -20,9 +20,20 @@ using Clock = std::chrono::steady_clock;
 
 struct Sequence {
   Sequence(std::uint64_t id, GenerationRequest req, TokenCallback cb)
-      : id(id), request(std::move(req)), on_token(std::move(cb)), sampler(request.sampling) {
+      : id(id), request(std::move(req)), on_token(std::move(cb)), sampler(request.sampling, end_tokens(request)) {
     tokens = request.prompt;
     n_prompt = static_cast<int>(tokens.size());
+  }
+
+  // The tokens that end this request, which a grammar allows only where its output is complete:
+  // the stop tokens, and the vocabulary's end-of-generation tokens unless ignore_eos.
+  static std::vector<TokenId> end_tokens(const GenerationRequest& r) {
+    std::vector<TokenId> out = r.stop_tokens;
+    if (r.sampling.grammar && r.stop_at_end_of_generation) {
+      const auto& eog = r.sampling.grammar->vocabulary().end_of_generation();
+      out.insert(out.end(), eog.begin(), eog.end());
+    }
+    return out;
   }
 
   std::uint64_t id;

@@ -140,7 +140,8 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
       {"{\"prompt\": \"a\xC3\"}", "UTF-8"},
       {"{\"prompt\": \"\\ud800\"}", "UTF-8"},
       {R"({"prompt": "a", "tools": [{"type": "function"}]})", "unsupported_parameter"},
-      {R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
+      {R"({"prompt": "a", "mirostat": 2})", "mirostat"},
       {R"({"prompt": "a", "model": "no-such-model"})", "model_not_found"},
   };
   for (const auto& [body, mentions] : cases) {

@@ -116,6 +116,19 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
     out.max_tokens = std::min(room, kDefaultMaxTokens);
   }
   out.sampling = parsed.sampling;
+  for (const auto& [token, bias] : out.sampling.logit_bias) {
+    if (token >= model.n_vocab) {
+      return bad_request("token id " + std::to_string(token) + " in 'logit_bias' is out of range (vocabulary size " +
+                             std::to_string(model.n_vocab) + ")",
+                         "logit_bias", "invalid_token");
+    }
+  }
+  if (parsed.response_format.kind != ResponseFormat::Kind::kText) {
+    if (!options.structured_outputs) {
+      return bad_request("'response_format' is not supported by this server", "response_format", "unsupported_parameter");
+    }
+    if (auto err = options.structured_outputs->apply(parsed.response_format, out.sampling)) return err;
+  }
   out.cache_salt = parsed.cache_salt;
   out.kv_budget = parsed.kv_budget;
   if (parsed.ignore_eos) {

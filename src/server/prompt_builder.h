@@ -33,6 +33,9 @@ struct PromptOptions {
   // true: special-token text inside chat message content becomes control tokens, as the whole
   // rendered prompt did before (trusted clients that send raw special tokens). Default false.
   bool parse_special_in_content = false;
+  // Compiles response_format into the grammar the sampler follows (not owned); null: a request
+  // with a response_format other than text gets 400 unsupported_parameter.
+  StructuredOutputs* structured_outputs = nullptr;
 };
 
 // On error returns a 400 naming the problem: the chat template refused the conversation (its

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <random>
 
@@ -264,13 +266,12 @@ std::optional<ApiError> parse_logprobs(const json& body, ParsedRequest& out) {
 
 // Fields of OpenAI's request that this server does not implement. A request that sets one gets
 // a 400 naming it rather than an answer that silently ignores it. A value that means "off"
-// (null, 0 for the penalties, {} for logit_bias, [] for tools, "none"/"auto" with no tools for
-// tool_choice, {"type": "text"} for response_format) changes nothing and is accepted.
+// (null, 0, false, {}, [], "none"/"auto" with no tools for tool_choice) changes nothing and is
+// accepted.
 std::optional<ApiError> reject_unsupported(const json& body, Endpoint endpoint) {
-  static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
-                                  "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                  "best_of", "echo", "suffix", "parallel_tool_calls", "audio", "modalities",
-                                  "prediction", "reasoning_effort", "web_search_options", "min_p"};
+  static const char* kFields[] = {"tools", "tool_choice", "functions", "function_call", "best_of", "echo", "suffix",
+                                  "parallel_tool_calls", "audio", "modalities", "prediction", "reasoning_effort",
+                                  "web_search_options"};
   for (const char* name : kFields) {
     // Chat implements tool calling (tool_request.h); completions have no tools in OpenAI's API.
     const std::string_view n(name);
@@ -281,13 +282,151 @@ std::optional<ApiError> reject_unsupported(const json& body, Endpoint endpoint) 
     if (!v) continue;
     const bool off = (v->is_number() && v->get<double>() == 0.0) || (v->is_boolean() && !v->get<bool>()) ||
                      ((v->is_object() || v->is_array()) && v->empty()) ||
-                     (v->is_string() && (*v == "none" || *v == "auto") && std::string(name) == "tool_choice") ||
-                     (std::string(name) == "response_format" && v->is_object() && v->value("type", "") == "text");
+                     (v->is_string() && (*v == "none" || *v == "auto") && std::string(name) == "tool_choice");
     if (off) continue;
     return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
   }
   return std::nullopt;
 }
+
+// ---- Sampling knobs (issue 33): logit_bias, penalties, min_p, typical_p -------------------------
+// Ranges are OpenAI's where OpenAI has the field, llama-server's otherwise. llama-server's and
+// vLLM's sampling fields that this server does not implement are refused by name (400
+// unsupported_parameter) unless their value means "off"; fields no server defines (foo_bar) are
+// ignored, as llama-server and vLLM ignore them, so that SDKs' newer fields (user, metadata,
+// store, ...) never break a request.
+
+std::optional<ApiError> reject_unimplemented_samplers(const json& body) {
+  // What "off" is for each: llama-server's defaults.
+  static const std::pair<const char*, double> kFields[] = {
+      {"mirostat", 0},          {"mirostat_tau", 5.0},     {"mirostat_eta", 0.1}, {"dry_multiplier", 0},
+      {"dry_base", 1.75},       {"dry_allowed_length", 2}, {"dry_penalty_last_n", -1}, {"xtc_probability", 0},
+      {"xtc_threshold", 0.1},   {"tfs_z", 1.0},        {"dynatemp_range", 0},
+      {"dynatemp_exponent", 1}, {"min_keep", 0},           {"n_probs", 0}};
+  for (const auto& [name, off] : kFields) {
+    const json* v = field(body, name);
+    if (!v || (v->is_number() && v->get<double>() == off)) continue;
+    return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
+  }
+  for (const char* name : {"dry_sequence_breakers", "samplers"}) {
+    const json* v = field(body, name);
+    if (!v || ((v->is_array() || v->is_object() || v->is_string()) && v->empty())) continue;
+    return bad_request(std::string("'") + name + "' is not supported by this server", name, "unsupported_parameter");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_range(const json& body, const char* name, double lo, double hi, bool lo_open, float& out) {
+  std::optional<double> v;
+  if (auto err = get_number(body, name, v)) return err;
+  if (!v) return std::nullopt;
+  if (*v > hi || *v < lo || (lo_open && *v == lo)) {
+    char range[96];
+    std::snprintf(range, sizeof range, lo_open ? "greater than %g and at most %g" : "between %g and %g", lo, hi);
+    return bad_request(std::string("'") + name + "' must be " + range, name, "out_of_range");
+  }
+  out = static_cast<float>(*v);
+  return std::nullopt;
+}
+
+// OpenAI's form {"<token id>": bias}; llama-server's [[id, bias], ...] with false for a ban too.
+std::optional<ApiError> parse_logit_bias(const json& body, SamplingParams& s) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return std::nullopt;
+  auto add = [&s](const std::string& param, std::int64_t id, const json& bias) -> std::optional<ApiError> {
+    if (id < 0 || id > INT32_MAX) return bad_request("token id " + std::to_string(id) + " in '" + param + "' is out of range", param, "invalid_token");
+    double b = 0;
+    if (bias.is_boolean() && !bias.get<bool>()) {
+      b = -100.0;  // llama-server: false bans the token
+    } else if (bias.is_number()) {
+      b = bias.get<double>();
+    } else {
+      return wrong_type(param, "a number between -100 and 100", bias);
+    }
+    if (!(b >= -100.0 && b <= 100.0)) return bad_request("'" + param + "' must be between -100 and 100", param, "out_of_range");
+    s.logit_bias.emplace_back(static_cast<TokenId>(id), static_cast<float>(b));
+    return std::nullopt;
+  };
+  if (v->is_object()) {
+    for (const auto& [key, bias] : v->items()) {
+      const std::string param = "logit_bias." + key;
+      std::size_t used = 0;
+      std::int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || key.empty()) {
+        return bad_request("'logit_bias' keys must be token ids, got \"" + key + "\"", "logit_bias", "invalid_token");
+      }
+      if (auto err = add(param, id, bias)) return err;
+    }
+  } else if (v->is_array()) {
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const json& pair = (*v)[i];
+      const std::string param = "logit_bias[" + std::to_string(i) + "]";
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) {
+        return wrong_type(param, "a [token id, bias] pair", pair);
+      }
+      if (auto err = add(param, pair[0].get<std::int64_t>(), pair[1])) return err;
+    }
+  } else {
+    return wrong_type("logit_bias", "an object of token id to bias", *v);
+  }
+  if (s.logit_bias.size() > kMaxLogitBias) {
+    return bad_request("'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) + " tokens", "logit_bias", "out_of_range");
+  }
+  // Sorted and unique (the last bias given for a token wins), so equal requests hash equally.
+  std::stable_sort(s.logit_bias.begin(), s.logit_bias.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<TokenId, float>> unique;
+  for (const auto& e : s.logit_bias) {
+    if (!unique.empty() && unique.back().first == e.first) {
+      unique.back() = e;
+    } else {
+      unique.push_back(e);
+    }
+  }
+  s.logit_bias = std::move(unique);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_sampling_knobs(const json& body, ParsedRequest& out) {
+  if (auto err = reject_unimplemented_samplers(body)) return err;
+  SamplingParams& s = out.sampling;
+  if (auto err = parse_logit_bias(body, s)) return err;
+  if (auto err = parse_range(body, "presence_penalty", -2.0, 2.0, false, s.presence_penalty)) return err;
+  if (auto err = parse_range(body, "frequency_penalty", -2.0, 2.0, false, s.frequency_penalty)) return err;
+  // vLLM names it repetition_penalty, llama-server repeat_penalty: one knob, so both must agree.
+  float repeat_penalty = 1.0f;
+  if (auto err = parse_range(body, "repetition_penalty", 0.0, 10.0, true, s.repetition_penalty)) return err;
+  if (auto err = parse_range(body, "repeat_penalty", 0.0, 10.0, true, repeat_penalty)) return err;
+  if (field(body, "repeat_penalty")) {
+    if (field(body, "repetition_penalty") && repeat_penalty != s.repetition_penalty) {
+      return bad_request("'repeat_penalty' and 'repetition_penalty' name one setting; they differ", "repeat_penalty", "invalid_value");
+    }
+    s.repetition_penalty = repeat_penalty;
+  }
+  std::optional<std::int64_t> last_n;
+  if (auto err = get_int(body, "repeat_last_n", last_n)) return err;
+  if (last_n) {
+    if (*last_n < -1 || *last_n > INT32_MAX) {
+      return bad_request("'repeat_last_n' must be -1 (the whole sequence), 0 (off) or a token count", "repeat_last_n", "out_of_range");
+    }
+    s.repeat_last_n = static_cast<int>(*last_n);
+  }
+  if (auto err = parse_range(body, "min_p", 0.0, 1.0, false, s.min_p)) return err;
+  if (auto err = parse_range(body, "typical_p", 0.0, 1.0, true, s.typical_p)) return err;
+  // llama-server: -1 (any negative) is off.
+  std::optional<double> sigma;
+  if (auto err = get_number(body, "top_n_sigma", sigma)) return err;
+  if (sigma && *sigma >= 0) {
+    if (*sigma > 100) return bad_request("'top_n_sigma' must be at most 100 (negative: off)", "top_n_sigma", "out_of_range");
+    s.top_n_sigma = static_cast<float>(*sigma);
+  }
+  return std::nullopt;
+}
+// ---- end of the sampling knobs ------------------------------------------------------------------
 
 std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   if (auto err = reject_unsupported(body, out.endpoint)) return err;
@@ -298,6 +437,7 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
     return err;
   }
   if (auto err = parse_sampling(body, out)) return err;
+  if (auto err = parse_sampling_knobs(body, out)) return err;
   if (auto err = parse_stop(body, out)) return err;
   if (auto err = get_bool(body, "stream", out.stream)) return err;
   if (const json* options = field(body, "stream_options")) {
@@ -323,6 +463,21 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   return get_string(body, "cache_salt", out.cache_salt);
 }
 
+// ---- Structured outputs (issue 33): response_format / json_schema / grammar -------------------
+// The schema's properties are generated in the order the client wrote them, which `json` (keys
+// sorted) loses: the body is read again, keys in order, when it has either field.
+std::optional<ApiError> parse_structured_output(const json& body, std::string_view text, ParsedRequest& out) {
+  if (!field(body, "response_format") && !field(body, "json_schema") && !field(body, "grammar")) return std::nullopt;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
+  if (auto err = parse_response_format(ordered, out.response_format)) return err;
+  if (out.response_format.kind != ResponseFormat::Kind::kText && out.ignore_eos) {
+    return bad_request("'ignore_eos' cannot be combined with a response format: the output ends where the format does",
+                       "ignore_eos", "invalid_value");
+  }
+  return std::nullopt;
+}
+// ---- end of structured outputs ------------------------------------------------------------------
+
 }  // namespace
 
 std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, ParsedRequest& out) {
@@ -347,8 +502,10 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   try {
     if (auto err = parse_object(parsed, out)) return err;
     // Tool calling, chat only (tool_request.h); it reads the tools again from the text, in order.
-    if (endpoint == Endpoint::kChatCompletions) return parse_tool_request(parsed, body, out.tools);
-    return std::nullopt;
+    if (endpoint == Endpoint::kChatCompletions) {
+      if (auto err = parse_tool_request(parsed, body, out.tools)) return err;
+    }
+    return parse_structured_output(parsed, body, out);
   } catch (const json::exception& e) {
     // Every access above is type-checked first; this is a safety net so that no exception
     // escapes the module.

@@ -10,14 +10,24 @@
 // ignore_eos (an extension that vLLM and llama.cpp's server share; benchmarks use it so that
 // every output runs to max_tokens), response_cache (a kvstash extension: false = neither answer
 // from nor store into the response cache; default true).
+// Sampling knobs (engine/sampler.h defines them): logit_bias ({"id": bias} as OpenAI, or
+// llama-server's [[id, bias]] with false for a ban; [-100, 100], -100 bans; at most 1024 tokens),
+// presence_penalty and frequency_penalty [-2, 2] (OpenAI, over generated tokens),
+// repetition_penalty / repeat_penalty (0, 10] (vLLM's / llama-server's name for one knob, with
+// llama.cpp's semantics) over repeat_last_n tokens (>= -1, default 64), min_p [0, 1],
+// typical_p (0, 1], top_n_sigma [0, 100] (negative: off). Structured outputs: response_format
+// (json_schema, json_object, text), llama-server's top-level json_schema and GBNF grammar
+// (server/structured_output.h); not with ignore_eos.
 // Defaults are OpenAI's: temperature 1, and a request without a seed gets a fresh random one
 // (so two unseeded sampled requests differ; the same seed reproduces).
 // Chat only: tools, tool_choice, parallel_tool_calls and the messages' tool fields (tool_calls,
 // tool_call_id, name), parsed by tool_request.h.
-// Fields of OpenAI's API this server does not implement (functions, function_call, response_format,
-// logit_bias, presence_penalty, frequency_penalty, ...) get a 400 with code
-// "unsupported_parameter" naming the field, unless their value means "off" (null, 0, {}, []).
-// Other unknown fields (user, metadata, ...) are ignored.
+// Fields of OpenAI's API this server does not implement (functions, function_call, best_of, ...) and
+// llama-server's or vLLM's samplers it does not implement (mirostat, dry_*, xtc_*,
+// tfs_z, dynatemp_*, ...) get a 400 with code "unsupported_parameter"
+// naming the field, unless their value means "off" (null, 0 or the server's default, {}, []).
+// Fields no server defines (foo_bar), and those that do not change the output (user, metadata,
+// store), are ignored, as llama-server and vLLM ignore them.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -31,6 +41,7 @@
 #include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/chat_template.h"
+#include "server/structured_output.h"
 #include "server/tool_request.h"
 
 namespace kvstash::server {
@@ -58,12 +69,15 @@ struct ParsedRequest {
   int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
   // Tool calling (chat only; tool_request.h).
   ToolRequest tools;
+  ResponseFormat response_format;     // structured outputs (server/structured_output.h)
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.
 inline constexpr int kMaxTopLogprobs = 20;
 // OpenAI's default temperature (the `kvstash run` CLI keeps its own, greedy, default).
 inline constexpr float kDefaultTemperature = 1.0f;
+// logit_bias entries at most (OpenAI documents no limit; this bounds the work per token).
+inline constexpr std::size_t kMaxLogitBias = 1024;
 // OpenAI allows up to 4 stop sequences.
 inline constexpr std::size_t kMaxStopStrings = 4;
 

@@ -8,6 +8,7 @@
 #include "cache/semantic_entry.h"
 #include "common/sha256.h"
 #include "server/log.h"
+#include "server/sampling_key.h"
 
 namespace kvstash::server {
 namespace {
@@ -174,6 +175,7 @@ CachePlan ResponseCache::plan(const ParsedRequest& parsed, const GenerationReque
   h.update_u32(parsed.logprobs ? 1 : 0);
   h.update_u32(static_cast<std::uint32_t>(request.top_logprobs));
   h.update_u32(static_cast<std::uint32_t>(request.kv_budget));
+  hash_sampling_knobs(h, s);  // logit_bias, penalties, min_p, typical_p, the grammar (nothing when all are off)
   plan.key.bytes = h.finish();
   return plan;
 }

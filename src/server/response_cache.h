@@ -6,7 +6,8 @@
 // the cache salt, the engine's answer-changing settings (engine_config) and the canonical request:
 // endpoint, prompt token ids after templating, temperature, top_k, top_p, the seed (only when
 // temperature > 0: greedy answers do not depend on it), max_tokens, end-of-generation stop, stop
-// token ids, stop strings, logprobs and top_logprobs, kv_budget. Not in the key: stream and
+// token ids, stop strings, logprobs and top_logprobs, kv_budget, and the sampling knobs and the
+// grammar when a request sets any (server/sampling_key.h). Not in the key: stream and
 // stream_options, since a record renders every shape (a streamed miss serves a JSON hit and back).
 //
 // A record found is served only if it decodes, its output hash and signature verify, its producer

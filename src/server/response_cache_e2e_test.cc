@@ -375,5 +375,40 @@ TEST_F(ResponseCacheE2ETest, CacheVerifyChecksResponseRecords) {
   EXPECT_EQ(cache::testing::redis_query(redis.port(), "EXISTS kvstash:response:" + key_hex), "0");
 }
 
+// Issue 33: greedy output under a schema is cached like any greedy output, under a key that holds
+// the schema; another schema, or a sampling knob, is another key.
+TEST_F(ResponseCacheE2ETest, ConstrainedAndPenalisedRequestsAreKeyedByWhatChangesTheirOutput) {
+  auto s = serve("constrained", "a");
+  ASSERT_TRUE(s->ready());
+  const json schema = {{"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}, {"n", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}}},
+                       {"required", {"ok", "n"}}, {"additionalProperties", false}};
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"strict", true}, {"schema", schema}}}};
+  const json body = chat("Answer as JSON", {{"response_format", format}, {"max_tokens", 300}});
+  const Answer miss = post(*s, "/v1/chat/completions", body);
+  ASSERT_EQ(miss.status, 200) << miss.body;
+  EXPECT_EQ(miss.cache, "miss");
+  ASSERT_EQ(json::parse(miss.body)["choices"][0]["finish_reason"], "stop") << miss.body;
+  const json content = json::parse(json::parse(miss.body)["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_TRUE(content["ok"].is_boolean() && content["n"].is_number_integer()) << content;
+  Answer hit;
+  for (int i = 0; i < 200 && hit.cache != "hit"; ++i) {  // bounded wait for the write-behind
+    hit = post(*s, "/v1/chat/completions", body);
+    if (hit.cache != "hit") std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_EQ(hit.cache, "hit");
+  EXPECT_EQ(hit.key, miss.key);
+  EXPECT_EQ(json::parse(hit.body)["choices"][0]["message"]["content"], json::parse(miss.body)["choices"][0]["message"]["content"]);
+  json other_schema = format;
+  other_schema["json_schema"]["schema"]["properties"]["n"]["maximum"] = 8;
+  const Answer other = post(*s, "/v1/chat/completions", chat("Answer as JSON", {{"response_format", other_schema}, {"max_tokens", 300}}));
+  EXPECT_EQ(other.cache, "miss");
+  EXPECT_NE(other.key, miss.key);
+  const Answer plain = post(*s, "/v1/chat/completions", chat("Answer as JSON", {{"max_tokens", 300}}));
+  EXPECT_NE(plain.key, miss.key);
+  const Answer penalised = post(*s, "/v1/chat/completions", chat("Answer as JSON", {{"max_tokens", 300}, {"presence_penalty", 1.0}}));
+  EXPECT_EQ(penalised.cache, "miss");
+  EXPECT_NE(penalised.key, plain.key);
+}
+
 }  // namespace
 }  // namespace kvstash::server::testing

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "common/sha256.h"
+#include "server/sampling_key.h"
 
 namespace kvstash::server {
 namespace {
@@ -137,6 +138,7 @@ std::optional<SemanticQuery> semantic_query(const ParsedRequest& parsed, const G
   h.update_u32(static_cast<std::uint32_t>(parsed.stop.size()));
   for (const std::string& stop : parsed.stop) update_string(h, stop);
   h.update_u32(static_cast<std::uint32_t>(request.kv_budget));
+  hash_sampling_knobs(h, s);  // a near-duplicate answers only under the same knobs and grammar
   SemanticQuery q;
   q.ns.bytes = h.finish();
   q.text_tokens = tokenize(tokenizer, text, /*add_special=*/false, /*parse_special=*/false);

@@ -94,6 +94,7 @@ struct Server::Impl : http::Handler {
   // Parsing, rendering and tokenizing bodies (never on the I/O threads).
   std::unique_ptr<RequestWorkers> workers;
   PromptOptions prompt_options;
+  std::unique_ptr<StructuredOutputs> structured_outputs;  // response_format's grammars (prompt_options points here)
   // The API keys as digests, with their cache namespaces ("" = the common one).
   struct KeyEntry {
     Digest digest{};
@@ -114,6 +115,10 @@ struct Server::Impl : http::Handler {
     for (const std::string& k : options.api_keys) add_key(k, "", "");
     for (const ApiKey& k : options.named_api_keys) add_key(k.key, k.name, k.cache_namespace);
     prompt_options.parse_special_in_content = options.parse_special_in_content;
+    if (backend.model_info().tokenizer) {
+      structured_outputs = std::make_unique<StructuredOutputs>(backend.model_info().tokenizer);
+      prompt_options.structured_outputs = structured_outputs.get();
+    }
     workers = std::make_unique<RequestWorkers>(
         RequestWorkersOptions{.threads = std::max(1, options.request_workers), .max_queued = options.request_queue});
     if (options.kv_events) {
