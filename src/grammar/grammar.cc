@@ -1,5 +1,6 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 
@@ -173,6 +174,49 @@ Grammar GrammarBuilder::finish() && { return std::move(g_); }
 Sequence& append(Sequence& a, const Sequence& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+Grammar framed(Grammar inner, std::string_view prefix, std::string_view suffix, std::string_view separator, bool many) {
+  Grammar g = std::move(inner);
+  // Inner's root moves to a rule of its own; every reference to it follows.
+  const auto inner_root = static_cast<std::uint32_t>(g.rules.size());
+  g.rules.push_back(g.rules[0]);
+  g.rules.back().name = "framed-inner";
+  for (Rule& rule : g.rules) {
+    for (Sequence& seq : rule.alternatives) {
+      for (Element& e : seq) {
+        if (e.kind == Element::Kind::kRule && e.index == 0) e.index = inner_root;
+      }
+    }
+  }
+  auto literal = [&g](std::string_view text) {
+    Sequence seq;
+    for (unsigned char c : text) {
+      ByteClass one;
+      one.add(c);
+      auto at = std::find(g.classes.begin(), g.classes.end(), one);
+      if (at == g.classes.end()) at = g.classes.insert(g.classes.end(), one);
+      seq.push_back({Element::Kind::kBytes, static_cast<std::uint32_t>(at - g.classes.begin())});
+    }
+    return seq;
+  };
+  Sequence block = literal(prefix);
+  block.push_back({Element::Kind::kRule, inner_root});
+  append(block, literal(suffix));
+  if (!many) {
+    g.rules[0] = Rule{"framed", {block}};
+    return g;
+  }
+  // root := block more;  more := separator block more | (empty): right recursion, as repeat() writes.
+  const auto more = static_cast<std::uint32_t>(g.rules.size());
+  Sequence again = literal(separator);
+  append(again, block);
+  again.push_back({Element::Kind::kRule, more});
+  g.rules.push_back(Rule{"framed-more", {again, Sequence{}}});
+  Sequence root = block;
+  root.push_back({Element::Kind::kRule, more});
+  g.rules[0] = Rule{"framed", {root}};
+  return g;
 }
 
 }  // namespace kvstash::grammar

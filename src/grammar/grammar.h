@@ -83,4 +83,9 @@ class GrammarBuilder {
 // Appends b to a, in place; returns a.
 Sequence& append(Sequence& a, const Sequence& b);
 
+// `inner`'s language framed by literal text: prefix INNER suffix; with `many`, one or more such
+// blocks joined by `separator`. What a tool call in a model's syntax is: `<tool_call>\n` + the
+// call's JSON + `\n</tool_call>`. References to inner's root keep meaning inner's root.
+Grammar framed(Grammar inner, std::string_view prefix, std::string_view suffix, std::string_view separator, bool many);
+
 }  // namespace kvstash::grammar

@@ -22,6 +22,20 @@ Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::gbnf(const std::s
   return get("gbnf:" + text, [&text] { return parse_gbnf(text); });
 }
 
+Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::framed_json_schema(const std::string& schema_text,
+                                                                                const std::string& prefix,
+                                                                                const std::string& suffix,
+                                                                                const std::string& separator, bool many) {
+  // Lengths first: the key names each part unambiguously.
+  const std::string key = "framed:" + std::to_string(prefix.size()) + ":" + prefix + std::to_string(suffix.size()) + ":" +
+                          suffix + std::to_string(separator.size()) + ":" + separator + (many ? "+" : "1") + schema_text;
+  return get(key, [&]() -> Expected<Grammar> {
+    Expected<Grammar> inner = compile_json_schema_text(schema_text);
+    if (!inner) return inner.status();
+    return framed(std::move(*inner), prefix, suffix, separator, many);
+  });
+}
+
 Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::string& key,
                                                                    const std::function<Expected<Grammar>()>& compile) {
   std::lock_guard<std::mutex> lock(mu_);

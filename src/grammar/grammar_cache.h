@@ -46,6 +46,11 @@ class GrammarCache {
   Expected<std::shared_ptr<const CompiledGrammar>> json_object();
   // A GBNF grammar (llama-server's `grammar` field, gbnf.h). Errors: parse_gbnf's.
   Expected<std::shared_ptr<const CompiledGrammar>> gbnf(const std::string& text);
+  // A JSON Schema's language framed by literal text (grammar.h: framed()): tool calls in a model's
+  // syntax. Errors: compile_json_schema's.
+  Expected<std::shared_ptr<const CompiledGrammar>> framed_json_schema(const std::string& schema_text, const std::string& prefix,
+                                                                      const std::string& suffix, const std::string& separator,
+                                                                      bool many);
 
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   GrammarCacheStats stats() const;

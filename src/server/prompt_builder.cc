@@ -129,6 +129,16 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
     }
     if (auto err = options.structured_outputs->apply(parsed.response_format, out.sampling)) return err;
   }
+  if (parsed.tools.choice == ToolChoice::kRequired || parsed.tools.choice == ToolChoice::kNamed) {
+    if (!options.structured_outputs) {
+      return bad_request("tool_choice \"required\" or a named function is not supported by this server", "tool_choice",
+                         "unsupported_parameter");
+    }
+    if (auto err = options.structured_outputs->apply_tool_choice(parsed.tools, options.tool_format, parsed.response_format,
+                                                                 out.sampling)) {
+      return err;
+    }
+  }
   out.cache_salt = parsed.cache_salt;
   out.kv_budget = parsed.kv_budget;
   if (parsed.ignore_eos) {

@@ -36,6 +36,9 @@ struct PromptOptions {
   // Compiles response_format into the grammar the sampler follows (not owned); null: a request
   // with a response_format other than text gets 400 unsupported_parameter.
   StructuredOutputs* structured_outputs = nullptr;
+  // The call syntax of the served chat template (tool_calls.h): tool_choice "required" and named
+  // choices are enforced by a grammar in that syntax.
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 // On error returns a 400 naming the problem: the chat template refused the conversation (its

@@ -610,6 +610,7 @@ Expected<std::unique_ptr<Server>> Server::create(GenerationBackend& backend, con
   server->impl_ = std::make_shared<Impl>(backend, options);
   server->impl_->chat_template = choice->kind;
   server->impl_->tool_format = detect_tool_call_format(choice->kind);
+  server->impl_->prompt_options.tool_format = server->impl_->tool_format;
   for (const std::string& text : tool_call_marker_tokens(server->impl_->tool_format)) {
     if (std::optional<TokenId> id = backend.model_info().tokenizer->find_token(text)) {
       server->impl_->tool_marker_tokens.push_back(*id);

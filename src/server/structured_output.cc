@@ -125,4 +125,31 @@ std::optional<ApiError> StructuredOutputs::apply(const ResponseFormat& format, S
   return std::nullopt;
 }
 
+std::optional<ApiError> StructuredOutputs::apply_tool_choice(const ToolRequest& tools, ToolCallFormat format,
+                                                             const ResponseFormat& response_format, SamplingParams& sampling) {
+  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) return std::nullopt;
+  if (response_format.kind != ResponseFormat::Kind::kText) {
+    return bad_request("tool_choice \"required\" or a named function cannot be combined with 'response_format'", "tool_choice",
+                       "unsupported_parameter");
+  }
+  if (format != ToolCallFormat::kHermes) {
+    return bad_request(std::string("tool_choice \"required\" or a named function is enforced only for models that write "
+                                   "calls in the hermes syntax (Qwen2.5, Qwen3, Hermes); this model's template writes ") +
+                           tool_call_format_name(format) + "; send tool_choice \"auto\"",
+                       "tool_choice", "unsupported_parameter");
+  }
+  if (!tokenizer_) return bad_request("this server has no tokenizer to constrain decoding with", "tool_choice", "unsupported_parameter");
+  // Hermes: each call is <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, calls one per line.
+  const bool many = tools.choice == ToolChoice::kRequired && tools.parallel;
+  auto compiled = cache().framed_json_schema(tool_call_schema(tools).dump(), "<tool_call>\n", "\n</tool_call>", "\n", many);
+  if (!compiled) {
+    const bool unsupported = compiled.status().code() == StatusCode::kUnsupported;
+    return bad_request(std::string(unsupported ? "unsupported" : "invalid") + " schema in 'tools' (a function's parameters): " +
+                           compiled.status().message(),
+                       "tools", unsupported ? "unsupported_schema" : "invalid_schema");
+  }
+  sampling.grammar = std::move(*compiled);
+  return std::nullopt;
+}
+
 }  // namespace kvstash::server

@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "grammar/grammar_cache.h"
 #include "server/api_error.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvstash::server {
@@ -51,6 +52,14 @@ class StructuredOutputs {
   // Sets sampling.grammar for `format` (nothing for kText). Errors: 400 unsupported_schema /
   // invalid_schema, param "response_format".
   std::optional<ApiError> apply(const ResponseFormat& format, SamplingParams& sampling);
+  // tool_choice "required" or a named function: sets sampling.grammar to calls of the declared
+  // functions (of the named one) in the model's call syntax, whose arguments follow each
+  // function's parameter schema; with parallel_tool_calls and "required", one or more calls.
+  // Nothing for "auto"/"none". Enforced for the hermes syntax (Qwen2.5, Qwen3, Hermes, built-in
+  // chatml); other syntaxes get 400 unsupported_parameter naming tool_choice (never a choice
+  // silently not enforced), as does a choice combined with a response_format.
+  std::optional<ApiError> apply_tool_choice(const ToolRequest& tools, ToolCallFormat format, const ResponseFormat& response_format,
+                                            SamplingParams& sampling);
 
  private:
   grammar::GrammarCache& cache();

@@ -4,6 +4,10 @@
 // temperature 1 with random weights, where nothing but the grammar keeps the output valid.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <map>
+
 #include "engine/engine.h"
 #include "grammar/test_support.h"
 #include "model/model.h"
@@ -240,6 +244,122 @@ TEST_F(StructuredOutputE2ETest, GbnfGrammarField) {
   bad["grammar"] = "root ::= \"a\"";
   bad["response_format"] = {{"type", "json_object"}};
   expect_api_error(post(bad), 400, "grammar");
+}
+
+}  // namespace
+}  // namespace kvstash::server
+
+namespace kvstash::server {
+namespace {
+
+// Two functions whose parameters the grammar enforces (bounded strings: a free string can run to
+// max_tokens under random weights).
+const char* kToolsText = R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 12},
+                  "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "add", "description": "Adds two integers.",
+   "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": -100, "maximum": 100},
+                  "b": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a", "b"], "additionalProperties": false}}}
+])";
+
+// The declared function a call names, checked: its arguments validate against its parameters.
+void expect_valid_call(const json& call, const std::string& context) {
+  const ojson tools = ojson::parse(kToolsText);
+  ASSERT_TRUE(call.contains("function")) << context;
+  const std::string name = call["function"]["name"];
+  const ojson* parameters = nullptr;
+  for (const ojson& t : tools) {
+    if (t["function"]["name"] == name) parameters = &t["function"]["parameters"];
+  }
+  ASSERT_NE(parameters, nullptr) << context << ": a call of an undeclared function " << name;
+  const std::string arguments = call["function"]["arguments"];
+  const ojson value = ojson::parse(arguments, nullptr, false);
+  ASSERT_FALSE(value.is_discarded()) << context << ": arguments not JSON: " << arguments;
+  std::string why;
+  EXPECT_TRUE(grammar::test::validates(value, *parameters, *parameters, why)) << context << ": " << why << " in " << arguments;
+}
+
+std::string tools_body(const json& tool_choice, int seed, bool stream) {
+  // The tools as text: their parameters' property order is kept.
+  json body = {{"messages", {{{"role", "user"}, {"content", "What is the weather in Paris, and 2 + 3?"}}}},
+               {"temperature", 1.0}, {"seed", seed}, {"max_tokens", 300}, {"tool_choice", tool_choice}, {"stream", stream}};
+  std::string text = body.dump();
+  text.insert(text.size() - 1, ",\"tools\":" + ojson::parse(kToolsText).dump());
+  return text;
+}
+
+// tool_choice "required" and a named choice (issue 33): every sampled answer at temperature 1 is a
+// call of a declared function (the named one) whose arguments validate, finish_reason
+// "tool_calls"; streamed, the deltas assemble to such a call too.
+TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFunctionWithValidArguments) {
+  // The same engine behind a server with Qwen2.5's published template (hermes calls).
+  server_->stop();
+  ServerOptions so;
+  so.port = 0;
+  so.log_requests = false;
+  std::ifstream in(std::string(KVSTASH_SHARED_DIR) + "/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  so.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(so.chat_template.empty());
+  auto qwen = Server::create(*backend_, so);
+  ASSERT_TRUE(qwen) << qwen.status().to_string();
+  server_ = std::move(*qwen);
+  ASSERT_TRUE(server_->start().is_ok());
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(120, 0);
+  for (int seed = 1; seed <= 20; ++seed) {
+    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, false), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json response = json::parse(r->body);
+    const json& choice = response["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << "seed " << seed << ": " << r->body;
+    ASSERT_TRUE(choice["message"].contains("tool_calls")) << "seed " << seed << ": " << r->body;
+    ASSERT_GE(choice["message"]["tool_calls"].size(), 1u) << r->body;
+    for (const json& call : choice["message"]["tool_calls"]) expect_valid_call(call, "required, seed " + std::to_string(seed));
+  }
+  const json named = {{"type", "function"}, {"function", {{"name", "add"}}}};
+  for (int seed = 1; seed <= 20; ++seed) {
+    auto r = c.Post("/v1/chat/completions", tools_body(named, seed, false), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json response = json::parse(r->body);
+    const json& calls = response["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << "seed " << seed << ": " << r->body;
+    EXPECT_EQ(calls[0]["function"]["name"], "add") << r->body;
+    expect_valid_call(calls[0], "named, seed " + std::to_string(seed));
+  }
+  for (int seed = 1; seed <= 3; ++seed) {
+    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, true), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    bool done = false;
+    std::map<int, json> calls;  // by index: id, name and the argument fragments joined
+    std::string finish;
+    for (const json& chunk : testing::parse_sse(r->body, &done)) {
+      for (const json& choice : chunk.value("choices", json::array())) {
+        if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+        if (!choice.contains("delta") || !choice["delta"].contains("tool_calls")) continue;
+        for (const json& d : choice["delta"]["tool_calls"]) {
+          json& call = calls[d["index"].get<int>()];
+          if (d.contains("function") && d["function"].contains("name")) call["function"]["name"] = d["function"]["name"];
+          const std::string piece = d.contains("function") ? d["function"].value("arguments", "") : "";
+          call["function"]["arguments"] = call["function"].value("arguments", "") + piece;
+        }
+      }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "tool_calls");
+    ASSERT_FALSE(calls.empty()) << r->body;
+    for (const auto& [index, call] : calls) expect_valid_call(call, "streamed, seed " + std::to_string(seed));
+  }
+  // A choice the server cannot enforce is refused by name, never silently not enforced.
+  std::string both = tools_body("required", 1, false);
+  both.insert(both.size() - 1, R"(,"response_format":{"type":"json_object"})");
+  auto refused = c.Post("/v1/chat/completions", both, "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_NE(refused->body.find("tool_choice"), std::string::npos) << refused->body;
 }
 
 }  // namespace
