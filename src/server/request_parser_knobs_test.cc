@@ -75,7 +75,7 @@ TEST(RequestParserKnobs, RangesAreChecked) {
 
 TEST(RequestParserKnobs, UnimplementedSamplersAreRefusedByName) {
   for (const char* extra : {R"("mirostat": 2)", R"("dry_multiplier": 0.8)", R"("xtc_probability": 0.5)",
-                            R"("tfs_z": 0.9)", R"("tools": [{"type": "function"}])"}) {
+                            R"("tfs_z": 0.9)", R"("functions": [{"name": "f"}])"}) {
     ApiError e = error_of(chat(extra));
     EXPECT_EQ(e.code, "unsupported_parameter") << extra;
     EXPECT_NE(e.message.find(e.param), std::string::npos) << e.message;
