@@ -20,6 +20,7 @@ PACKAGES=(
   chromium                   # renders the bench report in its screenshot test
   curl python3               # the demo's client side
   python3-jinja2             # the oracle the chat-template tests compare against
+  nodejs                     # the official OpenAI Node SDK's tests (sdk-tests/)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -32,3 +33,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
 fi
+# npm: Debian's package where no npm came with nodejs (NodeSource's nodejs ships its own).
+if ! command -v npm >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y npm
+fi
+# The client SDKs the tests drive, exactly as their lockfiles pin them; reinstalled only when a
+# lockfile changed.
+root=$(cd "$(dirname "$0")/.." && pwd)
+for sdk in "$root"/sdk-tests/*/; do
+  [ -f "$sdk/package-lock.json" ] || continue
+  if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.kvstash-installed-lock" 2>/dev/null; then
+    echo "installing the SDK in $sdk (npm ci)"
+    (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$sdk/package-lock.json" "$sdk/node_modules/.kvstash-installed-lock"
+  fi
+done
