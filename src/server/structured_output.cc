@@ -132,16 +132,21 @@ std::optional<ApiError> StructuredOutputs::apply_tool_choice(const ToolRequest& 
     return bad_request("tool_choice \"required\" or a named function cannot be combined with 'response_format'", "tool_choice",
                        "unsupported_parameter");
   }
-  if (format != ToolCallFormat::kHermes) {
+  if (format != ToolCallFormat::kHermes && format != ToolCallFormat::kLlama3) {
     return bad_request(std::string("tool_choice \"required\" or a named function is enforced only for models that write "
-                                   "calls in the hermes syntax (Qwen2.5, Qwen3, Hermes); this model's template writes ") +
+                                   "calls in the hermes syntax (Qwen2.5, Qwen3, Hermes) or Llama 3.x's JSON; this model's "
+                                   "template writes ") +
                            tool_call_format_name(format) + "; send tool_choice \"auto\"",
                        "tool_choice", "unsupported_parameter");
   }
   if (!tokenizer_) return bad_request("this server has no tokenizer to constrain decoding with", "tool_choice", "unsupported_parameter");
-  // Hermes: each call is <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, calls one per line.
-  const bool many = tools.choice == ToolChoice::kRequired && tools.parallel;
-  auto compiled = cache().framed_json_schema(tool_call_schema(tools).dump(), "<tool_call>\n", "\n</tool_call>", "\n", many);
+  // Hermes: each call is <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, calls one per
+  // line. Llama 3.x: the answer is one call's JSON, {"name": .., "parameters": {..}} (its JSON tool
+  // calling is one call per turn; its templates refuse a history with several).
+  const bool hermes = format == ToolCallFormat::kHermes;
+  const bool many = hermes && tools.choice == ToolChoice::kRequired && tools.parallel;
+  auto compiled = hermes ? cache().framed_json_schema(tool_call_schema(tools).dump(), "<tool_call>\n", "\n</tool_call>", "\n", many)
+                         : cache().framed_json_schema(tool_call_schema(tools, "parameters").dump(), "", "", "; ", many);
   if (!compiled) {
     const bool unsupported = compiled.status().code() == StatusCode::kUnsupported;
     return bad_request(std::string(unsupported ? "unsupported" : "invalid") + " schema in 'tools' (a function's parameters): " +

@@ -292,19 +292,26 @@ std::string tools_body(const json& tool_choice, int seed, bool stream) {
 // tool_choice "required" and a named choice (issue 33): every sampled answer at temperature 1 is a
 // call of a declared function (the named one) whose arguments validate, finish_reason
 // "tool_calls"; streamed, the deltas assemble to such a call too.
-TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFunctionWithValidArguments) {
-  // The same engine behind a server with Qwen2.5's published template (hermes calls).
-  server_->stop();
+// The fixture's engine behind a new server with a published template of ../shared/templates.
+void serve_with_template(StructuredOutputE2ETest& t, std::unique_ptr<Server>& server, GenerationBackend& backend,
+                         const std::string& name) {
+  server->stop();
   ServerOptions so;
   so.port = 0;
   so.log_requests = false;
-  std::ifstream in(std::string(KVSTASH_SHARED_DIR) + "/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  std::ifstream in(std::string(KVSTASH_SHARED_DIR) + "/templates/" + name);
   so.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(so.chat_template.empty());
-  auto qwen = Server::create(*backend_, so);
-  ASSERT_TRUE(qwen) << qwen.status().to_string();
-  server_ = std::move(*qwen);
-  ASSERT_TRUE(server_->start().is_ok());
+  ASSERT_FALSE(so.chat_template.empty()) << name;
+  auto created = Server::create(backend, so);
+  ASSERT_TRUE(created) << created.status().to_string();
+  server = std::move(*created);
+  ASSERT_TRUE(server->start().is_ok());
+  (void)t;
+}
+
+TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFunctionWithValidArguments) {
+  // Qwen2.5's published template: hermes calls.
+  serve_with_template(*this, server_, *backend_, "Qwen-Qwen2.5-7B-Instruct.jinja");
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(120, 0);
   for (int seed = 1; seed <= 20; ++seed) {
@@ -360,6 +367,46 @@ TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFu
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400) << refused->body;
   EXPECT_NE(refused->body.find("tool_choice"), std::string::npos) << refused->body;
+}
+
+// Llama 3.1's published template: the answer is the call's JSON ({"name", "parameters"}), calls
+// joined by "; ". Required and named choices are enforced in that syntax too.
+TEST_F(StructuredOutputE2ETest, RequiredToolChoiceInLlama31Syntax) {
+  serve_with_template(*this, server_, *backend_, "meta-llama-Llama-3.1-8B-Instruct.jinja");
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(120, 0);
+  for (int seed = 1; seed <= 10; ++seed) {
+    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, false), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json response = json::parse(r->body);
+    const json& choice = response["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << "seed " << seed << ": " << r->body;
+    ASSERT_TRUE(choice["message"].contains("tool_calls")) << "seed " << seed << ": " << r->body;
+    for (const json& call : choice["message"]["tool_calls"]) expect_valid_call(call, "llama3 required, seed " + std::to_string(seed));
+  }
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (int seed = 1; seed <= 5; ++seed) {
+    auto r = c.Post("/v1/chat/completions", tools_body(named, seed, false), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json calls = json::parse(r->body)["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << r->body;
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather") << r->body;
+    expect_valid_call(calls[0], "llama3 named, seed " + std::to_string(seed));
+  }
+}
+
+// Mistral's calls open with the control token [TOOL_CALLS], which a grammar over text cannot
+// emit: a required choice is refused by name rather than left unenforced.
+TEST_F(StructuredOutputE2ETest, RequiredToolChoiceThatCannotBeEnforcedIsRefused) {
+  serve_with_template(*this, server_, *backend_, "mistralai-Mistral-Nemo-Instruct-2407.jinja");
+  httplib::Client c("127.0.0.1", server_->port());
+  auto r = c.Post("/v1/chat/completions", tools_body("required", 1, false), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("tool_choice"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("mistral"), std::string::npos) << r->body;
 }
 
 }  // namespace

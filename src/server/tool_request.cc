@@ -211,7 +211,7 @@ std::optional<ApiError> parse_message_tool_fields(const json& message, const std
   return std::nullopt;
 }
 
-ordered_json tool_call_schema(const ToolRequest& tools) {
+ordered_json tool_call_schema(const ToolRequest& tools, const std::string& arguments_key) {
   ordered_json variants = ordered_json::array();
   for (const ToolFunction& f : tools.functions) {
     if (tools.choice == ToolChoice::kNamed && f.name != tools.named_function) continue;
@@ -219,8 +219,8 @@ ordered_json tool_call_schema(const ToolRequest& tools) {
                                   ? ordered_json{{"type", "object"}}
                                   : ordered_json::parse(f.parameters_json, nullptr, /*allow_exceptions=*/false);
     ordered_json schema = {{"type", "object"},
-                           {"properties", {{"name", {{"const", f.name}}}, {"arguments", std::move(parameters)}}},
-                           {"required", {"name", "arguments"}},
+                           {"properties", {{"name", {{"const", f.name}}}, {arguments_key, std::move(parameters)}}},
+                           {"required", {"name", arguments_key}},
                            {"additionalProperties", false}};
     variants.push_back(std::move(schema));
   }

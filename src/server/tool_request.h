@@ -85,6 +85,7 @@ std::optional<ApiError> parse_message_tool_fields(const nlohmann::json& message,
 // ["name", "arguments"], "additionalProperties": false}, or for several functions {"anyOf": [...]}
 // of those. For kNamed, only the named function. A function without parameters takes {"type":
 // "object"}. How a call is wrapped in the model's syntax (tool_calls.h) is the format's concern.
-nlohmann::ordered_json tool_call_schema(const ToolRequest& tools);
+// `arguments_key` names the arguments' property ("arguments"; Llama 3.x writes "parameters").
+nlohmann::ordered_json tool_call_schema(const ToolRequest& tools, const std::string& arguments_key = "arguments");
 
 }  // namespace kvstash::server
