@@ -293,8 +293,7 @@ std::string tools_body(const json& tool_choice, int seed, bool stream) {
 // call of a declared function (the named one) whose arguments validate, finish_reason
 // "tool_calls"; streamed, the deltas assemble to such a call too.
 // The fixture's engine behind a new server with a published template of ../shared/templates.
-void serve_with_template(StructuredOutputE2ETest& t, std::unique_ptr<Server>& server, GenerationBackend& backend,
-                         const std::string& name) {
+void serve_with_template(std::unique_ptr<Server>& server, GenerationBackend& backend, const std::string& name) {
   server->stop();
   ServerOptions so;
   so.port = 0;
@@ -306,15 +305,12 @@ void serve_with_template(StructuredOutputE2ETest& t, std::unique_ptr<Server>& se
   ASSERT_TRUE(created) << created.status().to_string();
   server = std::move(*created);
   ASSERT_TRUE(server->start().is_ok());
-  (void)t;
 }
 
-TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFunctionWithValidArguments) {
-  // Qwen2.5's published template: hermes calls.
-  serve_with_template(*this, server_, *backend_, "Qwen-Qwen2.5-7B-Instruct.jinja");
-  httplib::Client c("127.0.0.1", server_->port());
-  c.set_read_timeout(120, 0);
-  for (int seed = 1; seed <= 20; ++seed) {
+// `seeds` sampled requests with tool_choice "required": each a call (or calls) of a declared
+// function with valid arguments, finish_reason "tool_calls".
+void expect_required_calls(httplib::Client& c, int seeds, const std::string& label) {
+  for (int seed = 1; seed <= seeds; ++seed) {
     auto r = c.Post("/v1/chat/completions", tools_body("required", seed, false), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -323,19 +319,31 @@ TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFu
     EXPECT_EQ(choice["finish_reason"], "tool_calls") << "seed " << seed << ": " << r->body;
     ASSERT_TRUE(choice["message"].contains("tool_calls")) << "seed " << seed << ": " << r->body;
     ASSERT_GE(choice["message"]["tool_calls"].size(), 1u) << r->body;
-    for (const json& call : choice["message"]["tool_calls"]) expect_valid_call(call, "required, seed " + std::to_string(seed));
+    for (const json& call : choice["message"]["tool_calls"]) expect_valid_call(call, label + ", seed " + std::to_string(seed));
   }
-  const json named = {{"type", "function"}, {"function", {{"name", "add"}}}};
-  for (int seed = 1; seed <= 20; ++seed) {
+}
+
+// `seeds` sampled requests naming `function`: exactly one call, of it, with valid arguments.
+void expect_named_calls(httplib::Client& c, const std::string& function, int seeds, const std::string& label) {
+  const json named = {{"type", "function"}, {"function", {{"name", function}}}};
+  for (int seed = 1; seed <= seeds; ++seed) {
     auto r = c.Post("/v1/chat/completions", tools_body(named, seed, false), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
-    const json response = json::parse(r->body);
-    const json& calls = response["choices"][0]["message"]["tool_calls"];
+    const json calls = json::parse(r->body)["choices"][0]["message"]["tool_calls"];
     ASSERT_EQ(calls.size(), 1u) << "seed " << seed << ": " << r->body;
-    EXPECT_EQ(calls[0]["function"]["name"], "add") << r->body;
-    expect_valid_call(calls[0], "named, seed " + std::to_string(seed));
+    EXPECT_EQ(calls[0]["function"]["name"], function) << r->body;
+    expect_valid_call(calls[0], label + ", seed " + std::to_string(seed));
   }
+}
+
+TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFunctionWithValidArguments) {
+  // Qwen2.5's published template: hermes calls.
+  serve_with_template(server_, *backend_, "Qwen-Qwen2.5-7B-Instruct.jinja");
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(120, 0);
+  expect_required_calls(c, 20, "required");
+  expect_named_calls(c, "add", 20, "named");
   for (int seed = 1; seed <= 3; ++seed) {
     auto r = c.Post("/v1/chat/completions", tools_body("required", seed, true), "application/json");
     ASSERT_TRUE(r);
@@ -372,35 +380,17 @@ TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFu
 // Llama 3.1's published template: the answer is the call's JSON ({"name", "parameters"}), calls
 // joined by "; ". Required and named choices are enforced in that syntax too.
 TEST_F(StructuredOutputE2ETest, RequiredToolChoiceInLlama31Syntax) {
-  serve_with_template(*this, server_, *backend_, "meta-llama-Llama-3.1-8B-Instruct.jinja");
+  serve_with_template(server_, *backend_, "meta-llama-Llama-3.1-8B-Instruct.jinja");
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(120, 0);
-  for (int seed = 1; seed <= 10; ++seed) {
-    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, false), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    const json response = json::parse(r->body);
-    const json& choice = response["choices"][0];
-    EXPECT_EQ(choice["finish_reason"], "tool_calls") << "seed " << seed << ": " << r->body;
-    ASSERT_TRUE(choice["message"].contains("tool_calls")) << "seed " << seed << ": " << r->body;
-    for (const json& call : choice["message"]["tool_calls"]) expect_valid_call(call, "llama3 required, seed " + std::to_string(seed));
-  }
-  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
-  for (int seed = 1; seed <= 5; ++seed) {
-    auto r = c.Post("/v1/chat/completions", tools_body(named, seed, false), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    const json calls = json::parse(r->body)["choices"][0]["message"]["tool_calls"];
-    ASSERT_EQ(calls.size(), 1u) << r->body;
-    EXPECT_EQ(calls[0]["function"]["name"], "get_weather") << r->body;
-    expect_valid_call(calls[0], "llama3 named, seed " + std::to_string(seed));
-  }
+  expect_required_calls(c, 10, "llama3 required");
+  expect_named_calls(c, "get_weather", 5, "llama3 named");
 }
 
 // Mistral's calls open with the control token [TOOL_CALLS], which a grammar over text cannot
 // emit: a required choice is refused by name rather than left unenforced.
 TEST_F(StructuredOutputE2ETest, RequiredToolChoiceThatCannotBeEnforcedIsRefused) {
-  serve_with_template(*this, server_, *backend_, "mistralai-Mistral-Nemo-Instruct-2407.jinja");
+  serve_with_template(server_, *backend_, "mistralai-Mistral-Nemo-Instruct-2407.jinja");
   httplib::Client c("127.0.0.1", server_->port());
   auto r = c.Post("/v1/chat/completions", tools_body("required", 1, false), "application/json");
   ASSERT_TRUE(r);
