@@ -76,6 +76,14 @@ void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
   per_tier(out, store, "kvstash_kv_tier_rejected_chunks_total", "counter",
            "Damaged or mismatched chunks found in a tier, never served, removed.",
            [&](const S& s) { return d(s.rejected_chunks); });
+  per_tier(out, store, "kvstash_kv_tier_pinned_entries", "gauge", "Chunks a tier holds pinned now (prompt caching).",
+           [&](const S& s) { return d(s.pinned_entries); });
+  per_tier(out, store, "kvstash_kv_tier_pinned_bytes", "gauge", "Bytes of the chunks a tier holds pinned now.",
+           [&](const S& s) { return d(s.pinned_bytes); });
+  per_tier(out, store, "kvstash_kv_tier_pin_intents", "gauge", "Pins of chunks a tier does not hold (yet).",
+           [&](const S& s) { return d(s.pin_intents); });
+  per_tier(out, store, "kvstash_kv_tier_pins_refused_total", "counter", "Pins refused: past the tier's pinned share.",
+           [&](const S& s) { return d(s.pins_refused); });
 
   const cache::StoreStats& st = store.store;
   header(out, "kvstash_kv_store_chunks_loaded_total", "counter", "Verified chunks loaded from any tier.");
