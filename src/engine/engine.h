@@ -68,6 +68,14 @@ struct GenerationRequest {
   // KV budget in tokens for this request (engine/kv_compactor.h): -1 = the engine's
   // (EngineOptions::kv_budget.budget), 0 = none (full attention), else at least the protected sets.
   int kv_budget = -1;
+  // Prompt caching (docs/prompt-caching.md): keep the store's KV of the prompt's first `tokens`
+  // tokens for `ttl` in every local tier (cache/pins.h), as a breakpoint of Anthropic's
+  // cache_control or OpenAI's prompt_cache_retention asks. Needs a KV store; empty = no pin.
+  struct Pin {
+    int tokens = 0;
+    std::chrono::seconds ttl{0};
+  };
+  std::vector<Pin> pins;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -165,6 +173,7 @@ struct EngineStats {
   double compaction_seconds = 0;              // time spent scoring and moving KV
   std::int64_t compacted_preemptions = 0;     // preempted after a compaction (recomputed in full)
   std::int64_t compactions_postponed = 0;     // no block for a copy-on-write: retried next token
+  std::int64_t pinned_keys = 0;               // store keys pinned for requests (prompt caching)
 };
 
 class Engine {

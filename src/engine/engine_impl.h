@@ -105,6 +105,10 @@ struct Engine::Impl {
   // store, with its first n_predecessors chunk keys; true if queued.
   bool store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks, int n_predecessors);
   void extend_chunk_keys(Sequence& seq, int n_chunks) const;
+  // Pins the store keys of each of the request's pin points (GenerationRequest::pins): the full
+  // chunks before it, the block-chain keys (tails, prefix aliases) of the chunk it falls in up to
+  // its last whole block, and that chunk itself when the prompt holds it whole (an alias names it).
+  void pin_prefixes(Sequence& seq);
   cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
   // The partial chunk of n_blocks blocks starting at full chunk `chunk` (a stored tail).
   cache::ChunkMeta tail_meta(const Sequence& seq, int chunk, int n_blocks) const;
