@@ -148,8 +148,8 @@ struct Server::Impl : http::Handler {
     RequestRecord record;
     // With a response cache: its key and semantic query, computed on the worker with the prompt
     // (hashing every prompt token and tokenizing the last user message are no work for the strand).
-    std::optional<CachePlan> plan;
-    std::optional<SemanticQuery> query;
+    std::optional<CachePlan> plan{};
+    std::optional<SemanticQuery> query{};
   };
   // Starts the admitted request's task: from the engine, or replaying a cached record.
   // `cached` = nullopt when the server has no response cache.
