@@ -225,7 +225,10 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
   }
   out.sampling.seed = seed ? static_cast<std::uint64_t>(*seed) : fresh_seed();
   out.seed_given = seed.has_value();
-  if (n && *n != 1) return bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_n");
+  if (n) {
+    if (*n < 1 || *n > INT32_MAX) return bad_request("'n' must be at least 1", "n", "out_of_range");
+    out.n = static_cast<int>(*n);
+  }
   const char* max_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   std::optional<std::int64_t> max = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (max) {

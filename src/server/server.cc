@@ -422,6 +422,11 @@ void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& re
   ParsedRequest parsed;
   if (auto err = parse_request(endpoint, req.body, parsed)) return fail(*err);
   record.stream = parsed.stream;
+  if (parsed.n > options.max_n) {
+    return fail(ApiError{400, "'n' is " + std::to_string(parsed.n) + "; this server generates at most " +
+                                  std::to_string(options.max_n) + " choices per request (--max-n)",
+                         "invalid_request_error", "n", "out_of_range"});
+  }
   if (auto err = check_model(parsed.model)) return fail(*err);
   if (auto err = check_tools(parsed)) return fail(*err);
   // The key's namespace first: a body's salt narrows a tenant's namespace, never leaves it.
@@ -499,12 +504,16 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   const bool want_logprobs = parsed.logprobs;
   const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
   const int prompt_tokens = static_cast<int>(request.prompt.size());
-  auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
-  if (parsed.tools.parse_calls()) gen->show_tokens(tool_marker_tokens);
   const bool store_answer = cached && cached->status == "miss";
+  std::vector<std::unique_ptr<Generation>> gens;  // one per choice
+  for (int i = 0; i < request.n; ++i) {
+    auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
+    if (parsed.tools.parse_calls()) gen->show_tokens(tool_marker_tokens);
+    if (store_answer) gen->record_events();
+    gens.push_back(std::move(gen));
+  }
   if (cached) record.cache = cached->status;
-  if (store_answer) gen->record_events();
-  auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gen), std::move(parsed),
+  auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gens), std::move(parsed),
                                                std::move(meta), std::move(record));
   task->set_tool_call_format(tool_format);
   if (cached) {
