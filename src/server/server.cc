@@ -38,15 +38,17 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 // stop(): how long aborted generations get to send their last bytes.
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
 std::string known_endpoint(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
                         "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
+  if (starts_with(path, "/v1/models/")) return "/v1/models/{id}";  // one label, whatever the id
   return "other";
 }
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -340,6 +342,21 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       });
     }
     allowed = "POST";
+  } else if (starts_with(path, "/v1/models/")) {
+    // OpenAI's "retrieve model": the served model or an alias; any other id is a 404 in OpenAI's
+    // error shape. Ids may hold '/' (Hugging Face names), so the rest of the path is the id.
+    if (req.method == "GET" || req.method == "HEAD") {
+      const std::string id = path.substr(std::string_view("/v1/models/").size());
+      if (!id.empty() && !check_model(id)) {
+        http::Response r;
+        r.body = dump_json({{"id", id}, {"object", "model"}, {"created", static_cast<std::int64_t>(std::time(nullptr))},
+                            {"owned_by", "kvstash"}});
+        return respond(*exchange, path, std::move(r));
+      }
+      return respond_error(*exchange, path, ApiError{404, "The model '" + id + "' does not exist", "invalid_request_error",
+                                                     "model", "model_not_found"});
+    }
+    allowed = "GET, HEAD";
   } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics" || path == "/v1/identity") {
     if (req.method == "GET" || req.method == "HEAD") {
       http::Response r;
