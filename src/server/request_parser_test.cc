@@ -119,7 +119,7 @@ TEST(RequestParser, RejectsBadValues) {
   EXPECT_EQ(expect_error(kChat, with(R"("top_k": -1)")).param, "top_k");
   EXPECT_EQ(expect_error(kChat, with(R"("max_tokens": 0)")).param, "max_tokens");
   EXPECT_EQ(expect_error(kChat, with(R"("max_completion_tokens": -5)")).param, "max_completion_tokens");
-  EXPECT_EQ(expect_error(kChat, with(R"("n": 2)")).param, "n");
+  EXPECT_EQ(expect_error(kChat, with(R"("n": 0)")).param, "n");
   EXPECT_EQ(expect_error(kChat, with(R"("stop": ["a","b","c","d","e"])")).param, "stop");
   EXPECT_EQ(expect_error(kChat, with(R"("top_logprobs": 3)")).param, "top_logprobs");  // without logprobs
   EXPECT_EQ(expect_error(kChat, with(R"("logprobs": true, "top_logprobs": 21)")).param, "top_logprobs");
