@@ -268,7 +268,10 @@ class SchedulerStressTest : public ::testing::Test {
           if (r.finish == FinishReason::kCancelled) {
             ASSERT_GE(p.cancel_step, 0) << where << ": cancelled without being asked";
             ASSERT_LE(r.tokens.size(), expected[i].size()) << where;
-            ASSERT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), expected[i].begin())) << where << ": cancelled output is not a prefix of the solo output";
+            // (On seeds that are not checked exactly, below, a cancelled output need not be either.)
+            if (exact) {
+              ASSERT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), expected[i].begin())) << where << ": cancelled output is not a prefix of the solo output";
+            }
             continue;
           }
           ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;

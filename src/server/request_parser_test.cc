@@ -64,6 +64,12 @@ TEST(RequestParser, ParsesCompletionPrompts) {
 TEST(RequestParser, RejectsMalformedJsonAndNonObjects) {
   EXPECT_EQ(expect_error(kChat, "{\"messages\": [").code, "invalid_json");
   EXPECT_NE(expect_error(kChat, "{oops}").message.find("malformed JSON"), std::string::npos);
+  // Where and why, without the JSON library's internals ("[json.exception.parse_error.101]").
+  for (const char* body : {"{oops}", "{\"a\": 1e400}", "[1, 2"}) {
+    const std::string message = expect_error(kChat, body).message;
+    EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+    EXPECT_NE(message.find("JSON"), std::string::npos) << message;
+  }
   EXPECT_EQ(expect_error(kChat, "[1,2]").code, "invalid_json");
 }
 
