@@ -148,10 +148,10 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  std::int64_t requests_finished = 0;
-  std::int64_t prompt_tokens = 0;
+  std::int64_t requests_finished = 0;  // requests (once each, whatever their n) that ended
+  std::int64_t prompt_tokens = 0;      // their prompts' tokens, once per request
   std::int64_t cached_prompt_tokens = 0;
-  std::int64_t generated_tokens = 0;
+  std::int64_t generated_tokens = 0;  // every choice's
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int running = 0;
