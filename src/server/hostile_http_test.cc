@@ -134,8 +134,8 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
       {"[1, 2]", "JSON object"},
       {R"({"prompt": 7})", "'prompt'"},
       {R"({"prompt": "a", "max_tokens": "many"})", "max_tokens"},
-      {R"({"prompt": "a", "temperature": 1e400})", "406"},
-      {R"({"prompt": "a", "max_tokens": 1e400})", "406"},
+      {R"({"prompt": "a", "temperature": 1e400})", "number overflow"},  // where and why, not the library's error number
+      {R"({"prompt": "a", "max_tokens": 1e400})", "number overflow"},  // where and why, not the library's error number
       {R"({"prompt": "a", "seed": 123456789012345678901234567890})", "seed"},
       {"{\"prompt\": \"a\xC3\"}", "UTF-8"},
       {"{\"prompt\": \"\\ud800\"}", "UTF-8"},

@@ -49,7 +49,6 @@ std::string known_endpoint(const std::string& path) {
   return "other";
 }
 
-
 std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
