@@ -411,6 +411,10 @@ int serve_main(int argc, char** argv) {
   app.add_option("--parallel", engine_options.max_running, "Sequences decoded together at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  app.add_option("--max-n", server_options.max_n,
+                 "Choices per request (OpenAI's n) at most; the running batch (--parallel) bounds it too")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   int queue = engine_options.max_queued;
   app.add_option("--queue", queue, "Requests waiting beyond the running batch (0 = none: a full batch answers 429)")
       ->check(CLI::Range(0, 1 << 20))

@@ -86,6 +86,20 @@ struct Engine::Impl {
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
   void publish_stats(double prefill_s, double decode_s);
+  // Counts a finished sequence in the stats (a request once: by its choice 0).
+  void count_finished(const Sequence& seq);
+  // Samples the sequence's next token from its logits row, reports it and marks it finished when
+  // it ends (engine.cc).
+  void sample_and_emit(Sequence& seq, const float* row, int n_vocab);
+
+  // fork.cc
+  // The n - 1 other choices of a request whose prompt's KV is complete: each shares the parent's
+  // blocks (one more reference each), copies its counters and gets its own sampler and seed.
+  std::vector<std::unique_ptr<Sequence>> fork_choices(Sequence& parent);
+  // Copy-on-write before a step writes the sequence's KV: a block it is about to write that
+  // another sequence also holds (a forked prompt's last partial block) is replaced by a private
+  // copy. False when the pool has no block for the copy (the caller preempts, as for ensure_blocks).
+  bool unshare_write_block(Sequence& seq);
   void publish_key_changes();
 
   // engine_store.cc

@@ -240,6 +240,12 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_preemptions_total", "counter",
          "Running sequences sent back to wait because the KV pool ran dry (recomputed later).");
   sample(out, "kvstash_preemptions_total", static_cast<double>(engine.preemptions));
+  header(out, "kvstash_choices_forked_total", "counter",
+         "Choices of n > 1 requests forked on their prompt's KV (n - 1 per request; the prompt is prefilled once).");
+  sample(out, "kvstash_choices_forked_total", static_cast<double>(engine.forks));
+  header(out, "kvstash_kv_blocks_copied_on_write_total", "counter",
+         "Shared KV blocks (a forked prompt's last partial block) copied before a choice wrote into them.");
+  sample(out, "kvstash_kv_blocks_copied_on_write_total", static_cast<double>(engine.blocks_copied_on_write));
   header(out, "kvstash_requests_loading", "gauge", "Requests waiting beside the batch while their KV loads from the store.");
   sample(out, "kvstash_requests_loading", static_cast<double>(engine.loading));
   header(out, "kvstash_kv_loads_timed_out_total", "counter",
