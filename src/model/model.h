@@ -243,6 +243,7 @@ class Model {
   std::array<std::uint8_t, 32> fingerprint_{};
   HugePageBuffer weights_;  // empty when the weights are used from the file mapping
   std::vector<PreparedMatrix> prepared_table_;  // where each weight_matrices() entry is in weights_
+  std::size_t prepared_bytes_ = 0;               // of weights_, the bytes the matrices use
   std::string weights_cache_dir_;                // empty: no prepared-weights cache
   ModelLoadReport report_;
   int repacked_matrices_ = 0;

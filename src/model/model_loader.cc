@@ -190,6 +190,7 @@ void Model::copy_weights_to_huge_pages() {
     prepared_table_.push_back({static_cast<std::uint32_t>(w->type), w->rows, w->cols, w->row_bytes, begin});
   }
   if (config_.tied_output) token_embd_ = output_;
+  prepared_bytes_ = at;
   weights_ = std::move(buffer);
 }
 

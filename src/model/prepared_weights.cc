@@ -77,7 +77,7 @@ bool Model::bind_prepared(PreparedWeights prepared, std::string* why) {
                          (repacked > 0 ? kernels::is_interleaved(type) && kernels::interleaved_source(type) == w.type
                                        : type == w.type);
     if (!type_ok || p.rows != w.rows || p.cols != w.cols || p.row_bytes != w.row_bytes ||
-        p.offset + bytes > prepared.memory.size()) {
+        p.offset + bytes > prepared.payload_bytes) {
       *why = path + ": stale (matrix " + std::to_string(i) + " does not match the model's layout)";
       return false;
     }
@@ -91,6 +91,7 @@ bool Model::bind_prepared(PreparedWeights prepared, std::string* why) {
   }
   if (config_.tied_output) token_embd_ = output_;
   prepared_table_ = std::move(prepared.matrices);
+  prepared_bytes_ = prepared.payload_bytes;
   weights_ = std::move(prepared.memory);
   return true;
 }
@@ -101,7 +102,7 @@ Status Model::save_prepared_weights() const {
     return invalid_argument("the weights are used from the file mapping: nothing prepared to save");
   }
   return store_prepared_weights(weights_cache_dir_, cache_key(fingerprint_), prepared_table_,
-                                {weights_.data(), weights_.size()});
+                                {weights_.data(), prepared_bytes_});
 }
 
 }  // namespace kvstash

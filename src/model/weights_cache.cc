@@ -157,6 +157,7 @@ Expected<PreparedWeights> load_prepared_weights(const std::filesystem::path& dir
     m.offset = get<std::uint64_t>(e + 32);
     if (m.offset > payload_bytes) return corrupt(path + ": damaged (a matrix starts past the payload)");
   }
+  out.payload_bytes = payload_bytes;
   out.memory = HugePageBuffer::allocate(payload_bytes);
   if (payload_bytes > 0 && out.memory.data() == nullptr) {
     return io_error(path + ": cannot map " + std::to_string(payload_bytes) + " bytes for the weights");

@@ -47,6 +47,7 @@ struct PreparedMatrix {
 
 struct PreparedWeights {
   HugePageBuffer memory;                // the payload, in huge-page memory where the kernel gives it
+  std::uint64_t payload_bytes = 0;      // of memory.size() (rounded up to 2 MiB), the bytes read
   std::vector<PreparedMatrix> matrices;
 };
 

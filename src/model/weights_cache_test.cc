@@ -84,6 +84,7 @@ TEST(WeightsCache, RoundTripsPayloadAndTable) {
     auto r = load_prepared_weights(dir, key_of(7), readers);
     ASSERT_TRUE(r.has_value()) << r.status().to_string();
     EXPECT_EQ(r->matrices, kTable);
+    ASSERT_EQ(r->payload_bytes, bytes.size());
     ASSERT_GE(r->memory.size(), bytes.size());
     EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % kHugePageBytes, 0u);
