@@ -163,8 +163,10 @@ class Model {
  public:
   // Maps the GGUF file, checks that it is a supported architecture with supported tensor types
   // and the expected shapes, and binds the weights (copied into huge pages or in place, per
-  // options.weights). Errors name the file and the problem (kUnsupported for an architecture or
-  // tensor type this engine does not run).
+  // options.weights; with options.weights_cache_dir, read from the prepared-weights file when a
+  // good one is there: load_report() says what happened). Errors name the file and the problem
+  // (kUnsupported for an architecture or tensor type this engine does not run); a bad cache file
+  // is never an error, only a miss.
   static Expected<std::unique_ptr<Model>> load(const std::string& path, const ModelLoadOptions& options = {});
   ~Model();
 
