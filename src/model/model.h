@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -218,7 +219,7 @@ class Model {
     int rope = 0;                              // index into rope_inv_freqs_
   };
   Model() = default;
-  Status bind(const std::string& path);
+  Status bind(const std::string& path, const ModelLoadOptions& options);
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there; a matrix the SIMD path in use reads faster in its own layout is repacked on
   // the way (kernels::repack_for_decode: every quantized type and F16 on AVX-512). Leaves the views on the file mapping if
@@ -227,7 +228,10 @@ class Model {
   // Binds the weight views to a prepared file's memory when its matrix table matches this
   // model's matrices on this SIMD path; false (views untouched) when it does not.
   bool bind_prepared(PreparedWeights prepared, std::string* why);
-  // Reads the prepared file if there is a good one, else prepares the weights (and writes the file
+  // Starts reading the prepared-weights file of this model (fingerprint_ set) from `dir` on
+  // another thread; prepare_weights() takes the result.
+  void start_prepared_read(const std::string& dir);
+  // Takes the prepared file if there is a good one, else prepares the weights (and writes the file
   // unless deferred). Fills report_.
   void prepare_weights(const ModelLoadOptions& options);
   std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order
@@ -247,6 +251,7 @@ class Model {
   std::vector<PreparedMatrix> prepared_table_;  // where each weight_matrices() entry is in weights_
   std::size_t prepared_bytes_ = 0;               // of weights_, the bytes the matrices use
   std::string weights_cache_dir_;                // empty: no prepared-weights cache
+  std::future<Expected<PreparedWeights>> prepared_read_;  // start_prepared_read() until prepare_weights()
   ModelLoadReport report_;
   int repacked_matrices_ = 0;
 };

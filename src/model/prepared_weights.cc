@@ -3,6 +3,7 @@
 // again, or prepare them and write the file for the next start.
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "model/model.h"
@@ -20,6 +21,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+void Model::start_prepared_read(const std::string& dir) {
+  weights_cache_dir_ = dir;
+  // One reader per core, at most 4: reading a page-cached file is copy-bound and scales with
+  // cores; a cold disk is read sequentially either way.
+  const int readers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  prepared_read_ = std::async(std::launch::async, [dir, key = cache_key(fingerprint_), readers] {
+    return load_prepared_weights(dir, key, readers);
+  });
+}
+
 void Model::prepare_weights(const ModelLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   weights_cache_dir_ = options.weights_cache_dir;
@@ -28,12 +39,9 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
     report_.prepare_seconds = seconds_since(start);
     return;
   }
-  const WeightsCacheKey key = cache_key(fingerprint_);
-  const std::string path = weights_cache_file(weights_cache_dir_, key).string();
-  // One reader per core, at most 4: reading a page-cached file is copy-bound and scales with
-  // cores; a cold disk is read sequentially either way.
-  const int readers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-  Expected<PreparedWeights> prepared = load_prepared_weights(weights_cache_dir_, key, readers);
+  if (!prepared_read_.valid()) start_prepared_read(weights_cache_dir_);
+  const std::string path = weights_cache_file(weights_cache_dir_, cache_key(fingerprint_)).string();
+  Expected<PreparedWeights> prepared = prepared_read_.get();
   std::string why;
   if (prepared && bind_prepared(std::move(*prepared), &why)) {
     report_.prepare_seconds = seconds_since(start);
