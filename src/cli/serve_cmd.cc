@@ -18,6 +18,7 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cache/kv_events.h"
@@ -35,6 +36,7 @@
 #include "engine/embedder.h"
 #include "server/response_cache.h"
 #include "server/server.h"
+#include "server/startup_phases.h"
 
 namespace kvstash::cli {
 namespace {
@@ -599,12 +601,28 @@ int serve_main(int argc, char** argv) {
     }
     model_path = *demo;
   }
+  // The prepared-weights file of a first start is written after the server listens (below).
+  model_load.defer_weights_cache_write = true;
+  auto startup = std::make_shared<server::StartupPhases>();
   Expected<std::unique_ptr<Model>> model = Model::load(model_path, model_load);
   if (!model) {
     log_line("serve: " + model.status().to_string());
     return 1;
   }
+  {
+    const ModelLoadReport& r = (*model)->load_report();
+    startup->record("map", r.map_seconds);
+    startup->record("fingerprint", r.fingerprint_seconds);
+    startup->record("prepare", r.prepare_seconds);
+    if (model_load.weights == WeightMemory::kHugePages) log_line("serve: weights cache: " + r.weights_cache);
+  }
   log_line("serve: " + (*model)->weight_memory_summary());
+  auto phase_start = std::chrono::steady_clock::now();
+  auto end_phase = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    startup->record(name, std::chrono::duration<double>(now - phase_start).count());
+    phase_start = now;
+  };
   // The event log outlives the store and the engine that publish to it (declared before both).
   std::unique_ptr<cache::KvEventLog> kv_events;
   if (!no_kv_events) kv_events = std::make_unique<cache::KvEventLog>(kv_event_options);
@@ -626,6 +644,7 @@ int serve_main(int argc, char** argv) {
       return 1;
     }
     store = std::move(*opened);
+    end_phase("store index");
     cache::tune_allocator_for_chunks();
     engine_options.kv_store = store.get();
     engine_options.chunk_tokens = static_cast<int>(store_options->chunk_tokens);
@@ -642,7 +661,9 @@ int serve_main(int argc, char** argv) {
       // A chunk derived from a banned producer is a miss wherever a load meets it (redis included).
       store->set_chunk_filter([node = share_node.get()](const cache::ChunkHeader& h) { return node->chunk_acceptable(h); });
       server_options.share_handler = share_node;
-      server_options.extra_metrics = [node = share_node.get()] { return node->render_metrics(); };
+      server_options.extra_metrics = [node = share_node.get(), startup] {
+        return startup->render_metrics() + node->render_metrics();
+      };
     }
   } else {
     log_line("kv store: off (--no-kv-store)");
@@ -690,6 +711,7 @@ int serve_main(int argc, char** argv) {
     log_line("serve: " + engine.status().to_string());
     return 1;
   }
+  end_phase("pool");
   {
     std::lock_guard lock(ban_sink->mu);
     ban_sink->engine = engine->get();
@@ -708,6 +730,7 @@ int serve_main(int argc, char** argv) {
     server_options.kv_info.block_size = engine_options.block_size;
     server_options.kv_info.prefix_cache = engine_options.prefix_cache;
   }
+  if (!server_options.extra_metrics) server_options.extra_metrics = [startup] { return startup->render_metrics(); };
   std::unique_ptr<server::GenerationBackend> backend = server::make_engine_backend(**engine, server_options.model_id);
   Expected<std::unique_ptr<server::Server>> http = server::Server::create(*backend, server_options);
   if (!http) {
@@ -728,6 +751,27 @@ int serve_main(int argc, char** argv) {
     return 1;
   }
   if (share_node) share_node->set_peer_url("http://" + server_options.host + ":" + std::to_string((*http)->port()));
+  end_phase("listening");
+  log_line(startup->summary());
+  // A first start writes its prepared weights now, while it serves: the write only reads the
+  // weights. Joined before the model goes (declared after it).
+  struct JoinOnExit {
+    std::thread thread;
+    ~JoinOnExit() {
+      if (thread.joinable()) thread.join();
+    }
+  } weights_writer;
+  if ((*model)->load_report().cache_write_due) {
+    startup->set_weights_cache_writing(true);
+    weights_writer.thread = std::thread([&m = **model, startup] {
+      const auto start = std::chrono::steady_clock::now();
+      const Status st = m.save_prepared_weights();
+      startup->set_weights_cache_writing(false);
+      log_line(st ? "serve: weights cache: written in " +
+                        std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s"
+                  : "serve: weights cache: cannot write it: " + st.message());
+    });
+  }
   const ModelConfig& config = (*model)->config();
   log_line("serving " + backend->model_info().id + " (" + config.architecture + ", " +
            std::to_string(config.n_layers) + " layers, vocab " + std::to_string(config.n_vocab) + ") from " +

@@ -83,6 +83,10 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols);
 // view (row_bytes stays the original's); matmul and dequantize_rows accept it on every path.
 std::size_t repack_bytes(const WeightView& w);
 WeightView repack_for_decode(const WeightView& w, void* dst);
+// The version of the layouts repack_for_decode writes (and of which matrices it repacks on each
+// path). Prepared weights saved to disk (model/weights_cache.h) are keyed by it: bump it with any
+// change to an interleaved layout or to repack_bytes, or old files would be read as the new layout.
+inline constexpr std::uint32_t kInterleavedLayoutVersion = 1;
 
 // The SIMD path in use: "avx512", "avx2" or "scalar". KVSTASH_SIMD=avx2|scalar in the environment
 // forces a lower path (for tests and benchmarks).

@@ -1,5 +1,6 @@
 #include "model/fingerprint.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,7 +46,51 @@ constexpr char kSidecarMagic[8] = {'K', 'V', 'S', 'F', 'P', '2', 0, 0};
 constexpr std::uint64_t kProbeWindow = 64;
 constexpr std::uint64_t kProbeSamples = 4096;
 
+// The pages the probe reads, asked for all at once before it reads them. From a cold page cache,
+// touching ~4,700 scattered pages one by one costs one disk round trip each, and the mapping's
+// default readahead turns each into 128 KiB or more: about half of a 1 GB model read before the
+// server can start (measured 1.5-2.1 s on a 416 MB/s disk). MADV_RANDOM drops the readahead and
+// MADV_WILLNEED queues every page's read so the disk serves them in parallel.
+class ProbePrefetch {
+ public:
+  explicit ProbePrefetch(const gguf::File& file) : begin_(file.data_begin()), size_(file.data_size()) {
+    if (size_ > 0) ::madvise(page_of(begin_), span_to(begin_ + size_), MADV_RANDOM);
+  }
+  ~ProbePrefetch() {
+    if (size_ > 0) ::madvise(page_of(begin_), span_to(begin_ + size_), MADV_NORMAL);
+  }
+  void will_need(const std::uint8_t* p, std::uint64_t n) const {
+    ::madvise(page_of(p), static_cast<std::size_t>(p + n - page_of(p)), MADV_WILLNEED);
+  }
+
+ private:
+  static std::uint8_t* page_of(const std::uint8_t* p) {
+    static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    return reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(p) / page * page);
+  }
+  std::size_t span_to(const std::uint8_t* end) const { return static_cast<std::size_t>(end - page_of(begin_)); }
+  const std::uint8_t* begin_;
+  std::uint64_t size_;
+};
+
+// Calls visit(pointer, length) for every window of the probe, in the order it is hashed.
+template <typename Visit>
+void probe_windows(const gguf::File& file, Visit visit) {
+  for (const auto& t : file.tensors()) {
+    const std::uint64_t w = std::min(kProbeWindow, t.n_bytes);
+    visit(t.data, w);
+    visit(t.data + t.n_bytes - w, w);
+  }
+  const std::uint64_t size = file.data_size();
+  if (size > 0) {
+    const std::uint64_t w = std::min(kProbeWindow, size);
+    for (std::uint64_t i = 0; i < kProbeSamples; ++i) visit(file.data_begin() + (size - w) / (kProbeSamples - 1) * i, w);
+  }
+}
+
 Digest sample_probe(const gguf::File& file) {
+  const ProbePrefetch prefetch(file);
+  probe_windows(file, [&](const std::uint8_t* p, std::uint64_t n) { prefetch.will_need(p, n); });
   Sha256 h;
   h.update("kvstash-model-probe-v1");
   for (const auto& t : file.tensors()) {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@
 #include "kvstash/status.h"
 #include "model/model_config.h"
 #include "model/moe.h"
+#include "model/weights_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvstash {
@@ -138,14 +140,34 @@ enum class WeightMemory {
 
 struct ModelLoadOptions {
   WeightMemory weights = WeightMemory::kHugePages;
+  // With kHugePages: the directory of prepared-weights files (model/weights_cache.h). A file made
+  // for this model, kernel layout and SIMD path is read instead of preparing the weights again; a
+  // missing, truncated, stale or damaged one is (re)written. Empty (the default): no cache.
+  std::string weights_cache_dir;
+  // On a cache miss: false (the default) writes the file before load() returns; true leaves it to
+  // the caller's save_prepared_weights() (the server writes it after it starts listening).
+  bool defer_weights_cache_write = false;
+};
+
+// How Model::load spent its time, for start-up logs and metrics.
+struct ModelLoadReport {
+  double map_seconds = 0;          // open, map, metadata, tokenizer and binding the tensors
+  double fingerprint_seconds = 0;  // model/fingerprint.h (a sidecar read when remembered)
+  double prepare_seconds = 0;      // copying and interleaving the weights, or reading the prepared file
+  // One line on the prepared-weights cache: "off", "read PATH", or why it missed and what follows
+  // (e.g. "PATH: stale (...); prepared again, rewriting it").
+  std::string weights_cache = "off";
+  bool cache_write_due = false;    // a miss whose file is still to be written (defer_weights_cache_write)
 };
 
 class Model {
  public:
   // Maps the GGUF file, checks that it is a supported architecture with supported tensor types
   // and the expected shapes, and binds the weights (copied into huge pages or in place, per
-  // options.weights). Errors name the file and the problem (kUnsupported for an architecture or
-  // tensor type this engine does not run).
+  // options.weights; with options.weights_cache_dir, read from the prepared-weights file when a
+  // good one is there: load_report() says what happened). Errors name the file and the problem
+  // (kUnsupported for an architecture or tensor type this engine does not run); a bad cache file
+  // is never an error, only a miss.
   static Expected<std::unique_ptr<Model>> load(const std::string& path, const ModelLoadOptions& options = {});
   ~Model();
 
@@ -168,6 +190,12 @@ class Model {
   // The memory the weights were copied into (empty when they are used from the file mapping), for
   // benchmarks that stream-read the very pages a decode step reads.
   std::span<const std::uint8_t> weight_memory() const { return {weights_.data(), weights_.size()}; }
+  const ModelLoadReport& load_report() const { return report_; }
+  // Writes the prepared weights to the cache directory of the load options (through a temporary
+  // file renamed into place). Only reads the model, so it may run while forward() does. An error
+  // when there is no cache directory or the weights are not prepared (kInvalidArgument), or the
+  // write fails (kIoError).
+  Status save_prepared_weights() const;
 
   // Runs the batch: computes and stores the new tokens' K/V into `kv`, and writes
   // batch.logit_rows() rows of n_vocab logits to `logits`. Checked first, in every build (a few
@@ -191,12 +219,21 @@ class Model {
     int rope = 0;                              // index into rope_inv_freqs_
   };
   Model() = default;
-  Status bind(const std::string& path);
+  Status bind(const std::string& path, const ModelLoadOptions& options);
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there; a matrix the SIMD path in use reads faster in its own layout is repacked on
   // the way (kernels::repack_for_decode: every quantized type and F16 on AVX-512). Leaves the views on the file mapping if
   // the memory cannot be mapped.
   void copy_weights_to_huge_pages();
+  // Binds the weight views to a prepared file's memory when its matrix table matches this
+  // model's matrices on this SIMD path; false (views untouched) when it does not.
+  bool bind_prepared(PreparedWeights prepared, std::string* why);
+  // Starts reading the prepared-weights file of this model (fingerprint_ set) from `dir` on
+  // another thread; prepare_weights() takes the result.
+  void start_prepared_read(const std::string& dir);
+  // Takes the prepared file if there is a good one, else prepares the weights (and writes the file
+  // unless deferred). Fills report_.
+  void prepare_weights(const ModelLoadOptions& options);
   std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order
   std::vector<const kernels::WeightView*> weight_matrices() const;
 
@@ -211,6 +248,11 @@ class Model {
   std::vector<Layer> layers_;
   std::array<std::uint8_t, 32> fingerprint_{};
   HugePageBuffer weights_;  // empty when the weights are used from the file mapping
+  std::vector<PreparedMatrix> prepared_table_;  // where each weight_matrices() entry is in weights_
+  std::size_t prepared_bytes_ = 0;               // of weights_, the bytes the matrices use
+  std::string weights_cache_dir_;                // empty: no prepared-weights cache
+  std::future<Expected<PreparedWeights>> prepared_read_;  // start_prepared_read() until prepare_weights()
+  ModelLoadReport report_;
   int repacked_matrices_ = 0;
 };
 

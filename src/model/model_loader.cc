@@ -1,6 +1,7 @@
 // Model::load: configuration from GGUF metadata (model/architectures.cc), weight binding per the
 // layers' description, and validation.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -130,8 +131,11 @@ Model::~Model() = default;
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
-  KVSTASH_RETURN_IF_ERROR(m->bind(path));
-  if (options.weights == WeightMemory::kHugePages) m->copy_weights_to_huge_pages();
+  const auto start = std::chrono::steady_clock::now();
+  KVSTASH_RETURN_IF_ERROR(m->bind(path, options));
+  m->report_.map_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - m->report_.fingerprint_seconds;
+  if (options.weights == WeightMemory::kHugePages) m->prepare_weights(options);
   return m;
 }
 
@@ -170,8 +174,10 @@ void Model::copy_weights_to_huge_pages() {
   HugePageBuffer buffer = HugePageBuffer::allocate(total);
   if (buffer.data() == nullptr) return;  // stays on the file mapping; the summary says so
   std::size_t at = 0;
+  prepared_table_.clear();
   for (kernels::WeightView* w : matrices) {
     const std::size_t n = w->row_bytes * static_cast<std::size_t>(w->rows);
+    const std::size_t begin = at;
     if (const std::size_t repacked = kernels::repack_bytes(*w); repacked > 0) {
       *w = kernels::repack_for_decode(*w, buffer.data() + at);
       ++repacked_matrices_;
@@ -181,8 +187,10 @@ void Model::copy_weights_to_huge_pages() {
       w->data = buffer.data() + at;
       at += padded(n);
     }
+    prepared_table_.push_back({static_cast<std::uint32_t>(w->type), w->rows, w->cols, w->row_bytes, begin});
   }
   if (config_.tied_output) token_embd_ = output_;
+  prepared_bytes_ = at;
   weights_ = std::move(buffer);
 }
 
@@ -209,20 +217,31 @@ std::string Model::weight_memory_summary() const {
   return s;
 }
 
-Status Model::bind(const std::string& path) {
+Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
   auto file = gguf::File::open(path);
   if (!file) return file.status();
   file_ = std::move(file.value());
   KVSTASH_RETURN_IF_ERROR(describe_architecture(*file_, &config_));
-  auto tok = Tokenizer::from_gguf(*file_);
-  if (!tok) return Status(tok.status().code(), path + ": " + tok.status().message());
-  tokenizer_ = std::move(tok.value());
-
   ModelConfig& c = config_;
   const gguf::TensorInfo* embd = file_->find_tensor("token_embd.weight");
   if (!embd) return not_found(path + ": missing tensor 'token_embd.weight'");
   if (embd->dims.size() != 2) return corrupt(path + ": token_embd.weight is not a matrix");
   c.n_vocab = static_cast<int>(embd->dims[1]);
+  // The fingerprint needs only the configuration above; known this early, it names the
+  // prepared-weights file, whose read then overlaps building the tokenizer and binding.
+  const auto fingerprint_start = std::chrono::steady_clock::now();
+  auto fp = model_fingerprint(*file_, c);
+  report_.fingerprint_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fingerprint_start).count();
+  if (!fp) return fp.status();
+  fingerprint_ = *fp;
+  if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty()) {
+    start_prepared_read(options.weights_cache_dir);
+  }
+
+  auto tok = Tokenizer::from_gguf(*file_);
+  if (!tok) return Status(tok.status().code(), path + ": " + tok.status().message());
+  tokenizer_ = std::move(tok.value());
   if (tokenizer_->vocab_size() > static_cast<std::size_t>(c.n_vocab)) {
     return corrupt(path + ": the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                    " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
@@ -299,9 +318,6 @@ Status Model::bind(const std::string& path) {
       if (r.scale != 1.0f) inv[static_cast<std::size_t>(i)] *= r.scale;
     }
   }
-  auto fp = model_fingerprint(*file_, c);
-  if (!fp) return fp.status();
-  fingerprint_ = *fp;
   return Status::ok();
 }
 

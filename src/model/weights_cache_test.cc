@@ -1,0 +1,294 @@
+// The prepared-weights file (weights_cache.h): round trip, each way a file can be unusable
+// (missing, truncated, stale, damaged), concurrent writers; and through Model::load, that the
+// weights read back give the same greedy tokens as a fresh preparation, and that a bad file is
+// named and rebuilt.
+#include "model/weights_cache.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path test_root() {
+  return fs::temp_directory_path() / ("kvstash-weights-cache-test-" + std::to_string(::getpid()));
+}
+
+// Removes this process's directories (up to 160 MiB of files) when the tests end.
+struct RemoveTestRoot : ::testing::Environment {
+  void TearDown() override { fs::remove_all(test_root()); }
+};
+const auto* const kRemoveTestRoot = ::testing::AddGlobalTestEnvironment(new RemoveTestRoot);
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = test_root() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+WeightsCacheKey key_of(std::uint8_t model, std::uint32_t layout = 1, std::string simd = "avx512") {
+  WeightsCacheKey k;
+  k.fingerprint.fill(model);
+  k.layout_version = layout;
+  k.simd_path = std::move(simd);
+  return k;
+}
+
+// 40 MiB: three checksum chunks (16 MiB each), the last one short.
+std::vector<std::uint8_t> payload() {
+  std::vector<std::uint8_t> p(std::size_t{40} << 20);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint8_t>(i * 2654435761u >> 13);
+  return p;
+}
+
+const std::vector<PreparedMatrix> kTable = {{1, 32, 64, 128, 0}, {14, 16, 256, 272, 8192}};
+
+void flip_byte(const fs::path& p, std::uint64_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+std::string load_error(const fs::path& dir, const WeightsCacheKey& key) {
+  auto r = load_prepared_weights(dir, key);
+  EXPECT_FALSE(r.has_value());
+  if (r) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
+  return r.status().message();
+}
+
+TEST(WeightsCache, RoundTripsPayloadAndTable) {
+  const fs::path dir = fresh_dir("round-trip");
+  const auto bytes = payload();
+  ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
+  for (int readers : {1, 3}) {
+    auto r = load_prepared_weights(dir, key_of(7), readers);
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    EXPECT_EQ(r->matrices, kTable);
+    ASSERT_EQ(r->payload_bytes, bytes.size());
+    ASSERT_GE(r->memory.size(), bytes.size());
+    EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % kHugePageBytes, 0u);
+  }
+  // Nothing but the file is left behind (the temporary was renamed).
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
+TEST(WeightsCache, MissingFileIsNotFound) {
+  const fs::path dir = fresh_dir("missing");
+  auto r = load_prepared_weights(dir, key_of(7));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+TEST(WeightsCache, TruncatedFileIsRefused) {
+  const fs::path dir = fresh_dir("truncated");
+  const auto bytes = payload();
+  const fs::path file = weights_cache_file(dir, key_of(7));
+  for (std::uintmax_t keep : {std::uintmax_t{0}, std::uintmax_t{50}, std::uintmax_t{200}, std::uintmax_t{5000},
+                              (std::uintmax_t{40} << 20) - 1}) {
+    ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
+    const std::uintmax_t whole = fs::file_size(file);
+    fs::resize_file(file, keep < whole ? keep : whole - 1);
+    EXPECT_NE(load_error(dir, key_of(7)).find("truncated"), std::string::npos) << "kept " << keep;
+  }
+}
+
+TEST(WeightsCache, StaleFileIsRefused) {
+  const fs::path dir = fresh_dir("stale");
+  const auto bytes = payload();
+  // Each file is written for one key and then found under another key's name (as after a copy,
+  // or a bug in naming): the header, not the name, decides.
+  const WeightsCacheKey wanted = key_of(7);
+  for (const WeightsCacheKey& other : {key_of(8), key_of(7, 2), key_of(7, 1, "avx2")}) {
+    ASSERT_TRUE(store_prepared_weights(dir, other, kTable, bytes).is_ok());
+    fs::rename(weights_cache_file(dir, other), weights_cache_file(dir, wanted));
+    const std::string why = load_error(dir, wanted);
+    EXPECT_NE(why.find("stale"), std::string::npos) << why;
+  }
+  EXPECT_NE(load_error(dir, wanted).find("avx2"), std::string::npos);
+}
+
+TEST(WeightsCache, DamagedFileIsRefused) {
+  const fs::path dir = fresh_dir("damaged");
+  const auto bytes = payload();
+  const fs::path file = weights_cache_file(dir, key_of(7));
+  // One flipped bit in each payload chunk, in the matrix table, and in the magic.
+  const std::uint64_t payload_at = 4096;  // the header of two matrices fits in the first page
+  for (std::uint64_t at : {payload_at, payload_at + (std::uint64_t{20} << 20), payload_at + bytes.size() - 1,
+                           std::uint64_t{100}, std::uint64_t{0}}) {
+    ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
+    flip_byte(file, at);
+    const std::string why = load_error(dir, key_of(7));
+    EXPECT_NE(why.find("damaged"), std::string::npos) << "byte " << at << ": " << why;
+  }
+}
+
+TEST(WeightsCache, ConcurrentWritersLeaveOneWholeFile) {
+  const fs::path dir = fresh_dir("concurrent");
+  const auto bytes = payload();
+  std::vector<std::thread> writers;
+  for (int i = 0; i < 4; ++i) {
+    writers.emplace_back([&] { EXPECT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok()); });
+  }
+  for (auto& t : writers) t.join();
+  auto r = load_prepared_weights(dir, key_of(7));
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
+// --- Through Model::load ---
+
+std::unique_ptr<Model> load_model(const std::string& path, const fs::path& cache_dir) {
+  ModelLoadOptions o;
+  o.weights_cache_dir = cache_dir.string();
+  auto m = Model::load(path, o);
+  EXPECT_TRUE(m.has_value()) << m.status().to_string();
+  return m ? std::move(*m) : nullptr;
+}
+
+// Greedy decoding of n tokens after a short prompt, one token per forward pass; returns the
+// tokens and every step's logits.
+std::pair<std::vector<TokenId>, std::vector<float>> greedy(const Model& model, int n) {
+  const ModelConfig& c = model.config();
+  KvPoolView kv;
+  kv.set_shape(c);
+  kv.n_blocks = 4;
+  std::vector<std::uint16_t> storage(kv.block_elems() * 4);
+  kv.base = storage.data();
+  const std::vector<std::int32_t> table = {0, 1, 2, 3};
+  ThreadPool threads(2);
+  std::vector<TokenId> tokens = {1, 17, 5, 42};
+  std::vector<float> all_logits, logits(static_cast<std::size_t>(c.n_vocab));
+  int pos = 0;
+  std::vector<TokenId> feed = tokens;
+  for (int step = 0; step < n; ++step) {
+    ForwardBatch b;
+    b.tokens = feed;
+    b.sequences.push_back({table.data(), 4, pos, static_cast<int>(feed.size())});
+    EXPECT_TRUE(model.forward(b, kv, logits.data(), threads).is_ok());
+    pos += static_cast<int>(feed.size());
+    all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+    const auto next = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    tokens.push_back(next);
+    feed = {next};
+  }
+  return {tokens, all_logits};
+}
+
+std::string test_model(const std::string& kind) {
+  return kind == "f16" ? testing::test_model_path("tiny", gguf::TensorType::kF16)
+                       : testing::test_model_path_scheme("tiny-k", "q4_k_m");
+}
+
+TEST(WeightsCacheModel, CachedWeightsGiveTheSameGreedyOutput) {
+  for (const std::string kind : {"f16", "q4_k_m"}) {
+    const fs::path dir = fresh_dir("model-" + kind);
+    ModelLoadOptions fresh_options;  // no cache: today's preparation
+    auto fresh = Model::load(test_model(kind), fresh_options);
+    ASSERT_TRUE(fresh.has_value()) << fresh.status().to_string();
+    auto writer = load_model(test_model(kind), dir);
+    ASSERT_TRUE(writer);
+    EXPECT_NE(writer->load_report().weights_cache.find("not there yet; prepared again, written"), std::string::npos)
+        << writer->load_report().weights_cache;
+    auto reader = load_model(test_model(kind), dir);
+    ASSERT_TRUE(reader);
+    EXPECT_EQ(reader->load_report().weights_cache.rfind("read ", 0), 0u) << reader->load_report().weights_cache;
+    EXPECT_EQ(reader->weight_memory_summary(), (*fresh)->weight_memory_summary());
+    if (std::string(kernels::simd_path()) == "avx512") {  // every matrix interleaved there
+      EXPECT_NE(reader->weight_memory_summary().find("interleaved"), std::string::npos);
+    }
+    const auto expected = greedy(**fresh, 12);
+    const auto got = greedy(*reader, 12);
+    EXPECT_EQ(got.first, expected.first) << kind;
+    EXPECT_EQ(0, std::memcmp(got.second.data(), expected.second.data(), expected.second.size() * sizeof(float))) << kind;
+  }
+}
+
+TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
+  const fs::path dir = fresh_dir("model-rebuild");
+  auto first = load_model(test_model("f16"), dir);
+  ASSERT_TRUE(first);
+  const auto expected = greedy(*first, 6);
+  const fs::path file = weights_cache_file(dir, {first->fingerprint(), kernels::kInterleavedLayoutVersion,
+                                                 kernels::simd_path()});
+  ASSERT_TRUE(fs::exists(file));
+  // Damaged, truncated, then another model's file under this model's name.
+  auto other = load_model(test_model("q4_k_m"), dir);
+  ASSERT_TRUE(other);
+  const fs::path other_file = weights_cache_file(dir, {other->fingerprint(), kernels::kInterleavedLayoutVersion,
+                                                       kernels::simd_path()});
+  struct Case {
+    std::function<void()> spoil;
+    const char* said;
+  };
+  const std::vector<Case> cases = {
+      {[&] { flip_byte(file, fs::file_size(file) - 3); }, "damaged"},
+      {[&] { fs::resize_file(file, fs::file_size(file) / 2); }, "truncated"},
+      {[&] { fs::copy_file(other_file, file, fs::copy_options::overwrite_existing); }, "stale"},
+  };
+  for (const Case& c : cases) {
+    c.spoil();
+    auto rebuilt = load_model(test_model("f16"), dir);
+    ASSERT_TRUE(rebuilt);
+    const std::string& line = rebuilt->load_report().weights_cache;
+    EXPECT_NE(line.find(c.said), std::string::npos) << line;
+    EXPECT_NE(line.find("prepared again, written"), std::string::npos) << line;
+    EXPECT_EQ(greedy(*rebuilt, 6).first, expected.first);
+    auto again = load_model(test_model("f16"), dir);  // the rewritten file is good
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->load_report().weights_cache.rfind("read ", 0), 0u) << again->load_report().weights_cache;
+    EXPECT_EQ(greedy(*again, 6).first, expected.first);
+  }
+}
+
+TEST(WeightsCacheModel, DeferredWriteIsLeftToTheCaller) {
+  const fs::path dir = fresh_dir("model-deferred");
+  ModelLoadOptions o;
+  o.weights_cache_dir = dir.string();
+  o.defer_weights_cache_write = true;
+  auto m = Model::load(test_model("f16"), o);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_TRUE((*m)->load_report().cache_write_due);
+  EXPECT_TRUE(fs::is_empty(dir));
+  ASSERT_TRUE((*m)->save_prepared_weights().is_ok());
+  auto reader = load_model(test_model("f16"), dir);
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(reader->load_report().weights_cache.rfind("read ", 0), 0u);
+  EXPECT_FALSE(reader->load_report().cache_write_due);
+}
+
+TEST(WeightsCacheModel, FileMappingNeverTouchesTheCache) {
+  const fs::path dir = fresh_dir("model-mapping");
+  ModelLoadOptions o;
+  o.weights = WeightMemory::kFileMapping;
+  o.weights_cache_dir = dir.string();
+  auto m = Model::load(test_model("f16"), o);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ((*m)->load_report().weights_cache, "off");
+  EXPECT_TRUE(fs::is_empty(dir));
+  EXPECT_FALSE((*m)->save_prepared_weights().is_ok());
+}
+
+}  // namespace
+}  // namespace kvstash
