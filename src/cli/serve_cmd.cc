@@ -241,7 +241,7 @@ void add_http_flags(CLI::App& app, server::ServerOptions& o, HttpFlags& f) {
   app.add_option("--stream-buffer-kib", f.stream_buffer_kib,
                  "Unsent bytes of one stream, KiB; beyond: the request is cancelled")->capture_default_str();
   app.add_option("--api-key", o.api_keys,
-                 "Require 'Authorization: Bearer KEY' on every endpoint but /health, /ready (and /metrics with "
+                 "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every endpoint but /health, /ready (and /metrics with "
                  "--public-metrics); each key is its own cache namespace: no key sees another's cached KV or answers "
                  "(repeatable)");
   app.add_option("--api-key-file", f.api_key_file,

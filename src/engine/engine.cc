@@ -340,6 +340,7 @@ void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reaso
   ev.finish = reason;
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.num_cached_tokens;
+  ev.pinned_tokens = seq.pinned_tokens;
   ev.ttft_s = seq.ttft_s;
   ev.unchecked = seq.taint != nullptr;
   ev.choice = seq.choice;
@@ -353,6 +354,7 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string&
   ev.error = error;
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.num_cached_tokens;
+  ev.pinned_tokens = seq.pinned_tokens;
   ev.ttft_s = seq.ttft_s;
   ev.unchecked = seq.taint != nullptr;
   // Not forked yet: it stands for every choice of its request, and each gets its final event.

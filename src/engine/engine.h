@@ -97,6 +97,7 @@ struct TokenEvent {
   std::string error;                          // set when finish == kError
   int prompt_tokens = 0;   // filled on every event
   int cached_tokens = 0;   // prompt tokens whose KV was reused (not prefilled)
+  int pinned_tokens = 0;   // the longest prefix the request pinned, whole blocks only (GenerationRequest::pins)
   double ttft_s = 0.0;     // seconds from submit to the first token
   // The KV this token was computed on includes unchecked KV (an unknown peer's, taken without a
   // spot check, or KV computed on such): the answer must never be signed or cached as a record.

@@ -51,6 +51,7 @@ void Engine::Impl::pin_prefixes(Sequence& seq) {
   for (const GenerationRequest::Pin& pin : seq.request.pins) {
     const int tokens = std::min(pin.tokens, n_tokens);
     if (tokens < bs || pin.ttl.count() <= 0) continue;
+    seq.pinned_tokens = std::max(seq.pinned_tokens, tokens / bs * bs);
     const int full = tokens / options.chunk_tokens;
     const int blocks = tokens / bs;
     const bool whole_next = (full + 1) * options.chunk_tokens <= n_tokens;

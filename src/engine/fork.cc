@@ -45,6 +45,7 @@ std::vector<std::unique_ptr<Sequence>> Engine::Impl::fork_choices(Sequence& pare
     c.kv_budget = parent.kv_budget;
     c.kv = parent.kv;
     c.num_cached_tokens = parent.num_cached_tokens;
+    c.pinned_tokens = parent.pinned_tokens;
     c.taint = parent.taint;
     c.block_keys = parent.block_keys;
     c.num_registered_blocks = parent.num_registered_blocks;

@@ -56,6 +56,7 @@ struct Sequence {
   int kv_budget = 0;            // KV slots this sequence may hold; 0 = no budget
   KvCompactionState kv;         // with a budget: slot positions, query statistics
   int num_cached_tokens = 0;    // prompt tokens whose KV was reused, not computed
+  int pinned_tokens = 0;        // the longest pinned prefix, in whole blocks' tokens (pin_prefixes)
   // The taint of every KV this sequence attends to (block_pool.h): null while all of it is
   // trusted. Set at admission from its pool hits and loaded chunks; what it computes inherits it.
   KvTaint taint;

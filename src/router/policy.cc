@@ -99,6 +99,11 @@ Choice choose_worker(Policy policy, const ScoreWeights& weights, const std::vect
   return out;
 }
 
+std::uint64_t cache_key_hash(const std::string& key, const std::string& salt) {
+  const std::uint64_t h = fnv1a(salt.data(), salt.size());
+  return fnv1a(key.data(), key.size(), fnv1a("prompt_cache_key", 16, h));
+}
+
 std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt,
                              int hash_prefix_tokens, int block_size) {
   if (!keys.block_keys.empty()) {

@@ -66,6 +66,10 @@ Choice choose_worker(Policy policy, const ScoreWeights& weights, const std::vect
 
 // The prefix-hash policy's hash of a request: FNV-1a over its block key at hash_prefix_tokens (see
 // the file comment), or over its tokens and salt when it has no full block.
+// The hash a request's prompt_cache_key routes by (with its tenant's salt: two tenants' equal keys
+// are different keys).
+std::uint64_t cache_key_hash(const std::string& key, const std::string& salt);
+
 std::uint64_t prefix_hash_of(const RequestKeys& keys, const std::vector<std::int32_t>& tokens, const std::string& salt,
                              int hash_prefix_tokens = 256, int block_size = 16);
 

@@ -107,6 +107,7 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
     std::vector<std::int32_t> tokens;
     std::string cache_salt;
     int max_tokens = 0;
+    std::string cache_key;  // OpenAI's prompt_cache_key: one key, one worker while it is up
   };
   Prompt tokenize(const http::Request& req) const;
   // One proxied request, from handle() to its answer's last byte (router_proxy.cc).

@@ -82,6 +82,7 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   GenerationRequest gen;
   if (server::build_generation_request(parsed, model->info, model->chat_template, gen)) return p;
   p.tokenized = true;
+  p.cache_key = parsed.prompt_cache_key;
   p.tokens = std::move(gen.prompt);
   p.cache_salt = std::move(gen.cache_salt);
   p.max_tokens = gen.max_tokens;
@@ -183,7 +184,13 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       candidates.push_back(std::move(c));
     }
     if (!hashed && prompt.tokenized) prefix_hash = prefix_hash_of({}, prompt.tokens, prompt.cache_salt);
-    const Choice choice = choose_worker(policy, r.options.weights, candidates, r.turn.fetch_add(1), prefix_hash);
+    // A prompt_cache_key decides alone: rendezvous hashing of the key (and the tenant's salt) over
+    // the workers that may take it, so one key stays on one worker while that worker is up.
+    const bool by_key = !prompt.cache_key.empty();
+    Choice choice = by_key ? choose_worker(Policy::kPrefixHash, r.options.weights, candidates, r.turn.fetch_add(1),
+                                           cache_key_hash(prompt.cache_key, prompt.cache_salt))
+                           : choose_worker(policy, r.options.weights, candidates, r.turn.fetch_add(1), prefix_hash);
+    if (by_key) choice.decision = "cache_key";
     worker = eligible[choice.index];
     const Candidate& chosen = candidates[choice.index];
     predicted_cached = chosen.match.total();

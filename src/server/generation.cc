@@ -75,6 +75,7 @@ std::vector<Delta> Generation::poll_each(std::chrono::milliseconds wait) {
 void Generation::apply(const TokenEvent& event, Delta& delta) {
   outcome_.prompt_tokens = event.prompt_tokens;
   outcome_.cached_tokens = event.cached_tokens;
+  outcome_.pinned_tokens = event.pinned_tokens;
   if (event.ttft_s > 0) outcome_.ttft_s = event.ttft_s;
   if (event.finish != FinishReason::kNone) {
     engine_finished_ = true;

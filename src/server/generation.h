@@ -73,6 +73,7 @@ struct Outcome {
   int cached_tokens = 0;
   int completion_tokens = 0;
   double ttft_s = 0.0;
+  int pinned_tokens = 0;      // the longest prompt prefix the request pinned, whole KV blocks (prompt caching)
 };
 
 class Generation {

@@ -99,9 +99,9 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   // One choice's state: its generation and what it has produced.
   struct Choice {
     std::unique_ptr<Generation> gen;
-    std::string text;                        // the output so far
-    std::vector<LogprobEntry> logprobs;      // whole answers
-    std::unique_ptr<ToolCallStream> tool_stream;  // streaming with tool calls parsed
+    std::string text{};                        // the output so far
+    std::vector<LogprobEntry> logprobs{};      // whole answers
+    std::unique_ptr<ToolCallStream> tool_stream{};  // streaming with tool calls parsed
     bool ended = false;                      // its finish chunk is out (streaming)
   };
   // The streamed end of a choice with tool calls: held content, then each call's chunks.

@@ -74,6 +74,33 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
       ids = tok.encode(text, /*parse_special=*/true);
     }
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
+    // Breakpoints after a message: the prompt's tokens through it are those it shares with the
+    // conversation rendered up to that message alone (a template renders a conversation's head the
+    // same way whatever follows, up to the next turn's markup, which the shared prefix leaves out).
+    for (const ParsedRequest::PinPoint& pin : parsed.pins) {
+      if (pin.messages < 0) continue;
+      const std::vector<ChatMessage> head(parsed.messages.begin(), parsed.messages.begin() + pin.messages);
+      Expected<RenderedChat> part = chat_template.render_marked(head, /*add_generation_prompt=*/false, tok.token_text(tok.bos_id()),
+                                                                tok.token_text(tok.eos_id()), ChatExtras{parsed.tools.tools_json});
+      if (!part) continue;
+      std::string head_text = part->text;
+      if (!bos_text.empty() && head_text.compare(0, bos_text.size(), bos_text) == 0) head_text.erase(0, bos_text.size());
+      std::size_t chars = 0;
+      while (chars < head_text.size() && chars < text.size() && head_text[chars] == text[chars]) ++chars;
+      std::vector<TextSpan> spans;
+      for (const TextSpan& span : content) {
+        if (span.offset >= chars) break;
+        spans.push_back({span.offset, std::min(span.length, chars - span.offset)});
+      }
+      const std::string_view shared(text.data(), chars);
+      const std::vector<TokenId> head_ids = options.parse_special_in_content || !rendered->located
+                                                ? tok.encode(shared, /*parse_special=*/true)
+                                                : tok.encode_with_plain_spans(shared, spans);
+      std::size_t same = 0;
+      while (same < head_ids.size() && same < ids.size() && head_ids[same] == ids[same]) ++same;
+      const int bos = static_cast<int>(out.prompt.size() - ids.size());
+      out.pins.push_back({bos + static_cast<int>(same), pin.ttl});
+    }
     const std::string end_text = chat_template.end_token();
     if (std::optional<TokenId> end = end_text.empty() ? std::nullopt : tok.find_token(end_text)) {
       out.stop_tokens.push_back(*end);
@@ -94,6 +121,9 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
   }
 
+  for (const ParsedRequest::PinPoint& pin : parsed.pins) {  // prompt_cache_retention: the whole prompt
+    if (pin.messages < 0) out.pins.push_back({static_cast<int>(out.prompt.size()), pin.ttl});
+  }
   const int prompt_tokens = static_cast<int>(out.prompt.size());
   if (prompt_tokens == 0) return bad_request("the prompt is empty after tokenization", "prompt", "empty_prompt");
   if (prompt_tokens >= model.n_ctx) {

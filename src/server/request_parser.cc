@@ -431,6 +431,61 @@ std::optional<ApiError> parse_sampling_knobs(const json& body, ParsedRequest& ou
 }
 // ---- end of the sampling knobs ------------------------------------------------------------------
 
+// ---- Prompt caching (issue 35): prompt_cache_key, prompt_cache_retention, kvstash_pins ----------
+// The longest pin any request may ask; the server cuts it further to --pin-max-ttl.
+constexpr std::int64_t kMaxPinSeconds = 7 * 24 * 3600;
+
+std::optional<ApiError> parse_prompt_caching(const json& body, ParsedRequest& out) {
+  if (auto err = get_string(body, "prompt_cache_key", out.prompt_cache_key)) return err;
+  if (out.prompt_cache_key.size() > 1024) {
+    return bad_request("'prompt_cache_key' is longer than 1024 characters", "prompt_cache_key", "out_of_range");
+  }
+  if (const json* r = field(body, "prompt_cache_retention")) {
+    if (!r->is_null()) {
+      if (!r->is_string()) return wrong_type("prompt_cache_retention", "a string", *r);
+      const std::string v = r->get<std::string>();
+      // OpenAI's values: "in_memory" (its default: minutes) and "24h"; durations as 30m, 2h too.
+      std::int64_t seconds = 0;
+      if (v == "in_memory" || v == "in-memory") {
+        seconds = 300;
+      } else {
+        std::size_t used = 0;
+        long long n = -1;
+        try {
+          n = std::stoll(v, &used);
+        } catch (...) {
+        }
+        const std::string unit = v.substr(used);
+        const std::int64_t scale = unit == "s" || unit.empty() ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : 0;
+        if (n > 0 && scale > 0) seconds = n * scale;
+      }
+      if (seconds <= 0 || seconds > kMaxPinSeconds) {
+        return bad_request("'prompt_cache_retention' must be \"in_memory\", \"24h\" or a duration such as \"30m\" (at most 7d)",
+                           "prompt_cache_retention", "invalid_value");
+      }
+      out.pins.push_back({-1, std::chrono::seconds(seconds)});
+    }
+  }
+  if (const json* pins = field(body, "kvstash_pins")) {
+    if (out.endpoint != Endpoint::kChatCompletions) {
+      return bad_request("'kvstash_pins' is for chat requests (breakpoints after a message)", "kvstash_pins", "unsupported_parameter");
+    }
+    if (!pins->is_array() || pins->size() > 4) return bad_request("'kvstash_pins' must be an array of at most 4 pins", "kvstash_pins", "invalid_value");
+    for (const json& p : *pins) {
+      const json* m = p.is_object() ? field(p, "messages") : nullptr;
+      const json* t = p.is_object() ? field(p, "ttl_s") : nullptr;
+      if (!m || !t || !m->is_number_integer() || !t->is_number_integer() || m->get<std::int64_t>() < 1 ||
+          m->get<std::int64_t>() > static_cast<std::int64_t>(out.messages.size()) || t->get<std::int64_t>() < 1 ||
+          t->get<std::int64_t>() > kMaxPinSeconds) {
+        return bad_request("'kvstash_pins' entries are {\"messages\": 1..number of messages, \"ttl_s\": 1..604800}", "kvstash_pins",
+                           "invalid_value");
+      }
+      out.pins.push_back({static_cast<int>(m->get<std::int64_t>()), std::chrono::seconds(t->get<std::int64_t>())});
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   if (auto err = reject_unsupported(body, out.endpoint)) return err;
   if (auto err = get_string(body, "model", out.model)) return err;
@@ -463,6 +518,7 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
     }
     out.kv_budget = static_cast<int>(*kv_budget);
   }
+  if (auto err = parse_prompt_caching(body, out)) return err;
   return get_string(body, "cache_salt", out.cache_salt);
 }
 

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,16 @@ struct ParsedRequest {
   // Tool calling (chat only; tool_request.h).
   ToolRequest tools;
   ResponseFormat response_format;     // structured outputs (server/structured_output.h)
+  // Prompt caching (docs/prompt-caching.md). prompt_cache_key: OpenAI's routing hint (the router
+  // keeps one key on one worker; never part of any cache key). Pins: the prompt through its first
+  // `messages` chat messages (an Anthropic cache_control breakpoint, "kvstash_pins"), or the whole
+  // prompt (OpenAI's prompt_cache_retention, messages = -1), kept in the store's tiers for `ttl`.
+  std::string prompt_cache_key;
+  struct PinPoint {
+    int messages = -1;  // -1 = the whole prompt
+    std::chrono::seconds ttl{0};
+  };
+  std::vector<PinPoint> pins;
 };
 
 // Upper bound on alternatives per token, as OpenAI's chat API.

@@ -31,10 +31,13 @@ std::string new_response_id(const std::string& prefix) {
 }
 
 json usage_json(const Outcome& o) {
-  return {{"prompt_tokens", o.prompt_tokens},
-          {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  json usage = {{"prompt_tokens", o.prompt_tokens},
+                {"completion_tokens", o.completion_tokens},
+                {"total_tokens", o.prompt_tokens + o.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  // kvstash's addition when the request pinned a prefix (prompt caching): its length in tokens.
+  if (o.pinned_tokens > 0) usage["prompt_tokens_details"]["pinned_tokens"] = o.pinned_tokens;
+  return usage;
 }
 
 json chat_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok) {

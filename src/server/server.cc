@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include "common/sha256.h"
+#include "server/anthropic_api.h"
 #include "server/chat_template.h"
 #include "server/embeddings_api.h"
 #include "server/tokenize_api.h"
@@ -41,7 +42,7 @@ constexpr std::chrono::milliseconds kAbortFlush{2000};
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::string known_endpoint(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
                         "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
@@ -132,6 +133,10 @@ struct Server::Impl : http::Handler {
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
   void handle_generation(Endpoint endpoint, http::Request req, std::shared_ptr<http::Exchange> exchange,
                          std::string cache_namespace);
+  // Anthropic's Messages API (anthropic_api.h): translated on a worker into a chat request, which
+  // runs as any other, its answer translated back; count_tokens answers the prompt's length.
+  void handle_messages(bool count_only, http::Request req, std::shared_ptr<http::Exchange> exchange,
+                       std::string cache_namespace);
   // On a worker: parses, renders and tokenizes, then continues on the strand with admit().
   void prepare_generation(Endpoint endpoint, const http::Request& req, const std::shared_ptr<http::Exchange>& exchange,
                           const std::string& cache_namespace, Clock::time_point arrived);
@@ -241,8 +246,10 @@ bool Server::Impl::authenticate(const http::Request& req, const KeyEntry** who) 
   *who = nullptr;
   if (keys.empty()) return true;
   const std::string_view auth = req.header("Authorization");
-  if (!starts_with(lower(auth.substr(0, 7)), "bearer ")) return false;
-  const std::string_view key = auth.substr(7);
+  // Anthropic's SDKs send the key as x-api-key.
+  const std::string_view api_key = req.header("x-api-key");
+  if (!starts_with(lower(auth.substr(0, 7)), "bearer ") && api_key.empty()) return false;
+  const std::string_view key = starts_with(lower(auth.substr(0, 7)), "bearer ") ? auth.substr(7) : api_key;
   // Digests of equal length compared in constant time, every entry every time: neither the
   // comparison nor the loop tells a timing observer how much of a key was right.
   const Digest given = sha256(key.data(), key.size());
@@ -311,6 +318,12 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       // Decided before `req` moves (`path` refers into it).
       const Endpoint endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
       return handle_generation(endpoint, std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
+    }
+    allowed = "POST";
+  } else if (path == "/v1/messages" || path == "/v1/messages/count_tokens") {
+    if (req.method == "POST") {
+      const bool count_only = path == "/v1/messages/count_tokens";  // before `req` moves (`path` refers into it)
+      return handle_messages(count_only, std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
     }
     allowed = "POST";
   } else if (path == "/v1/embeddings") {
@@ -418,6 +431,43 @@ void Server::Impl::handle_generation(Endpoint endpoint, http::Request req, std::
   // The request's clock (log, TTFT) starts now: time waiting for a worker counts.
   offload(exchange, path, [this, endpoint, shared_req, exchange, ns = std::move(cache_namespace), arrived = Clock::now()] {
     prepare_generation(endpoint, *shared_req, exchange, ns, arrived);
+  });
+}
+
+void Server::Impl::handle_messages(bool count_only, http::Request req, std::shared_ptr<http::Exchange> exchange,
+                                   std::string cache_namespace) {
+  const std::string path = req.path;
+  auto shared_req = std::make_shared<http::Request>(std::move(req));
+  offload(exchange, path, [this, count_only, shared_req, exchange, path, ns = std::move(cache_namespace), arrived = Clock::now()] {
+    auto answer = [&](int status, std::string body) {
+      exchange->post([this, exchange, path, status, body = std::move(body)]() mutable {
+        http::Response r;
+        r.status = status;
+        r.body = std::move(body);
+        metrics.count_request(path, status);
+        exchange->respond(std::move(r));
+      });
+    };
+    if (count_only) {  // count_tokens takes no max_tokens
+      nlohmann::json body = nlohmann::json::parse(shared_req->body, nullptr, false);
+      if (body.is_object() && !body.contains("max_tokens")) {
+        body["max_tokens"] = 1;
+        shared_req->body = body.dump();
+      }
+    }
+    MessagesTranslation t;
+    if (auto err = translate_messages_request(shared_req->body, t)) return answer(400, anthropic_error_body(400, err->message));
+    if (count_only) {
+      ParsedRequest parsed;
+      GenerationRequest request;
+      std::optional<ApiError> err = parse_request(Endpoint::kChatCompletions, t.chat.dump(), parsed);
+      if (!err) err = build_generation_request(parsed, backend.model_info(), chat_template, request, prompt_options);
+      if (err) return answer(err->http_status, anthropic_error_body(err->http_status, err->message));
+      return answer(200, nlohmann::json{{"input_tokens", request.prompt.size()}}.dump());
+    }
+    shared_req->body = t.chat.dump();
+    auto translated = std::make_shared<AnthropicExchange>(exchange, t.model, t.pin_messages > 0);
+    prepare_generation(Endpoint::kChatCompletions, *shared_req, translated, ns, arrived);
   });
 }
 
