@@ -8,7 +8,7 @@
 namespace kvstash {
 namespace {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kPhi3 };
 
 bool parse_arch(const std::string& name, Arch* out) {
   if (name == "llama") *out = Arch::kLlama;
@@ -16,6 +16,7 @@ bool parse_arch(const std::string& name, Arch* out) {
   else if (name == "qwen3") *out = Arch::kQwen3;
   else if (name == "qwen3moe") *out = Arch::kQwen3Moe;
   else if (name == "gemma3") *out = Arch::kGemma3;
+  else if (name == "phi3") *out = Arch::kPhi3;
   else return false;
   return true;
 }
@@ -69,14 +70,18 @@ Status read_common(const gguf::File& f, const Keys& keys, ModelConfig* c) {
   if (auto v = f.get_float(a + ".rope.freq_base")) c->rope_base = static_cast<float>(*v);
   if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c->rms_eps = static_cast<float>(*v);
   // llama3 scaling lives in rope_freqs.weight, which the Model applies; "none" or a factor of 1
-  // change nothing; linear divides every angle by the factor (llama.cpp's freq_scale). Anything
-  // else (yarn, longrope) would change the angles otherwise.
-  if (auto type = f.get_string(a + ".rope.scaling.type"); type && *type != "none" && *type != "llama3") {
+  // change nothing; linear divides every angle by the factor (llama.cpp's freq_scale); phi3's
+  // LongRoPE is its rope_factors tensors (describe_architecture). Anything else (yarn) would change
+  // the angles otherwise.
+  if (auto v = f.get_float(a + ".rope.scaling.attn_factor")) c->rope_magnitude = static_cast<float>(*v);
+  if (auto type = f.get_string(a + ".rope.scaling.type");
+      type && *type != "none" && *type != "llama3" && !(*type == "longrope" && a == "phi3")) {
     auto factor = f.get_float(a + ".rope.scaling.factor");
     if (*type == "linear" && factor && *factor > 0) {
       c->rope_scale = static_cast<float>(1.0 / *factor);
     } else if (factor && *factor != 1.0) {
-      return unsupported(f.path() + ": rope scaling '" + *type + "' is not supported (supported: none, llama3, linear)");
+      return unsupported(f.path() + ": rope scaling '" + *type +
+                         "' is not supported (supported: none, llama3, linear, longrope for phi3)");
     }
   }
   return Status::ok();
@@ -121,7 +126,7 @@ Status read_gemma3_windows(const gguf::File& f, const Keys& keys, ModelConfig* c
   return Status::ok();
 }
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3, phi3"; }
 
 Status describe_architecture(const gguf::File& f, ModelConfig* c) {
   auto arch_name = f.get_string("general.architecture");
@@ -144,6 +149,15 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
     c->attention_scale = 1.0f / std::sqrt(static_cast<float>(c->n_layers == 62 ? c->n_embd / c->n_heads : c->head_dim));
     if (auto cap = f.get_float(c->architecture + ".final_logit_softcapping")) c->logit_softcap = static_cast<float>(*cap);
   }
+  if (arch == Arch::kPhi3) {
+    // LongRoPE: per-pair divisors in rope_factors_long / rope_factors_short; llama.cpp takes the
+    // long ones when its per-sequence context exceeds rope.scaling.original_context_length. Here
+    // the context is the model's own (context_length), as llama.cpp's default -c gives it.
+    // (phi3.attention.sliding_window is written by the converter but ignored by llama.cpp: so here.)
+    int original = c->n_ctx_train;
+    KVSTASH_RETURN_IF_ERROR(keys.optional("rope.scaling.original_context_length", &original));
+    c->rope_factors_tensor = c->n_ctx_train > original ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  }
   // A MoE file's feed_forward_length is the dense width its config declares, unused by the layers.
   if (arch == Arch::kQwen3Moe) {
     KVSTASH_RETURN_IF_ERROR(keys.optional("feed_forward_length", &c->n_ff));
@@ -152,7 +166,7 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
   }
 
   LayerSpec layer;
-  layer.attention.rope = {c->rope_base, c->rope_scale, c->rope_style};
+  layer.attention.rope = c->full_rope();
   layer.attention.qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;
   layer.ffn.n_ff = c->n_ff;
   if (arch == Arch::kGemma3) {

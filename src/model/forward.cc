@@ -60,15 +60,15 @@ class PhaseClock {
 // (angles reach 1e5 radians at long contexts, where float loses the fraction).
 struct RopeTable {
   std::vector<float> cos, sin;  // [token][pair]
-  void build(const std::vector<TokenSlot>& slots, const std::vector<float>& inv_freq) {
+  void build(const std::vector<TokenSlot>& slots, const std::vector<float>& inv_freq, float magnitude) {
     const std::size_t half = inv_freq.size();
     cos.resize(slots.size() * half);
     sin.resize(slots.size() * half);
     for (std::size_t t = 0; t < slots.size(); ++t) {
       for (std::size_t i = 0; i < half; ++i) {
         double angle = static_cast<double>(slots[t].pos) * static_cast<double>(inv_freq[i]);
-        cos[t * half + i] = static_cast<float>(std::cos(angle));
-        sin[t * half + i] = static_cast<float>(std::sin(angle));
+        cos[t * half + i] = static_cast<float>(std::cos(angle)) * magnitude;
+        sin[t * half + i] = static_cast<float>(std::sin(angle)) * magnitude;
       }
     }
   }
@@ -190,7 +190,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, seq.first_slot() + i, s});
   }
   std::vector<RopeTable> ropes(rope_inv_freqs_.size());
-  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r]);
+  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r], rope_magnitudes_[r]);
 
   std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
       att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff)), moe_out(c.has_moe() ? sz(T, d) : 0);

@@ -11,7 +11,7 @@ bool ModelConfig::has_moe() const {
 
 bool ModelConfig::has_local_layers() const {
   for (const LayerSpec& l : layers) {
-    if (l.attention.kind != AttentionKind::kFull || !(l.attention.rope == RopeSpec{rope_base, rope_scale, rope_style})) {
+    if (l.attention.kind != AttentionKind::kFull || !(l.attention.rope == full_rope())) {
       return true;
     }
   }

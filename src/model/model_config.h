@@ -27,6 +27,9 @@ struct RopeSpec {
   float base = 10000.0f;                 // the angle of pair i per position is base^(-2i/head_dim) * scale
   float scale = 1.0f;                    // linear rope scaling: 1 / rope.scaling.factor; 1: none
   RopeStyle style = RopeStyle::kInterleaved;
+  // cos and sin are multiplied by it, so Q.K by its square (llama.cpp's attn_factor:
+  // rope.scaling.attn_factor, phi3's LongRoPE); 1: none.
+  float magnitude = 1.0f;
   bool operator==(const RopeSpec&) const = default;
 };
 
@@ -79,7 +82,7 @@ struct LayerSpec {
 };
 
 struct ModelConfig {
-  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gemma3"
+  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" or "phi3"
   std::string name;          // general.name, or the file's stem
   int n_layers = 0;
   int n_embd = 0;
@@ -96,6 +99,12 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_scale = 1.0f;  // linear rope scaling of the full-attention layers: 1 / factor
   RopeStyle rope_style = RopeStyle::kInterleaved;
+  float rope_magnitude = 1.0f;  // RopeSpec::magnitude of the full-attention layers
+  // The tensor of per-pair frequency divisors applied to every layer, when the file has it: Llama
+  // 3's rope_freqs.weight, or phi3's LongRoPE rope_factors_long / rope_factors_short (architectures.cc
+  // picks one for the context).
+  std::string rope_factors_tensor = "rope_freqs.weight";
+  RopeSpec full_rope() const { return {rope_base, rope_scale, rope_style, rope_magnitude}; }
   bool tied_output = false;      // the output projection is token_embd
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma3: sqrt(n_embd)); 1: none
   float attention_scale = 0.0f;  // Q.K multiplier; 0: 1 / sqrt(head_dim)

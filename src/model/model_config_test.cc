@@ -139,6 +139,27 @@ TEST(Architectures, RopeScalingLinearIsAppliedOthersAreRefusedByName) {
   EXPECT_NE(st.message().find("supported: none, llama3, linear"), std::string::npos) << st.message();
 }
 
+// phi3's LongRoPE: the long factors when the model's context exceeds the original one, the short
+// ones otherwise; rope.scaling.attn_factor scales every layer's rotation.
+TEST(Architectures, Phi3LongRopePicksItsFactorsByContext) {
+  const ModelConfig c = described("phi3-tiny");  // context 4096 over an original 512
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.rope_factors_tensor, "rope_factors_long.weight");
+  EXPECT_EQ(c.rope_style, RopeStyle::kHalves);
+  EXPECT_NEAR(c.rope_magnitude, 1.19024f, 1e-5f);
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+    EXPECT_FLOAT_EQ(l.attention.rope.magnitude, c.rope_magnitude);
+  }
+  EXPECT_FALSE(c.has_local_layers());
+  auto within = with_keys("phi3-tiny", "phi3-short.gguf",
+                          {{"phi3.rope.scaling.original_context_length", gguf::Value::u32(4096)}});
+  ASSERT_TRUE(within);
+  ModelConfig s;
+  ASSERT_TRUE(describe_architecture(*within, &s).is_ok());
+  EXPECT_EQ(s.rope_factors_tensor, "rope_factors_short.weight");
+}
+
 // gemma3 files may name the local layers one by one (a bool per layer) instead of a period.
 TEST(Architectures, Gemma3WindowPatternAsAPerLayerArray) {
   gguf::Array pattern;

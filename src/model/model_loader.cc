@@ -35,6 +35,14 @@ Expected<kernels::WeightType> weight_type_of(const gguf::TensorInfo& t) {
   }
 }
 
+// Rows [first, first + n) of w: a fused matrix's part (phi3's attn_qkv, ffn_up).
+kernels::WeightView row_slice(const kernels::WeightView& w, std::int64_t first, std::int64_t n) {
+  kernels::WeightView v = w;
+  v.data = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(first) * w.row_bytes;
+  v.rows = n;
+  return v;
+}
+
 class Binder {
  public:
   Binder(const gguf::File& file) : file_(file) {}
@@ -248,9 +256,19 @@ Status Model::bind(const std::string& path) {
     const LayerSpec& spec = c.layers[static_cast<std::size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     KVSTASH_RETURN_IF_ERROR(assign(L.attn_norm, b.vector(p + "attn_norm.weight", d)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wq, b.matrix(p + "attn_q.weight", d, q_dim)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wk, b.matrix(p + "attn_k.weight", d, kv_dim)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wv, b.matrix(p + "attn_v.weight", d, kv_dim)));
+    if (b.has(p + "attn_qkv.weight")) {
+      // phi3: one matrix whose rows are Q's, then K's, then V's; views over its row ranges.
+      if (b.has(p + "attn_qkv.bias")) return unsupported(path + ": " + p + "attn_qkv.bias is not supported (supported: no fused Q/K/V bias)");
+      kernels::WeightView qkv;
+      KVSTASH_RETURN_IF_ERROR(assign(qkv, b.matrix(p + "attn_qkv.weight", d, q_dim + 2 * kv_dim)));
+      L.wq = row_slice(qkv, 0, q_dim);
+      L.wk = row_slice(qkv, q_dim, kv_dim);
+      L.wv = row_slice(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      KVSTASH_RETURN_IF_ERROR(assign(L.wq, b.matrix(p + "attn_q.weight", d, q_dim)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.wk, b.matrix(p + "attn_k.weight", d, kv_dim)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.wv, b.matrix(p + "attn_v.weight", d, kv_dim)));
+    }
     KVSTASH_RETURN_IF_ERROR(assign(L.wo, b.matrix(p + "attn_output.weight", q_dim, d)));
     if (spec.attention.qkv_bias) {
       KVSTASH_RETURN_IF_ERROR(assign(L.bq, b.vector(p + "attn_q.bias", q_dim)));
@@ -272,17 +290,28 @@ Status Model::bind(const std::string& path) {
       KVSTASH_RETURN_IF_ERROR(assign(x.up, b.experts(p + "ffn_up_exps.weight", d, m.n_ff_expert, m.n_experts)));
       KVSTASH_RETURN_IF_ERROR(assign(x.down, b.experts(p + "ffn_down_exps.weight", m.n_ff_expert, d, m.n_experts)));
     } else {
-      KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, spec.ffn.n_ff)));
-      KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, spec.ffn.n_ff)));
+      const std::int64_t ff = spec.ffn.n_ff;
+      if (!b.has(p + "ffn_gate.weight") && b.has(p + "ffn_up.weight")) {
+        // phi3: ffn_up holds the gate's rows, then the up projection's (llama.cpp's fused SwiGLU
+        // takes silu of the first half times the second).
+        kernels::WeightView gate_up;
+        KVSTASH_RETURN_IF_ERROR(assign(gate_up, b.matrix(p + "ffn_up.weight", d, 2 * ff)));
+        L.w_gate = row_slice(gate_up, 0, ff);
+        L.w_up = row_slice(gate_up, ff, ff);
+      } else {
+        KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, ff)));
+        KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, ff)));
+      }
       KVSTASH_RETURN_IF_ERROR(assign(L.w_down, b.matrix(p + "ffn_down.weight", spec.ffn.n_ff, d)));
     }
   }
   // RoPE frequencies, one table per distinct RopeSpec (the model-wide one first). Llama 3.1+
-  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), which apply to every layer.
+  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), phi3 its LongRoPE ones in
+  // rope_factors_long/short.weight (c.rope_factors_tensor); they apply to every layer.
   const int half = c.head_dim / 2;
   std::vector<float> factors(static_cast<std::size_t>(half), 1.0f);
-  if (b.has("rope_freqs.weight")) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector("rope_freqs.weight", half)));
-  std::vector<RopeSpec> ropes = {RopeSpec{c.rope_base, c.rope_scale, c.rope_style}};
+  if (b.has(c.rope_factors_tensor)) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector(c.rope_factors_tensor, half)));
+  std::vector<RopeSpec> ropes = {c.full_rope()};
   for (int l = 0; l < c.n_layers; ++l) {
     const RopeSpec& r = c.layers[static_cast<std::size_t>(l)].attention.rope;
     const auto found = std::find(ropes.begin(), ropes.end(), r);
@@ -290,6 +319,7 @@ Status Model::bind(const std::string& path) {
     if (found == ropes.end()) ropes.push_back(r);
   }
   for (const RopeSpec& r : ropes) {
+    rope_magnitudes_.push_back(r.magnitude);
     std::vector<float>& inv = rope_inv_freqs_.emplace_back(static_cast<std::size_t>(half));
     for (int i = 0; i < half; ++i) {
       // The scale multiplies after the float conversion when it is not 1, so that unscaled models

@@ -155,7 +155,9 @@ INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
                                            Case{"qwen3moe-tiny", TensorType::kBF16, 5e-3},
                                            // gemma3: window 8 on 6 of 7 layers, their own RoPE base,
                                            // post-norms, GELU (f16 table vs exact: within the bound).
-                                           Case{"gemma3-tiny", TensorType::kF32, 5e-3}, Case{"gemma3-tiny", TensorType::kF16, 5e-3}),
+                                           Case{"gemma3-tiny", TensorType::kF32, 5e-3}, Case{"gemma3-tiny", TensorType::kF16, 5e-3},
+                                           // phi3: fused attn_qkv and gate+up, LongRoPE (long factors, attn_factor).
+                                           Case{"phi3-tiny", TensorType::kF32, 5e-3}, Case{"phi3-tiny", TensorType::kQ8_0, 4e-2, false}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.preset) + "_" +
                                            (info.param.scheme ? info.param.scheme : gguf::tensor_type_name(info.param.type));
@@ -226,7 +228,7 @@ TEST(BosConvention, LlamaAddsBosQwen2DoesNot) {
 
 class Chunking : public ::testing::TestWithParam<const char*> {};
 
-INSTANTIATE_TEST_SUITE_P(Presets, Chunking, ::testing::Values("tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, Chunking, ::testing::Values("tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "phi3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -259,7 +261,7 @@ class BatchedSequences : public ::testing::TestWithParam<const char*> {};
 
 // A MoE layer groups the batch's tokens by expert: a token's output must not depend on which other
 // tokens share its experts, so the same holds there as for the dense presets.
-INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "phi3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -638,7 +640,7 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
   ASSERT_FALSE(m1.has_value());
   EXPECT_EQ(m1.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(m1.status().message().find("gpt3"), std::string::npos) << m1.status().message();
-  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe, gemma3"), std::string::npos)
+  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3"), std::string::npos)
       << m1.status().message();
 
   // An IQ type: the file opens (its block size is known) and the model refuses it by name.

@@ -16,6 +16,11 @@
 // before each residual add; feed-forward gelu_tanh(gate) · up (the exact GELU here: the engine's
 // f16 table, as llama.cpp's CPU backend has it, differs from it by f16 rounding).
 //
+// phi3 (llama.cpp's src/models/phi3.cpp): attn_qkv's rows are Q's, K's then V's; ffn_up's rows
+// the gate's then the up projection's; RoPE in halves with LongRoPE: pair i's frequency divided by
+// rope_factors_long[i] when context_length exceeds rope.scaling.original_context_length (else the
+// short ones), cos and sin multiplied by rope.scaling.attn_factor.
+//
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
 // Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
@@ -71,13 +76,28 @@ class ReferenceModel {
     out_ = f.find_tensor("output.weight") ? load("output.weight") : embd_;
     out_norm_ = load("output_norm.weight");
     if (f.find_tensor("rope_freqs.weight")) rope_factors_ = load("rope_freqs.weight");
+    if (f.find_tensor("rope_factors_long.weight")) {
+      const int ctx = u("context_length");
+      const int original = f.find(arch_ + ".rope.scaling.original_context_length") ? u("rope.scaling.original_context_length") : ctx;
+      rope_factors_ = load(ctx > original ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    }
+    if (auto a = f.get_float(arch_ + ".rope.scaling.attn_factor")) rope_magnitude_ = *a;
     for (int l = 0; l < n_layers_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Layer L;
       L.attn_norm = load(p + "attn_norm.weight");
-      L.wq = load(p + "attn_q.weight");
-      L.wk = load(p + "attn_k.weight");
-      L.wv = load(p + "attn_v.weight");
+      if (f.find_tensor(p + "attn_qkv.weight")) {
+        const std::vector<double> qkv = load(p + "attn_qkv.weight");
+        const auto q_end = qkv.begin() + static_cast<std::ptrdiff_t>(nh_) * hd_ * d_;
+        const auto k_end = q_end + static_cast<std::ptrdiff_t>(nkv_) * hd_ * d_;
+        L.wq.assign(qkv.begin(), q_end);
+        L.wk.assign(q_end, k_end);
+        L.wv.assign(k_end, qkv.end());
+      } else {
+        L.wq = load(p + "attn_q.weight");
+        L.wk = load(p + "attn_k.weight");
+        L.wv = load(p + "attn_v.weight");
+      }
       L.wo = load(p + "attn_output.weight");
       if (f.find_tensor(p + "attn_q.bias")) {
         L.bq = load(p + "attn_q.bias");
@@ -98,6 +118,12 @@ class ReferenceModel {
         L.wg = load(p + "ffn_gate_exps.weight");
         L.wu = load(p + "ffn_up_exps.weight");
         L.wd = load(p + "ffn_down_exps.weight");
+      } else if (!f.find_tensor(p + "ffn_gate.weight")) {
+        const std::vector<double> gate_up = load(p + "ffn_up.weight");
+        const auto half = gate_up.begin() + static_cast<std::ptrdiff_t>(ff_) * d_;
+        L.wg.assign(gate_up.begin(), half);
+        L.wu.assign(half, gate_up.end());
+        L.wd = load(p + "ffn_down.weight");
       } else {
         L.wg = load(p + "ffn_gate.weight");
         L.wu = load(p + "ffn_up.weight");
@@ -327,7 +353,7 @@ class ReferenceModel {
     for (int i = 0; i < half; ++i) {
       double freq = std::pow(base, -2.0 * i / hd_);
       if (!rope_factors_.empty()) freq /= rope_factors_[i];
-      const double a = pos * freq, c = std::cos(a), s = std::sin(a);
+      const double a = pos * freq, c = std::cos(a) * rope_magnitude_, s = std::sin(a) * rope_magnitude_;
       const int i0 = rope_ == Rope::kInterleaved ? 2 * i : i;
       const int i1 = rope_ == Rope::kInterleaved ? 2 * i + 1 : i + half;
       const double x0 = head[i0], x1 = head[i1];
@@ -344,6 +370,7 @@ class ReferenceModel {
   bool gemma_ = false;
   int window_ = 0;
   double base_swa_ = 10000.0;
+  double rope_magnitude_ = 1.0;
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
   mutable std::vector<double> routing_margin_;

@@ -42,13 +42,21 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
                       kv_dim = std::uint64_t{p.n_kv_heads} * p.head_dim, ff = p.n_ff;
   add_tensor(plan, "token_embd.weight", matrix_type, {embd, vocab}, Init::kEmbedding, -1);
   if (p.llama3_rope_freqs) add_tensor(plan, "rope_freqs.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFreqs, -1);
+  if (p.longrope_original_ctx > 0) {
+    add_tensor(plan, "rope_factors_long.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFactors, -1);
+    add_tensor(plan, "rope_factors_short.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFactors, -1);
+  }
   for (std::uint32_t l = 0; l < p.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const int li = static_cast<int>(l);
     add_tensor(plan, b + "attn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
-    add_tensor(plan, b + "attn_q.weight", matrix_type, {embd, q_dim}, Init::kMatrix, li);
-    add_tensor(plan, b + "attn_k.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
-    add_tensor(plan, b + "attn_v.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+    if (p.fused_qkv_gate_up) {
+      add_tensor(plan, b + "attn_qkv.weight", matrix_type, {embd, q_dim + 2 * kv_dim}, Init::kMatrix, li);
+    } else {
+      add_tensor(plan, b + "attn_q.weight", matrix_type, {embd, q_dim}, Init::kMatrix, li);
+      add_tensor(plan, b + "attn_k.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+      add_tensor(plan, b + "attn_v.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+    }
     if (p.qkv_bias) {
       add_tensor(plan, b + "attn_q.bias", TensorType::kF32, {q_dim}, Init::kBias, li);
       add_tensor(plan, b + "attn_k.bias", TensorType::kF32, {kv_dim}, Init::kBias, li);
@@ -70,8 +78,12 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
       add_tensor(plan, b + "ffn_down_exps.weight", matrix_type, {ff_exp, embd, n_exp}, Init::kMatrix, li);
       continue;
     }
-    add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
-    add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+    if (p.fused_qkv_gate_up) {
+      add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, 2 * ff}, Init::kMatrix, li);
+    } else {
+      add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+    }
     add_tensor(plan, b + "ffn_down.weight", matrix_type, {ff, embd}, Init::kMatrix, li);
     if (p.post_norms) add_tensor(plan, b + "post_ffw_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
   }
@@ -153,6 +165,10 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   if (p.sliding_window > 0) {
     md.emplace_back(lowercase_arch_key(arch, "attention.sliding_window"), Value::u32(p.sliding_window));
     md.emplace_back(lowercase_arch_key(arch, "rope.freq_base_swa"), Value::f32(p.rope_base_swa));
+  }
+  if (p.longrope_original_ctx > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.original_context_length"), Value::u32(p.longrope_original_ctx));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.attn_factor"), Value::f32(p.rope_attn_factor));
   }
   if (p.n_experts > 0) {
     md.emplace_back(lowercase_arch_key(arch, "expert_count"), Value::u32(p.n_experts));

@@ -380,6 +380,33 @@ TEST(Describe, Gemma3PresetHasTheRealShape) {
   EXPECT_TRUE(post_norm);
 }
 
+// Phi-3-mini-128k: 3,821,079,552 parameters (its published count) plus the 2 x 48 LongRoPE
+// factors; fused attn_qkv and gate+up, no ffn_gate.
+TEST(Describe, Phi3PresetHasTheRealShape) {
+  auto plan = describe_model(opts("phi-3-mini", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 3821079552u + 96);
+  const TensorPlan* qkv = nullptr;
+  const TensorPlan* up = nullptr;
+  bool gate = false, factors = false, original = false;
+  for (const TensorPlan& t : plan->tensors) {
+    if (t.name == "blk.31.attn_qkv.weight") qkv = &t;
+    if (t.name == "blk.31.ffn_up.weight") up = &t;
+    gate |= t.name.find("ffn_gate") != std::string::npos || t.name.find("attn_q.weight") != std::string::npos;
+    factors |= t.name == "rope_factors_long.weight";
+  }
+  for (const auto& [key, value] : plan->metadata) {
+    if (key == "phi3.rope.scaling.original_context_length") original = std::get<std::uint64_t>(value.data) == 4096;
+  }
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(qkv->dims, (std::vector<std::uint64_t>{3072, 3 * 3072}));
+  EXPECT_EQ(up->dims, (std::vector<std::uint64_t>{3072, 2 * 8192}));
+  EXPECT_FALSE(gate);
+  EXPECT_TRUE(factors);
+  EXPECT_TRUE(original);
+}
+
 TEST(Describe, Llama3RopeFreqs) {
   std::vector<float> f = llama3_rope_freqs(64, 500000.0f);
   ASSERT_EQ(f.size(), 32u);

@@ -43,8 +43,23 @@ ModelPreset gemma3(std::string name, std::uint32_t layers, std::uint32_t embd, s
   return p;
 }
 
-const std::array<ModelPreset, 12>& presets() {
-  static const std::array<ModelPreset, 12> kPresets = {{
+// Phi-3-mini-128k-instruct: hidden 3072, 32 layers, 32 heads (and KV heads) of 96, intermediate
+// 8192, vocab 32064, max_position_embeddings 131072, original_max_position_embeddings 4096,
+// rope_theta 10000, rms_norm_eps 1e-5, untied; LongRoPE with attn_factor sqrt(1 + ln(32) / ln(4096))
+// (the converter's). phi3-tiny: the same layout at 64 wide, n_ctx 4096 over an original 512 so the
+// long factors apply (also under llama.cpp's -c 1024 of scripts/record-golden.sh).
+ModelPreset phi3(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads, std::uint32_t kv_heads,
+                 std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx, std::uint32_t original) {
+  ModelPreset p{std::move(name), "phi3", layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                10000.0f, 1e-5f, false, false, false};
+  p.fused_qkv_gate_up = true;
+  p.longrope_original_ctx = original;
+  p.rope_attn_factor = 1.1902380714238083f;
+  return p;
+}
+
+const std::array<ModelPreset, 14>& presets() {
+  static const std::array<ModelPreset, 14> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -57,6 +72,8 @@ const std::array<ModelPreset, 12>& presets() {
       qwen3("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
       gemma3("gemma3-tiny", 7, 64, 4, 2, 32, 128, 0, 4096, 8),
       gemma3("gemma-3-1b", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512),
+      phi3("phi3-tiny", 2, 64, 4, 2, 16, 160, 0, 4096, 512),
+      phi3("phi-3-mini", 32, 3072, 32, 32, 96, 8192, 32064, 131072, 4096),
   }};
   return kPresets;
 }
