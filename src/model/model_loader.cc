@@ -28,10 +28,11 @@ Expected<kernels::WeightType> weight_type_of(const gguf::TensorInfo& t) {
     case gguf::TensorType::kQ4_K: return kernels::WeightType::kQ4_K;
     case gguf::TensorType::kQ5_K: return kernels::WeightType::kQ5_K;
     case gguf::TensorType::kQ6_K: return kernels::WeightType::kQ6_K;
+    case gguf::TensorType::kMXFP4: return kernels::WeightType::kMxfp4;
     default:
       return unsupported("tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
                          ", which this engine does not run (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
-                         "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)");
+                         "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, mxfp4)");
   }
 }
 
