@@ -4,8 +4,9 @@
 // Embedding (× the model's embedding scale). Per layer: RMSNorm → Q, K, V projections (+ bias where
 // the layer has them) → per-head RMSNorm of Q and K where the layer has QK-norm → RoPE at each
 // token's absolute position, with the layer's RoPE table → K, V stored into the pool → causal
-// attention over the sequence's positions, or its last `window` of them for a sliding-window layer
-// (GQA: query head h reads KV head h / (n_heads / n_kv_heads)) → output projection (→ post-norm) +
+// attention over the sequence's positions, or its last `window` of them for a sliding-window layer,
+// with a per-head sink logit in the denominator where the layer has sinks (GQA: query head h reads
+// KV head h / (n_heads / n_kv_heads)) → output projection (+ bias) (→ post-norm) +
 // residual → RMSNorm → feed-forward (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h)
 // (→ post-norm) + residual. Then the final norm and the output projection for the rows that need
 // logits (→ soft-cap).
@@ -240,9 +241,12 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       }
     }
     clock.end(Phase::kRopeKv);
-    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
+    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window,
+                       L.sinks.empty() ? nullptr : L.sinks.data()},
+                      attention_plan, pool);
     clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
+    add_bias(xn.data(), T, L.bo);
     clock.end(Phase::kAttnOutput, {&L.wo});
     if (spec.post_attention_norm) {
       for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);

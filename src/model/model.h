@@ -1,5 +1,5 @@
 // A decoder-only transformer loaded from a GGUF file (the architectures of model/architectures.h:
-// llama, qwen2, qwen3, qwen3moe, gemma3, phi3), with weights used in place from the mapping or copied into huge
+// llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), with weights used in place from the mapping or copied into huge
 // pages, and its batched forward pass over a paged KV cache. What each layer computes is the
 // ModelConfig's per-layer description (model_config.h); forward() walks it.
 //
@@ -186,6 +186,8 @@ class Model {
     ExpertWeights experts;                     // FfnKind::kMoe
     std::vector<float> attn_norm, ffn_norm;
     std::vector<float> bq, bk, bv;             // AttentionSpec::qkv_bias; empty otherwise
+    std::vector<float> bo;                     // AttentionSpec::output_bias: n_embd; empty otherwise
+    std::vector<float> sinks;                  // AttentionSpec::sinks: one logit per query head; empty otherwise
     std::vector<float> q_norm, k_norm;         // AttentionSpec::qk_norm: head_dim each; empty otherwise
     std::vector<float> post_attn_norm, post_ffn_norm;  // LayerSpec::post_*_norm; empty otherwise
     int rope = 0;                              // index into rope_inv_freqs_

@@ -116,6 +116,19 @@ class Binder {
     return out;
   }
 
+  // A 2-D tensor of rows x cols values in a float type (per-expert biases), as f32, row after row.
+  Expected<std::vector<float>> matrix_values(const std::string& name, std::int64_t cols, std::int64_t rows) {
+    auto m = matrix(name, cols, rows);
+    if (!m) return m.status();
+    if (kernels::is_quantized(m->type)) {
+      return unsupported(file_.path() + ": tensor '" + name + "' is " + kernels::weight_type_name(m->type) +
+                         " (supported: a float type)");
+    }
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    kernels::dequantize_rows(*m, 0, rows, out.data());
+    return out;
+  }
+
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
 
  private:
@@ -280,9 +293,15 @@ Status Model::bind(const std::string& path) {
       KVSTASH_RETURN_IF_ERROR(assign(L.q_norm, b.vector(p + "attn_q_norm.weight", c.head_dim)));
       KVSTASH_RETURN_IF_ERROR(assign(L.k_norm, b.vector(p + "attn_k_norm.weight", c.head_dim)));
     }
+    if (spec.attention.output_bias) KVSTASH_RETURN_IF_ERROR(assign(L.bo, b.vector(p + "attn_output.bias", d)));
+    if (spec.attention.sinks) KVSTASH_RETURN_IF_ERROR(assign(L.sinks, b.vector(p + "attn_sinks.weight", c.n_heads)));
     if (spec.post_attention_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", d)));
     if (spec.post_ffn_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", d)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.ffn_norm, b.vector(p + "ffn_norm.weight", d)));
+    // gpt-oss names its pre-feed-forward norm post_attention_norm (and has no ffn_norm).
+    const bool ffn_norm_named_post = !spec.post_attention_norm && !b.has(p + "ffn_norm.weight") &&
+                                     b.has(p + "post_attention_norm.weight");
+    KVSTASH_RETURN_IF_ERROR(
+        assign(L.ffn_norm, b.vector(p + (ffn_norm_named_post ? "post_attention_norm.weight" : "ffn_norm.weight"), d)));
     if (spec.ffn.kind == FfnKind::kMoe) {
       const MoeSpec& m = spec.ffn.moe;
       ExpertWeights& x = L.experts;
@@ -290,6 +309,12 @@ Status Model::bind(const std::string& path) {
       KVSTASH_RETURN_IF_ERROR(assign(x.gate, b.experts(p + "ffn_gate_exps.weight", d, m.n_ff_expert, m.n_experts)));
       KVSTASH_RETURN_IF_ERROR(assign(x.up, b.experts(p + "ffn_up_exps.weight", d, m.n_ff_expert, m.n_experts)));
       KVSTASH_RETURN_IF_ERROR(assign(x.down, b.experts(p + "ffn_down_exps.weight", m.n_ff_expert, d, m.n_experts)));
+      if (m.router_bias) KVSTASH_RETURN_IF_ERROR(assign(x.router_bias, b.vector(p + "ffn_gate_inp.bias", m.n_experts)));
+      if (m.expert_biases) {
+        KVSTASH_RETURN_IF_ERROR(assign(x.gate_bias, b.matrix_values(p + "ffn_gate_exps.bias", m.n_ff_expert, m.n_experts)));
+        KVSTASH_RETURN_IF_ERROR(assign(x.up_bias, b.matrix_values(p + "ffn_up_exps.bias", m.n_ff_expert, m.n_experts)));
+        KVSTASH_RETURN_IF_ERROR(assign(x.down_bias, b.matrix_values(p + "ffn_down_exps.bias", d, m.n_experts)));
+      }
     } else {
       const std::int64_t ff = spec.ffn.n_ff;
       if (!b.has(p + "ffn_gate.weight") && b.has(p + "ffn_up.weight")) {
@@ -322,12 +347,27 @@ Status Model::bind(const std::string& path) {
   for (const RopeSpec& r : ropes) {
     rope_magnitudes_.push_back(r.magnitude);
     std::vector<float>& inv = rope_inv_freqs_.emplace_back(static_cast<std::size_t>(half));
+    // YaRN's ramp over the pairs (llama.cpp's ggml_rope_yarn_corr_dims and rope_yarn_ramp): pairs
+    // below `low` keep their unscaled angle, above `high` take the scaled one, linear between.
+    double low = 0, high = 0;
+    if (r.yarn_original_ctx > 0) {
+      const auto corr_dim = [&](double beta) {
+        return c.head_dim * std::log(r.yarn_original_ctx / (beta * 2.0 * M_PI)) / (2.0 * std::log(static_cast<double>(r.base)));
+      };
+      low = std::max(0.0, std::floor(corr_dim(r.yarn_beta_fast)));
+      high = std::min(static_cast<double>(c.head_dim - 1), std::ceil(corr_dim(r.yarn_beta_slow)));
+    }
     for (int i = 0; i < half; ++i) {
       // The scale multiplies after the float conversion when it is not 1, so that unscaled models
       // keep the exact values they always had.
       inv[static_cast<std::size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(r.base), -2.0 * i / c.head_dim) /
                                                             factors[static_cast<std::size_t>(i)]);
-      if (r.scale != 1.0f) inv[static_cast<std::size_t>(i)] *= r.scale;
+      if (r.yarn_original_ctx > 0) {
+        const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+        inv[static_cast<std::size_t>(i)] *= static_cast<float>(r.scale * (1.0 - ramp) + ramp);
+      } else if (r.scale != 1.0f) {
+        inv[static_cast<std::size_t>(i)] *= r.scale;
+      }
     }
   }
   auto fp = model_fingerprint(*file_, c);

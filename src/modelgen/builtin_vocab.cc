@@ -113,7 +113,8 @@ std::vector<std::string> train_merges() {
 // (llama.cpp reads the tokenizer independently of the architecture); --vocab gives a real one.
 std::string vocab_family(const std::string& arch) {
   if (arch == "phi3") return "llama";  // SentencePiece in real files; llama's byte-level stand-in here
-  return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" ? "qwen2" : arch;
+  // gpt-oss ships o200k_harmony (byte-level BPE): Qwen2's byte-level stand-in here.
+  return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || arch == "gpt-oss" ? "qwen2" : arch;
 }
 
 std::vector<std::string> special_tokens(const std::string& arch) {
@@ -184,7 +185,7 @@ Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_met
                                                                                     std::uint64_t n_vocab) {
   const std::string arch = vocab_family(model_arch);
   if (arch != "qwen2" && arch != "llama") {
-    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3)");
+    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss)");
   }
   std::vector<std::string> tokens = normal_tokens();
   std::vector<std::int32_t> types(tokens.size(), kNormal);
