@@ -407,6 +407,43 @@ TEST(Describe, Phi3PresetHasTheRealShape) {
   EXPECT_TRUE(original);
 }
 
+// gpt-oss-20b: 20,914,757,184 parameters (its published count); llama.cpp's MXFP4_MOE mixture puts
+// the expert stacks in MXFP4 and every other matrix in Q8_0 (11.3 GiB, as the published file).
+TEST(Describe, GptOssPresetHasTheRealShapeAndMxfp4Experts) {
+  auto plan = describe_model(opts("gpt-oss-20b", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 20914757184u);
+  GenerateOptions o = opts("gpt-oss-20b", TensorType::kF32);
+  o.scheme = "mxfp4_moe";
+  auto mixed = describe_model(o);
+  ASSERT_TRUE(mixed) << mixed.status().to_string();
+  int mxfp4 = 0;
+  for (const TensorPlan& t : mixed->tensors) {
+    const bool expert_stack = t.dims.size() == 3;
+    if (expert_stack) {
+      EXPECT_EQ(t.type, TensorType::kMXFP4) << t.name;
+      ++mxfp4;
+    } else if (t.name.ends_with("attn_q.weight") || t.name == "output.weight" || t.name == "token_embd.weight") {
+      EXPECT_EQ(t.type, TensorType::kQ8_0) << t.name;
+    } else if (t.name.ends_with(".bias") || t.name.ends_with("norm.weight") || t.name.ends_with("sinks.weight") ||
+               t.name.ends_with("ffn_gate_inp.weight")) {
+      EXPECT_EQ(t.type, TensorType::kF32) << t.name;
+    }
+  }
+  EXPECT_EQ(mxfp4, 24 * 3);
+  bool yarn = false, window = false, general_type = false;
+  for (const auto& [key, value] : mixed->metadata) {
+    if (key == "gpt-oss.rope.scaling.type") yarn = std::get<std::string>(value.data) == "yarn";
+    if (key == "gpt-oss.attention.sliding_window") window = std::get<std::uint64_t>(value.data) == 128;
+    if (key == "general.file_type") general_type = std::get<std::uint64_t>(value.data) == 38;
+  }
+  EXPECT_TRUE(yarn);
+  EXPECT_TRUE(window);
+  EXPECT_TRUE(general_type);
+  // --type mxfp4 is for MoE presets only.
+  EXPECT_EQ(describe_model(opts("tiny", TensorType::kMXFP4)).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Describe, Llama3RopeFreqs) {
   std::vector<float> f = llama3_rope_freqs(64, 500000.0f);
   ASSERT_EQ(f.size(), 32u);
