@@ -151,6 +151,18 @@ TEST(Architectures, RopeScalingLinearIsAppliedOthersAreRefusedByName) {
   EXPECT_NE(st.message().find("supported: none, llama3, linear, yarn"), std::string::npos) << st.message();
 }
 
+// A llama file with attention.sliding_window (Mistral 7B v0.1) windows every layer, its RoPE the
+// global one; without the key (tiny-llama) every layer is full.
+TEST(Architectures, MistralLlamaWindowsEveryLayer) {
+  const ModelConfig m = described("mistral-tiny");
+  for (const LayerSpec& l : m.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kSlidingWindow);
+    EXPECT_EQ(l.attention.window, 8);
+    EXPECT_TRUE(l.attention.rope == m.full_rope());
+  }
+  for (const LayerSpec& l : described("tiny-llama").layers) EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+}
+
 // gpt-oss: even layers windowed, odd full, all with the global YaRN RoPE and sinks; the experts
 // ranked by logit, softmax over the k kept, biased, with the clamped SwiGLU.
 TEST(Architectures, GptOssAlternatesWindowsWithSinksAndBiasedExperts) {

@@ -501,7 +501,9 @@ TEST(ModelLoad, HugePageWeightsGiveTheLogitsOfTheFileMapping) {
       testing::test_model_path_scheme("tiny", "q5_1"),
       testing::test_model_path("tiny", TensorType::kQ8_0),
       // Expert slices are repacked one by one (each a matrix of its own in weight_matrices()).
-      testing::test_model_path("qwen3moe-tiny", TensorType::kQ8_0), testing::test_model_path("gemma3-tiny", TensorType::kF16)};
+      testing::test_model_path("qwen3moe-tiny", TensorType::kQ8_0), testing::test_model_path("gemma3-tiny", TensorType::kF16),
+      // phi3's fused matrices are bound as row slices, each copied (or repacked) on its own; gpt-oss's MXFP4 experts.
+      testing::test_model_path("phi3-tiny", TensorType::kQ8_0), testing::test_model_path_scheme("gpt-oss-tiny", "mxfp4_moe")};
   const bool avx512 = std::string(kernels::simd_path()) == "avx512", avx2 = std::string(kernels::simd_path()) == "avx2";
   int tiny_k_q4_k_m_interleaved = -1;
   for (const std::string& path : paths) {
