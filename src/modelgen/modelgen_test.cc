@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/fp16.h"
 #include "kernels/quantize.h"
 #include "modelgen/builtin_vocab.h"
@@ -442,6 +444,23 @@ TEST(Describe, GptOssPresetHasTheRealShapeAndMxfp4Experts) {
   EXPECT_TRUE(general_type);
   // --type mxfp4 is for MoE presets only.
   EXPECT_EQ(describe_model(opts("tiny", TensorType::kMXFP4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+// phi3 files carry Phi-3's special tokens: llama.cpp's loader looks up "</s>" by name for them.
+TEST(Describe, Phi3VocabularyHasPhi3Specials) {
+  auto plan = describe_model(opts("phi3-tiny", TensorType::kF32));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  for (const auto& [key, value] : plan->metadata) {
+    if (key != "tokenizer.ggml.tokens") continue;
+    const auto& items = std::get<gguf::Array>(value.data).items;
+    std::vector<std::string> tokens;
+    for (const auto& t : items) tokens.push_back(std::get<std::string>(t.data));
+    for (const char* special : {"<unk>", "<s>", "</s>", "<|endoftext|>", "<|end|>", "<|assistant|>"}) {
+      EXPECT_NE(std::find(tokens.begin(), tokens.end(), special), tokens.end()) << special;
+    }
+    return;
+  }
+  FAIL() << "no tokenizer.ggml.tokens";
 }
 
 TEST(Describe, Llama3RopeFreqs) {
