@@ -6,6 +6,11 @@
 # F32 KV and no flash attention (so that an F32 engine agrees to ~1e-4, ../shared/design/MODELS.md),
 # and each of 5 fixed prompts, given as token ids (no BOS, no tokenizer involved), gets 32 greedy
 # tokens with the top-5 log-probabilities at every step (/completion, n_probs 5, temperature 0).
+# llama-server reports no probabilities for a token whose text ends inside a UTF-8 character (it
+# waits for the rest of the character), so the tokens that are not whole UTF-8 on their own (the
+# built-in vocabularies' single bytes 0x80..0xFF) are banned with logit_bias: the greedy token is
+# the best of the others, and the reported log-probabilities are the raw distribution's (before
+# the bias), which the test recomputes the same way. The banned ids go into the fixture.
 # Writes src/model/testdata/golden/<preset>.json with the file's SHA-256, the llama.cpp commit,
 # the tokens and the log-probabilities.
 #
@@ -66,13 +71,25 @@ for _ in range(600):
 else:
     sys.exit("record-golden: llama-server did not become healthy")
 
+# The tokens that are not whole UTF-8 text by themselves (llama-server shows them as U+FFFD).
+with urllib.request.urlopen(base + "/v1/models", timeout=10) as r:
+    n_vocab = json.load(r)["data"][0]["meta"]["n_vocab"]
+banned = []
+for tid in range(n_vocab):
+    req = urllib.request.Request(base + "/detokenize", data=json.dumps({"tokens": [tid]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        if "\ufffd" in json.load(r)["content"]:
+            banned.append(tid)
+
 # Five fixed prompts of 5 to 71 byte-level tokens (ids 3..252: plain tokens of every built-in
 # vocabulary), lengths crossing kvstash's 16-token KV blocks.
 prompts = [[(j * 7919 + i * 131 + 17) % 250 + 3 for j in range(n)] for i, n in enumerate([5, 12, 23, 40, 71])]
 records = []
 for prompt in prompts:
     body = {"prompt": prompt, "n_predict": 32, "n_probs": 5, "temperature": 0.0, "return_tokens": True,
-            "cache_prompt": False, "ignore_eos": True, "samplers": ["temperature"]}
+            "cache_prompt": False, "ignore_eos": True, "samplers": ["temperature"],
+            "logit_bias": [[t, False] for t in banned]}
     req = urllib.request.Request(base + "/completion", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -92,7 +109,8 @@ doc = {
     "model": f"kvstash gen-model --preset {preset} --type f32 (default seed, built-in vocabulary)",
     "model_sha256": sha,
     "llama_cpp_commit": commit,
-    "llama_server": "-ctk f32 -ctv f32 -fa off; /completion n_probs 5, temperature 0, prompts as token ids",
+    "llama_server": "-ctk f32 -ctv f32 -fa off; /completion n_probs 5, temperature 0, prompts as token ids, banned ids never sampled",
+    "banned": banned,
     "prompts": records,
 }
 with open(out, "w") as f:

@@ -1,7 +1,7 @@
 // kvstash's agent API through the official OpenAI Node SDK (issue 33), against a running
 // `kvstash serve` (a generated model, Qwen2.5's chat template): tool calls with tool_choice
 // "required" and a named function, the SDK's stream helper assembling a call, response_format
-// json_schema and json_object. Random weights: only the server's constrained decoding makes the
+// json_schema and json_object, n: 3 (whole and streamed), models.retrieve. Random weights: only the server's constrained decoding makes the
 // answers valid, so every check below can fail. Exits non-zero on the first failure.
 //
 //   node agent_api.mjs http://127.0.0.1:PORT
@@ -168,5 +168,38 @@ for (let seed = 1; seed <= 5; seed++) {
   ended++;
 }
 check(ended >= 1, "json_object: no answer of 5 ended within max_tokens");
+
+// 6. n: 3 returns three choices with distinct indices, streamed too (each chunk names its choice),
+// usage counting the prompt once; and the served model is retrievable by id.
+{
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Hello." }], n: 3, temperature: 1, seed: 3, max_tokens: 8 });
+  check(r.choices.length === 3, `n: 3 gave ${r.choices.length} choices`);
+  const indices = new Set(r.choices.map((c) => c.index));
+  check(indices.size === 3 && [0, 1, 2].every((i) => indices.has(i)), `n: 3 indices ${[...indices]}`);
+  const single = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Hello." }], temperature: 1, seed: 3, max_tokens: 8 });
+  check(r.usage.prompt_tokens === single.usage.prompt_tokens, `n: 3 counts the prompt ${r.usage.prompt_tokens} times`);
+  check(r.usage.completion_tokens >= 3, `n: 3 completion_tokens ${r.usage.completion_tokens}`);
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Hello." }], n: 3, temperature: 1, seed: 3, max_tokens: 8, stream: true });
+  const texts = ["", "", ""];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) texts[c.index] += c.delta?.content ?? "";
+  }
+  for (let i = 0; i < 3; i++) {
+    const whole = r.choices.find((c) => c.index === i).message.content ?? "";
+    check(texts[i] === whole, `n: 3 streamed choice ${i} differs: ${JSON.stringify(texts[i])} vs ${JSON.stringify(whole)}`);
+  }
+  const m = await client.models.retrieve(model);
+  check(m.id === model && m.object === "model", `models.retrieve: ${JSON.stringify(m)}`);
+  let missing = null;
+  try {
+    await client.models.retrieve("no-such-model");
+  } catch (e) {
+    missing = e;
+  }
+  check(missing instanceof OpenAI.NotFoundError, `models.retrieve of an unknown id: ${missing}`);
+}
 
 console.log(`openai ${VERSION} (Node SDK) against ${baseURL}: ${checks} checks passed`);

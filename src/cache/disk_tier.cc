@@ -21,7 +21,7 @@ bool is_shard_name(const std::string& name) {
 }  // namespace
 
 DiskTier::DiskTier(const DiskTierOptions& options)
-    : options_(options), fs_(options.fs ? options.fs : posix_file_system()) {}
+    : options_(options), fs_(options.fs ? options.fs : posix_file_system()), pins_(options.pins, options.capacity_bytes) {}
 
 Expected<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
   if (options.dir.empty()) return invalid_argument("disk tier: no directory");
@@ -136,6 +136,7 @@ Expected<Bytes> DiskTier::get(const ChunkKey& key) {
   {
     std::lock_guard lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
+    pins_.on_hit(key);
   }
   counters_.hit(bytes->size(), std::chrono::steady_clock::now() - start);
   return bytes;
@@ -185,6 +186,7 @@ Status DiskTier::put(const ChunkKey& key, std::span<const std::uint8_t> bytes) {
   index_[key] = lru_.begin();
   key_changed(true, key);
   bytes_used_ += bytes.size();
+  pins_.on_put(key, bytes.size());
   counters_.written(bytes.size());
   return Status::ok();
 }
@@ -196,6 +198,7 @@ void DiskTier::touch(std::span<const ChunkKey> keys) {
     for (const ChunkKey& key : keys) {
       if (auto it = index_.find(key); it != index_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second);
+        pins_.on_hit(key);
         paths.push_back(path_of(key));
       }
     }
@@ -203,11 +206,31 @@ void DiskTier::touch(std::span<const ChunkKey> keys) {
   for (const std::string& path : paths) (void)fs_->touch(path);  // best effort, as in get()
 }
 
+std::size_t DiskTier::pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) {
+  std::lock_guard lock(mu_);
+  pins_.expire();
+  std::size_t n = 0;
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    const std::int64_t held = it == index_.end() ? -1 : static_cast<std::int64_t>(it->second->size);
+    if (pins_.pin(key, ttl, held)) ++n;
+  }
+  return n;
+}
+
 bool DiskTier::make_room_locked(std::uint64_t incoming) {
   if (incoming > options_.capacity_bytes) return false;
+  if (bytes_used_ + bytes_reserved_ + incoming > options_.capacity_bytes) pins_.expire();
+  // Live pinned files at the cold end move to the warm end (memory_tier.cc does the same).
+  std::size_t passed = 0;
   while (bytes_used_ + bytes_reserved_ + incoming > options_.capacity_bytes) {
     if (lru_.empty()) return false;  // the rest is reserved by writes in flight
     auto cold = std::prev(lru_.end());
+    if (passed < lru_.size() && pins_.pinned(cold->key)) {
+      lru_.splice(lru_.begin(), lru_, cold);
+      ++passed;
+      continue;
+    }
     (void)fs_->remove(path_of(cold->key));
     drop_locked(cold);
     counters_.evicted();
@@ -230,6 +253,7 @@ bool DiskTier::writes_disabled() const {
 }
 
 void DiskTier::drop_locked(Lru::iterator it) {
+  pins_.on_drop(it->key);
   bytes_used_ -= it->size;
   key_changed(false, it->key);
   index_.erase(it->key);
@@ -254,6 +278,13 @@ TierStats DiskTier::stats() const {
   s.entries = index_.size();
   s.bytes_used = bytes_used_;
   s.capacity_bytes = options_.capacity_bytes;
+  pins_.expire();
+  const PinStats p = pins_.stats();
+  s.pinned_entries = p.pinned_entries;
+  s.pinned_bytes = p.pinned_bytes;
+  s.pin_intents = p.intents;
+  s.pins_refused = p.pins_refused;
+  s.pins_expired = p.pins_expired;
   return s;
 }
 
@@ -275,6 +306,7 @@ Status DiskTier::clear() {
   for (const Entry& e : lru_) key_changed(false, e.key);
   lru_.clear();
   index_.clear();
+  pins_.clear();
   bytes_used_ = 0;
   return first;
 }

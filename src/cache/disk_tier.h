@@ -17,6 +17,10 @@
 // reserved (evicting the least recently used files) before a write starts. Access time is the
 // file's mtime, set on every hit, so the LRU order survives a restart.
 //
+// Pins (pins.h): eviction passes over live pinned files as the memory tier does. Pins are held in
+// this process's memory: a restart keeps the files (and their LRU order) but not their pins, which
+// the next request that asks for them sets again.
+//
 // Faults: any write error (ENOSPC, EIO, short write) disables writes for write_backoff, logged once;
 // puts in that window return kResourceExhausted without touching the disk. Gets keep working.
 //
@@ -31,6 +35,7 @@
 #include <unordered_map>
 
 #include "cache/file_system.h"
+#include "cache/pins.h"
 #include "cache/tier.h"
 
 namespace kvstash::cache {
@@ -40,6 +45,7 @@ struct DiskTierOptions {
   std::uint64_t capacity_bytes = std::uint64_t{50} << 30;  // --cache-disk-size, default 50 GiB
   std::chrono::milliseconds write_backoff{30000};       // writes off this long after a write error
   FileSystem* fs = nullptr;                             // nullptr = posix_file_system()
+  PinOptions pins{};                                    // pins.h; pins live in this process only
 };
 
 class DiskTier final : public Tier {
@@ -58,6 +64,7 @@ class DiskTier final : public Tier {
   // Moves the held keys to the front of the LRU in order and sets their files' mtimes in the same
   // order (outside the lock), so the order also survives a restart.
   void touch(std::span<const ChunkKey> keys) override;
+  std::size_t pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) override;
   TierStats stats() const override;
   Expected<std::vector<ChunkKey>> list_keys() override;
   Status clear() override;
@@ -91,6 +98,7 @@ class DiskTier final : public Tier {
   std::uint64_t temp_counter_ = 0;                     // guarded by mu_
   std::chrono::steady_clock::time_point writes_off_until_{};  // guarded by mu_
   bool writes_off_logged_ = false;                     // guarded by mu_
+  mutable PinSet pins_;  // guarded by mu_; mutable: stats() drops expired pins first
 };
 
 }  // namespace kvstash::cache

@@ -2,7 +2,8 @@
 
 namespace kvstash::cache {
 
-MemoryTier::MemoryTier(std::uint64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+MemoryTier::MemoryTier(std::uint64_t capacity_bytes, PinOptions pins)
+    : capacity_bytes_(capacity_bytes), pins_(std::move(pins), capacity_bytes) {}
 
 std::size_t MemoryTier::contains(std::span<const ChunkKey> keys) {
   std::lock_guard lock(mu_);
@@ -29,6 +30,7 @@ Expected<SharedBytes> MemoryTier::get_shared(const ChunkKey& key) {
       return not_found("memory tier: " + key.hex());
     }
     lru_.splice(lru_.begin(), lru_, it->second);
+    pins_.on_hit(key);
     out = it->second->bytes;
   }
   counters_.hit(out->size(), std::chrono::steady_clock::now() - start);
@@ -55,13 +57,11 @@ Status MemoryTier::put_shared(const ChunkKey& key, SharedBytes bytes) {
   }
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) erase_locked(it->second);
-  while (bytes_used_ + size > capacity_bytes_) {
-    erase_locked(std::prev(lru_.end()));
-    counters_.evicted();
-  }
+  make_room_locked(size);
   bytes_used_ += size;
   lru_.push_front(Entry{key, std::move(bytes)});
   index_[key] = lru_.begin();
+  pins_.on_put(key, size);
   key_changed(true, key);
   counters_.written(size);
   return Status::ok();
@@ -76,11 +76,45 @@ Status MemoryTier::erase(const ChunkKey& key) {
 void MemoryTier::touch(std::span<const ChunkKey> keys) {
   std::lock_guard lock(mu_);
   for (const ChunkKey& key : keys) {
-    if (auto it = index_.find(key); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      pins_.on_hit(key);
+    }
+  }
+}
+
+std::size_t MemoryTier::pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) {
+  std::lock_guard lock(mu_);
+  pins_.expire();
+  std::size_t n = 0;
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    const std::int64_t held = it == index_.end() ? -1 : static_cast<std::int64_t>(it->second->bytes->size());
+    if (pins_.pin(key, ttl, held)) ++n;
+  }
+  return n;
+}
+
+void MemoryTier::make_room_locked(std::uint64_t incoming) {
+  if (bytes_used_ + incoming <= capacity_bytes_) return;
+  pins_.expire();
+  // Live pinned chunks at the cold end move to the warm end; after a whole lap of them only
+  // pinned chunks are left, and the coldest goes.
+  std::size_t passed = 0;
+  while (bytes_used_ + incoming > capacity_bytes_) {
+    auto cold = std::prev(lru_.end());
+    if (passed < lru_.size() && pins_.pinned(cold->key)) {
+      lru_.splice(lru_.begin(), lru_, cold);
+      ++passed;
+      continue;
+    }
+    erase_locked(cold);
+    counters_.evicted();
   }
 }
 
 void MemoryTier::erase_locked(Lru::iterator it) {
+  pins_.on_drop(it->key);
   bytes_used_ -= it->bytes->size();
   key_changed(false, it->key);
   index_.erase(it->key);
@@ -94,6 +128,13 @@ TierStats MemoryTier::stats() const {
   s.entries = index_.size();
   s.bytes_used = bytes_used_;
   s.capacity_bytes = capacity_bytes_;
+  pins_.expire();
+  const PinStats p = pins_.stats();
+  s.pinned_entries = p.pinned_entries;
+  s.pinned_bytes = p.pinned_bytes;
+  s.pin_intents = p.intents;
+  s.pins_refused = p.pins_refused;
+  s.pins_expired = p.pins_expired;
   return s;
 }
 
@@ -109,6 +150,7 @@ Status MemoryTier::clear() {
   for (const Entry& e : lru_) key_changed(false, e.key);
   lru_.clear();
   index_.clear();
+  pins_.clear();
   bytes_used_ = 0;
   return Status::ok();
 }

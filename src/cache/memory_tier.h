@@ -6,6 +6,9 @@
 // (immutable, kept alive by the pointer), so a load costs no copy and an eviction never
 // invalidates a reader. put_shared() keeps the writer's buffer instead of copying it.
 //
+// Pins (pins.h): eviction passes over live pinned chunks (moving them to the warm end) and takes
+// the coldest unpinned one; only when every chunk held is pinned does it evict a pinned one.
+//
 // Thread safety: all methods are safe from many threads; one mutex guards the map and LRU list.
 #pragma once
 
@@ -14,13 +17,14 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "cache/pins.h"
 #include "cache/tier.h"
 
 namespace kvstash::cache {
 
 class MemoryTier final : public Tier {
  public:
-  explicit MemoryTier(std::uint64_t capacity_bytes);
+  explicit MemoryTier(std::uint64_t capacity_bytes, PinOptions pins = {});
 
   std::string name() const override { return "memory"; }
   std::size_t contains(std::span<const ChunkKey> keys) override;
@@ -31,6 +35,7 @@ class MemoryTier final : public Tier {
   Status put_shared(const ChunkKey& key, SharedBytes bytes) override;
   Status erase(const ChunkKey& key) override;
   void touch(std::span<const ChunkKey> keys) override;
+  std::size_t pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) override;
   TierStats stats() const override;
   Expected<std::vector<ChunkKey>> list_keys() override;
   Status clear() override;
@@ -43,6 +48,8 @@ class MemoryTier final : public Tier {
   using Lru = std::list<Entry>;  // front = most recently used
 
   void erase_locked(Lru::iterator it);
+  // Evicts until `incoming` more bytes fit (the caller checked incoming <= capacity).
+  void make_room_locked(std::uint64_t incoming);
 
   const std::uint64_t capacity_bytes_;
   TierCounters counters_;
@@ -50,6 +57,7 @@ class MemoryTier final : public Tier {
   Lru lru_;                                             // guarded by mu_
   std::unordered_map<ChunkKey, Lru::iterator> index_;   // guarded by mu_
   std::uint64_t bytes_used_ = 0;                        // guarded by mu_
+  mutable PinSet pins_;  // guarded by mu_; mutable: stats() drops expired pins first
 };
 
 }  // namespace kvstash::cache

@@ -168,9 +168,9 @@ void tune_allocator_for_chunks() {
 
 Expected<std::unique_ptr<TieredStore>> open_tiered_store(const StoreOptions& options, std::unique_ptr<Tier> slowest) {
   std::vector<std::unique_ptr<Tier>> tiers;
-  if (options.ram_bytes > 0) tiers.push_back(std::make_unique<MemoryTier>(options.ram_bytes));
+  if (options.ram_bytes > 0) tiers.push_back(std::make_unique<MemoryTier>(options.ram_bytes, options.pins));
   if (!options.disk_dir.empty()) {
-    auto disk = DiskTier::open({.dir = options.disk_dir, .capacity_bytes = options.disk_bytes});
+    auto disk = DiskTier::open({.dir = options.disk_dir, .capacity_bytes = options.disk_bytes, .pins = options.pins});
     if (!disk) return disk.status();
     tiers.push_back(std::move(*disk));
   }

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/pins.h"
 #include "cache/redis_client.h"
 #include "cache/redis_tier.h"
 #include "cache/tiered_store.h"
@@ -30,7 +31,8 @@ struct StoreOptions {
   std::size_t redis_pool = 8;                          // --cache-redis-pool; connections per redis node
   std::string redis_key_prefix = std::string(kRedisKeyPrefix);  // response records: kRedisResponseKeyPrefix
   std::uint32_t chunk_tokens = 256;                    // --chunk-tokens; a multiple of the block size
-  TieredStoreOptions store;                            // queue bound, tier timeout, compression
+  TieredStoreOptions store;                            // queue bound, tier timeout, compression, longest pin
+  PinOptions pins{};                                   // the memory and disk tiers' pinned share (pins.h)
 };
 
 // "4GiB", "512MiB", "10GB", "1.5G", "4096", "64k": binary suffixes (KiB MiB GiB TiB, or K M G T

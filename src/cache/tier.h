@@ -42,6 +42,13 @@ struct TierStats {
   std::uint64_t loads = 0;           // successful get() calls timed below
   std::uint64_t load_latency_us_total = 0;
   std::uint64_t load_latency_us_max = 0;
+  // Pins (pins.h; memory and disk tiers): chunks held and pinned now, their bytes, pins of chunks
+  // not held yet, and the pins refused (past the pinned share) and expired so far.
+  std::uint64_t pinned_entries = 0;
+  std::uint64_t pinned_bytes = 0;
+  std::uint64_t pin_intents = 0;
+  std::uint64_t pins_refused = 0;
+  std::uint64_t pins_expired = 0;
 };
 
 // Chunk bytes shared between a tier and its readers; immutable once shared.
@@ -95,6 +102,12 @@ class Tier {
   // outlives its tail and eviction never leaves a tail without its head. Tiers that do not choose
   // their own victims (redis evicts by its own policy) ignore it.
   virtual void touch(std::span<const ChunkKey> keys) {}
+  // Pins `keys` for `ttl` (pins.h): a live pinned chunk is not evicted while the tier holds
+  // unpinned ones it can evict instead; a key not held yet is pinned when it is put. Returns how
+  // many of the keys are pinned now (held or intended); a pin past the tier's pinned share is
+  // refused. Tiers that do not choose their own victims (redis evicts by its own policy) pin
+  // nothing and return 0.
+  virtual std::size_t pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) { return 0; }
   virtual TierStats stats() const = 0;
   // True for a tier on other machines that strangers run (the peers tiers): the TieredStore runs
   // its gets on a bounded pool of their own and plans local-only loads without it, so a stalled

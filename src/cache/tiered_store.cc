@@ -619,4 +619,14 @@ StoreStats TieredStore::stats() const {
   return s;
 }
 
+std::size_t TieredStore::pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl) {
+  ttl = std::min(ttl, options_.max_pin_ttl);
+  if (ttl.count() <= 0 || keys.empty()) return 0;
+  std::size_t most = 0;
+  for (const auto& tier : tiers_) {
+    if (!tier->remote()) most = std::max(most, tier->pin(keys, ttl));
+  }
+  return most;
+}
+
 }  // namespace kvstash::cache

@@ -79,6 +79,9 @@ struct TieredStoreOptions {
   // refused). 0 waiting: a job that would wait behind stalled ones is refused at once instead.
   std::size_t remote_lane_threads = 4;
   std::size_t remote_lane_queue = 0;
+  // The longest pin a client may ask for (--pin-max-ttl): longer ones are cut to it. 1 h:
+  // Anthropic's longest cache_control TTL.
+  std::chrono::seconds max_pin_ttl{3600};
 };
 
 
@@ -199,6 +202,12 @@ class TieredStore {
   // encoded.
   Status store(const ChunkMeta& meta, std::span<const std::uint8_t> payload,
                std::span<const ChunkKey> predecessors = {}, std::span<const ChunkKey> leading_block_keys = {});
+
+  // Pins `keys` (a prefix's chunks, stored or still to be stored) in every local tier for `ttl`,
+  // cut to options.max_pin_ttl (Tier::pin, pins.h). Remote tiers (peers) are never pinned: a pin
+  // asks this node to keep KV, not strangers. Returns the most keys any one tier pinned (0 when no
+  // tier pins: redis only, or every pin refused by the tiers' pinned share).
+  std::size_t pin(std::span<const ChunkKey> keys, std::chrono::seconds ttl);
 
   // A chunk that decodes but for which `accept` returns false is treated like a damaged one: a
   // miss, erased from the tier that served it, counted as rejected. Peer sharing uses it so that a

@@ -136,6 +136,8 @@ struct CacheFlags {
   int redis_pool = 8;
   int chunk_tokens = 256;
   bool disabled = false;  // --no-kv-store
+  std::string pin_max_ttl = "1h";  // --pin-max-ttl
+  double pin_max_share = 0.5;      // --pin-max-share
 };
 
 Expected<cache::StoreOptions> store_options_from(const CacheFlags& flags, int block_size) {
@@ -160,6 +162,10 @@ Expected<cache::StoreOptions> store_options_from(const CacheFlags& flags, int bl
     o.disk_bytes = *disk;
   }
   if (Status st = cache::apply_redis_flags(flags.redis, flags.redis_ttl, flags.redis_pool, o); !st) return st;
+  auto pin_ttl = cache::parse_duration(flags.pin_max_ttl);
+  if (!pin_ttl) return invalid_argument("--pin-max-ttl: " + pin_ttl.status().message());
+  o.store.max_pin_ttl = *pin_ttl;
+  o.pins.max_share = flags.pin_max_share;
   return o;
 }
 
@@ -405,6 +411,10 @@ int serve_main(int argc, char** argv) {
   app.add_option("--parallel", engine_options.max_running, "Sequences decoded together at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  app.add_option("--max-n", server_options.max_n,
+                 "Choices per request (OpenAI's n) at most; the running batch (--parallel) bounds it too")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   int queue = engine_options.max_queued;
   app.add_option("--queue", queue, "Requests waiting beyond the running batch (0 = none: a full batch answers 429)")
       ->check(CLI::Range(0, 1 << 20))
@@ -472,6 +482,13 @@ int serve_main(int argc, char** argv) {
   app.add_option("--chunk-tokens", cache_flags.chunk_tokens, "Tokens per stored KV chunk (a multiple of 16)")
       ->capture_default_str();
   app.add_flag("--no-kv-store", cache_flags.disabled, "No tiered KV store (only the engine's pool)");
+  app.add_option("--pin-max-ttl", cache_flags.pin_max_ttl,
+                 "Longest a client may pin a prompt's KV (prompt caching: cache_control, prompt_cache_retention): 300, 30m, 1h, 24h; 0 = no pins")
+      ->capture_default_str();
+  app.add_option("--pin-max-share", cache_flags.pin_max_share,
+                 "Share of each memory and disk tier that pinned KV may hold at most (pins past it are refused)")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
   cache::KvEventLogOptions kv_event_options;
   bool no_kv_events = false;
   app.add_option("--kv-events-retained", kv_event_options.retained,

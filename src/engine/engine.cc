@@ -123,6 +123,10 @@ Expected<std::uint64_t> Engine::submit(GenerationRequest request, TokenCallback 
     return invalid_argument("prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
                             std::to_string(request.max_tokens) + ") exceeds the context length " + std::to_string(n_ctx));
   }
+  if (request.n < 1 || request.n > impl_->options.max_running) {
+    return invalid_argument("n is " + std::to_string(request.n) + "; this engine runs 1 to " +
+                            std::to_string(impl_->options.max_running) + " choices per request (max_running)");
+  }
   request.top_logprobs = std::clamp(request.top_logprobs, 0, 20);
   if (request.kv_budget < -1) return invalid_argument("kv_budget must be -1 (the server's), 0 (none) or a token count");
   if (request.kv_budget > 0) {
@@ -251,7 +255,8 @@ bool Engine::Impl::admit(Sequence& seq) {
     seq.block_table.push_back(*pool.lookup(seq.block_keys[static_cast<std::size_t>(i)]));
     seq.taint = merge_taint(seq.taint, pool.taint(seq.block_table.back()));
   }
-  const int needed = ceil_div(n_tokens + 1, bs) - hits;
+  // A request with n > 1 also needs a copy of its last partial block per other choice at the fork.
+  const int needed = ceil_div(n_tokens + 1, bs) - hits + (seq.choices_held() - 1);
   if (pool.n_available() < needed + static_cast<std::int64_t>(running.size())) {
     pool.release_table(seq.block_table);
     return false;
@@ -337,6 +342,7 @@ void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reaso
   ev.cached_tokens = seq.num_cached_tokens;
   ev.ttft_s = seq.ttft_s;
   ev.unchecked = seq.taint != nullptr;
+  ev.choice = seq.choice;
   seq.on_token(ev);
 }
 
@@ -349,7 +355,20 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string&
   ev.cached_tokens = seq.num_cached_tokens;
   ev.ttft_s = seq.ttft_s;
   ev.unchecked = seq.taint != nullptr;
-  seq.on_token(ev);
+  // Not forked yet: it stands for every choice of its request, and each gets its final event.
+  const int first = seq.choice, last = seq.choice + seq.choices_held();
+  for (int c = first; c < last; ++c) {
+    ev.choice = c;
+    seq.on_token(ev);
+  }
+}
+
+void Engine::Impl::count_finished(const Sequence& seq) {
+  if (seq.choice != 0) return;  // a request counts once, by its first choice
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.requests_finished;
+  stats.prompt_tokens += seq.n_prompt;
+  stats.cached_prompt_tokens += seq.num_cached_tokens;
 }
 
 void Engine::Impl::step() {
@@ -391,7 +410,8 @@ void Engine::Impl::publish_key_changes() {
 // Admits waiting requests, oldest first, while the running batch has room and the pool can hold
 // their prompts. A request the pool cannot hold even alone ends with an error.
 void Engine::Impl::admit_waiting() {
-  while (!waiting.empty() && static_cast<int>(running.size()) < options.max_running) {
+  // A request not forked yet needs room for all its choices (submit() bounds n by max_running).
+  while (!waiting.empty() && static_cast<int>(running.size()) + waiting.front()->choices_held() <= options.max_running) {
     if (!admit(*waiting.front())) {
       if (running.empty()) {  // cannot fit even alone: the pool is too small for this request
         finish(*waiting.front(), FinishReason::kError, "the KV pool cannot hold this request");
@@ -433,11 +453,12 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
 // Gives every planned sequence the blocks for its new positions. When the pool runs dry, the
 // newest running sequence is preempted (its KV recomputed after re-admission; its full blocks stay
 // in the prefix cache) and the plan loses it, wherever it stood in the plan.
-// Invariant on return: every planned sequence's block table covers [0, num_computed + n_new).
+// Invariant on return: every planned sequence's block table covers [0, num_computed + n_new), and
+// the blocks it writes are its own (no other sequence holds them: fork.cc).
 void Engine::Impl::reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens) {
   std::size_t i = 0;
   while (i < plan.size()) {
-    if (ensure_blocks(*plan[i].seq, plan[i].n_new)) {
+    if (ensure_blocks(*plan[i].seq, plan[i].n_new) && unshare_write_block(*plan[i].seq)) {
       ++i;
       continue;
     }
@@ -503,9 +524,13 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   int row = 0;
+  int sampled = 0;
+  std::int64_t prompt_computed = 0;
+  std::vector<std::unique_ptr<Sequence>> forked;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     const bool sample_now = batch.sequences[i].want_logits;
+    prompt_computed += std::max(0, std::min(s.num_computed_tokens + plan[i].n_new, s.n_prompt) - s.num_computed_tokens);
     if (s.kv_budget > 0) {
       for (int j = 0; j < plan[i].n_new; ++j) s.kv.slot_positions.push_back(s.num_computed_tokens + j);
     }
@@ -514,43 +539,57 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     register_full_blocks(s);
     store_full_chunks(s);
     if (!sample_now) continue;
-    SampleResult r = s.sampler.sample(&logits[static_cast<std::size_t>(row++) * n_vocab], n_vocab, s.request.top_logprobs,
-                                      s.tokens, s.n_prompt);
-    if (!r.error.empty()) {
-      // Nothing may be picked (everything banned or masked, or the grammar's state table full):
-      // the request ends with the reason, never with a token outside its constraints.
-      finish(s, FinishReason::kError, r.error);
-      s.finished = true;
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.requests_finished;
-      stats.prompt_tokens += s.n_prompt;
-      stats.cached_prompt_tokens += s.num_cached_tokens;
+    const float* logits_row = &logits[static_cast<std::size_t>(row++) * n_vocab];
+    if (!s.forked && s.request.n > 1) {
+      // The prompt's KV is complete: it goes to the store once (before the fork, so the choices
+      // inherit stored_tail_end), then the other choices fork on it and sample from the same row.
+      store_tail(s);
+      std::vector<std::unique_ptr<Sequence>> children = fork_choices(s);
+      sample_and_emit(s, logits_row, n_vocab);
+      for (auto& c : children) sample_and_emit(*c, logits_row, n_vocab);
+      sampled += static_cast<int>(children.size()) + 1;
+      for (auto& c : children) {
+        if (!c->finished) forked.push_back(std::move(c));
+      }
       continue;
     }
-    if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
-    s.tokens.push_back(r.token);
-    const FinishReason reason = stop_reason(s, r.token);
-    // The prompt's KV is complete (first token), or the sequence's (last): store its tail.
-    if (s.n_generated() == 1 || reason != FinishReason::kNone) store_tail(s);
-    emit(s, r, reason);
-    if (reason == FinishReason::kNone && s.kv_budget > 0 && s.num_slots >= s.kv_budget) compact(s);
-    if (reason != FinishReason::kNone) {
-      pool.release_table(s.block_table);
-      s.finished = true;
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.requests_finished;
-      stats.prompt_tokens += s.n_prompt;
-      stats.cached_prompt_tokens += s.num_cached_tokens;
-    }
+    sample_and_emit(s, logits_row, n_vocab);
+    ++sampled;
   }
   const int decode_tokens = static_cast<int>(batch.tokens.size()) - prefill_tokens;
   const double total = static_cast<double>(batch.tokens.size());
   {
     std::lock_guard<std::mutex> lock(mu);
-    stats.generated_tokens += row;
+    stats.generated_tokens += sampled;
+    stats.prompt_tokens_computed += prompt_computed;
   }
+  for (auto& c : forked) running.push_back(std::move(c));
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
   publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
+}
+
+void Engine::Impl::sample_and_emit(Sequence& s, const float* row, int n_vocab) {
+  SampleResult r = s.sampler.sample(row, n_vocab, s.request.top_logprobs, s.tokens, s.n_prompt);
+  if (!r.error.empty()) {
+    // Nothing may be picked (everything banned or masked, or the grammar's state table full):
+    // the request ends with the reason, never with a token outside its constraints.
+    finish(s, FinishReason::kError, r.error);
+    s.finished = true;
+    count_finished(s);
+    return;
+  }
+  if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
+  s.tokens.push_back(r.token);
+  const FinishReason reason = stop_reason(s, r.token);
+  // The prompt's KV is complete (first token), or the sequence's (last): store its tail.
+  if (s.n_generated() == 1 || reason != FinishReason::kNone) store_tail(s);
+  emit(s, r, reason);
+  if (reason == FinishReason::kNone && s.kv_budget > 0 && s.num_slots >= s.kv_budget) compact(s);
+  if (reason != FinishReason::kNone) {
+    pool.release_table(s.block_table);
+    s.finished = true;
+    count_finished(s);
+  }
 }
 
 // Drops the sequence's KV to kv_budget - compact_every slots (engine/kv_compactor.h).

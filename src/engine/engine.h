@@ -68,7 +68,24 @@ struct GenerationRequest {
   // KV budget in tokens for this request (engine/kv_compactor.h): -1 = the engine's
   // (EngineOptions::kv_budget.budget), 0 = none (full attention), else at least the protected sets.
   int kv_budget = -1;
+  // Prompt caching (docs/prompt-caching.md): keep the store's KV of the prompt's first `tokens`
+  // tokens for `ttl` in every local tier (cache/pins.h), as a breakpoint of Anthropic's
+  // cache_control or OpenAI's prompt_cache_retention asks. Needs a KV store; empty = no pin.
+  struct Pin {
+    int tokens = 0;
+    std::chrono::seconds ttl{0};
+  };
+  std::vector<Pin> pins;
+  // Choices (OpenAI's `n`): the prompt is prefilled once, then n sequences fork on its KV (full
+  // blocks shared by reference, the last partial block copied on its first write), each with its
+  // own sampler, seed (choice_seed), grammar state and stop handling. 1..EngineOptions::max_running.
+  int n = 1;
 };
+
+// The seed of choice `index` of a request seeded `seed`: choice 0 keeps the request's seed (so
+// n = 1 and the first of n choices agree), choice i > 0 takes SplitMix64(seed + i), so choices
+// differ from each other and from any request seeded with a nearby value's first choice.
+std::uint64_t choice_seed(std::uint64_t seed, int index);
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
@@ -84,6 +101,7 @@ struct TokenEvent {
   // The KV this token was computed on includes unchecked KV (an unknown peer's, taken without a
   // spot check, or KV computed on such): the answer must never be signed or cached as a record.
   bool unchecked = false;
+  int choice = 0;  // which of the request's n choices this event belongs to (0..n-1)
 };
 
 using TokenCallback = std::function<void(const TokenEvent&)>;
@@ -138,10 +156,10 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  std::int64_t requests_finished = 0;
-  std::int64_t prompt_tokens = 0;
+  std::int64_t requests_finished = 0;  // requests (once each, whatever their n) that ended
+  std::int64_t prompt_tokens = 0;      // their prompts' tokens, once per request
   std::int64_t cached_prompt_tokens = 0;
-  std::int64_t generated_tokens = 0;
+  std::int64_t generated_tokens = 0;  // every choice's
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int running = 0;
@@ -165,6 +183,10 @@ struct EngineStats {
   double compaction_seconds = 0;              // time spent scoring and moving KV
   std::int64_t compacted_preemptions = 0;     // preempted after a compaction (recomputed in full)
   std::int64_t compactions_postponed = 0;     // no block for a copy-on-write: retried next token
+  std::int64_t pinned_keys = 0;               // store keys pinned for requests (prompt caching)
+  std::int64_t prompt_tokens_computed = 0;    // prompt tokens whose KV a forward pass computed
+  std::int64_t forks = 0;                     // choices forked from a prompt's KV (n - 1 per request)
+  std::int64_t blocks_copied_on_write = 0;    // shared partial blocks copied before a write
 };
 
 class Engine {
@@ -174,10 +196,12 @@ class Engine {
   ~Engine();  // cancels everything, joins the engine thread
 
   // Queues a request. Errors: kInvalidArgument (empty prompt, prompt + max_tokens > n_ctx,
-  // token id out of range), kResourceExhausted (queue full). On success every request gets
-  // exactly one final event (finish != kNone) through `on_token`.
+  // token id out of range, n outside 1..max_running), kResourceExhausted (queue full). On success
+  // every choice of the request gets exactly one final event (finish != kNone) through
+  // `on_token`, which carries its TokenEvent::choice; a request with n > 1 thus gets n.
   Expected<std::uint64_t> submit(GenerationRequest request, TokenCallback on_token);
-  // Ends a request early (its final event has FinishReason::kCancelled); frees its blocks.
+  // Ends a request early, all its choices (their final events have FinishReason::kCancelled);
+  // frees their blocks.
   void cancel(std::uint64_t request_id);
   // A producer was banned: the prefix cache forgets every block derived from its KV (on the engine
   // thread, before its next step). Safe from any thread.
@@ -210,8 +234,11 @@ struct GenerationResult {
 };
 
 // Submits `request` and blocks until it finishes. `on_token`, if set, sees each token as it comes
-// (on the engine thread). Errors are submit()'s; a request that ends in kError has it in `error`.
+// (on the engine thread). Errors are submit()'s, and kInvalidArgument for n != 1 (use
+// generate_choices); a request that ends in kError has it in `error`.
 Expected<GenerationResult> generate(Engine& engine, GenerationRequest request,
                                     std::function<void(TokenId)> on_token = {});
+// The same for a request of any n: one result per choice, in choice order.
+Expected<std::vector<GenerationResult>> generate_choices(Engine& engine, GenerationRequest request);
 
 }  // namespace kvstash

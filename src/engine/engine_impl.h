@@ -86,6 +86,20 @@ struct Engine::Impl {
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void emit(Sequence& seq, const SampleResult& r, FinishReason reason);
   void publish_stats(double prefill_s, double decode_s);
+  // Counts a finished sequence in the stats (a request once: by its choice 0).
+  void count_finished(const Sequence& seq);
+  // Samples the sequence's next token from its logits row, reports it and marks it finished when
+  // it ends (engine.cc).
+  void sample_and_emit(Sequence& seq, const float* row, int n_vocab);
+
+  // fork.cc
+  // The n - 1 other choices of a request whose prompt's KV is complete: each shares the parent's
+  // blocks (one more reference each), copies its counters and gets its own sampler and seed.
+  std::vector<std::unique_ptr<Sequence>> fork_choices(Sequence& parent);
+  // Copy-on-write before a step writes the sequence's KV: a block it is about to write that
+  // another sequence also holds (a forked prompt's last partial block) is replaced by a private
+  // copy. False when the pool has no block for the copy (the caller preempts, as for ensure_blocks).
+  bool unshare_write_block(Sequence& seq);
   void publish_key_changes();
 
   // engine_store.cc
@@ -105,6 +119,10 @@ struct Engine::Impl {
   // store, with its first n_predecessors chunk keys; true if queued.
   bool store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks, int n_predecessors);
   void extend_chunk_keys(Sequence& seq, int n_chunks) const;
+  // Pins the store keys of each of the request's pin points (GenerationRequest::pins): the full
+  // chunks before it, the block-chain keys (tails, prefix aliases) of the chunk it falls in up to
+  // its last whole block, and that chunk itself when the prompt holds it whole (an alias names it).
+  void pin_prefixes(Sequence& seq);
   cache::ChunkMeta chunk_meta(const Sequence& seq, int chunk) const;
   // The partial chunk of n_blocks blocks starting at full chunk `chunk` (a stored tail).
   cache::ChunkMeta tail_meta(const Sequence& seq, int chunk, int n_blocks) const;

@@ -44,7 +44,31 @@ void Engine::Impl::extend_chunk_keys(Sequence& seq, int n_chunks) const {
                                      static_cast<std::size_t>(options.chunk_tokens));
 }
 
+void Engine::Impl::pin_prefixes(Sequence& seq) {
+  if (!options.kv_store || !options.prefix_cache) return;
+  const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
+  const int n_tokens = static_cast<int>(seq.tokens.size());
+  for (const GenerationRequest::Pin& pin : seq.request.pins) {
+    const int tokens = std::min(pin.tokens, n_tokens);
+    if (tokens < bs || pin.ttl.count() <= 0) continue;
+    const int full = tokens / options.chunk_tokens;
+    const int blocks = tokens / bs;
+    const bool whole_next = (full + 1) * options.chunk_tokens <= n_tokens;
+    extend_chunk_keys(seq, whole_next ? full + 1 : full);
+    extend_block_keys(seq, blocks);
+    std::vector<cache::ChunkKey> keys(seq.chunk_keys.begin(), seq.chunk_keys.begin() + full);
+    if (blocks > full * bpc) {
+      for (int b = full * bpc; b < blocks; ++b) keys.push_back(seq.block_keys[static_cast<std::size_t>(b)]);
+      if (whole_next) keys.push_back(seq.chunk_keys[static_cast<std::size_t>(full)]);
+    }
+    const std::size_t pinned = options.kv_store->pin(keys, pin.ttl);
+    std::lock_guard<std::mutex> lock(mu);
+    stats.pinned_keys += static_cast<std::int64_t>(pinned);
+  }
+}
+
 void Engine::Impl::enqueue_for_admission(std::unique_ptr<Sequence> seq, bool front) {
+  if (!seq->request.pins.empty() && !front) pin_prefixes(*seq);  // once per request, not per preemption
   if (prefetcher) {
     // The full chunks beyond the pool's hits, leaving the last token to compute (its forward
     // pass gives the first generated token's logits).

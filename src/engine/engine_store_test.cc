@@ -439,5 +439,45 @@ TEST_F(EngineStoreTest, KvComputedOnUncheckedKvIsUncheckedAndSaysSo) {
   EXPECT_TRUE(again->unchecked);
 }
 
+// Prompt caching: a request's pin keeps its prompt's KV in the memory tier through churn that
+// evicts an unpinned prompt stored just after it, and a new engine still loads it whole, with the
+// uncached output. The tier holds about four prompts; ten others pass through it.
+TEST_F(EngineStoreTest, PinnedPromptSurvivesChurnThatEvictsAnUnpinnedOne) {
+  std::uint64_t prompt_bytes = 0;
+  {
+    auto probe = memory_store();
+    {
+      auto e = make_engine(probe.get());
+      generate(*e, request(200, 40));
+    }
+    probe->flush();
+    prompt_bytes = probe->tier(0).stats().bytes_used;
+    ASSERT_GT(prompt_bytes, 0u);
+  }
+  std::vector<std::unique_ptr<cache::Tier>> tiers;
+  tiers.push_back(std::make_unique<cache::MemoryTier>(4 * prompt_bytes));
+  cache::TieredStore store(std::move(tiers), patient_store());
+  auto pinned = request(200, 1), unpinned = request(200, 2);
+  pinned.pins.push_back({200, std::chrono::minutes(5)});
+  const auto expected_pinned = uncached(pinned), expected_unpinned = uncached(unpinned);
+  {
+    auto a = make_engine(&store);
+    EXPECT_EQ(generate(*a, pinned)->tokens, expected_pinned);
+    EXPECT_EQ(generate(*a, unpinned)->tokens, expected_unpinned);
+    EXPECT_GE(a->stats().pinned_keys, 3);
+    for (int salt = 10; salt < 20; ++salt) generate(*a, request(200, salt));
+  }
+  store.flush();
+  EXPECT_GE(store.tier(0).stats().pinned_entries, 3u);
+  EXPECT_GT(store.tier(0).stats().evictions, 0u);
+  auto b = make_engine(&store);  // an empty pool: only the store can serve a prefix
+  auto r = generate(*b, pinned);
+  EXPECT_EQ(r->cached_tokens, 192) << "the pinned prompt was evicted";
+  EXPECT_EQ(r->tokens, expected_pinned);
+  auto u = generate(*b, unpinned);
+  EXPECT_EQ(u->cached_tokens, 0) << "the churn did not evict the unpinned prompt: the test proves nothing";
+  EXPECT_EQ(u->tokens, expected_unpinned);
+}
+
 }  // namespace
 }  // namespace kvstash

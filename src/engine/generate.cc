@@ -6,7 +6,40 @@
 
 namespace kvstash {
 
+Expected<std::vector<GenerationResult>> generate_choices(Engine& engine, GenerationRequest request) {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  const int n = request.n;
+  if (n < 1) return invalid_argument("n must be at least 1");
+  int open_choices = n;
+  std::vector<GenerationResult> results(static_cast<std::size_t>(n));
+  const auto start = std::chrono::steady_clock::now();
+  auto id = engine.submit(std::move(request), [&](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    GenerationResult& result = results.at(static_cast<std::size_t>(ev.choice));
+    if (ev.token >= 0) {
+      result.tokens.push_back(ev.token);
+      result.logprobs.push_back(ev.logprob);
+    }
+    result.prompt_tokens = ev.prompt_tokens;
+    result.cached_tokens = ev.cached_tokens;
+    result.ttft_s = ev.ttft_s;
+    result.unchecked = result.unchecked || ev.unchecked;
+    if (ev.finish != FinishReason::kNone) {
+      result.finish = ev.finish;
+      result.error = ev.error;
+      result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (--open_choices == 0) done_cv.notify_all();
+    }
+  });
+  if (!id) return id.status();
+  std::unique_lock<std::mutex> lock(mu);
+  done_cv.wait(lock, [&] { return open_choices == 0; });
+  return results;
+}
+
 Expected<GenerationResult> generate(Engine& engine, GenerationRequest request, std::function<void(TokenId)> on_token) {
+  if (request.n != 1) return invalid_argument("generate() takes one choice (n = 1); use generate_choices for n = " + std::to_string(request.n));
   std::mutex mu;
   std::condition_variable done_cv;
   bool done = false;

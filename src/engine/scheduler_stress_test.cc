@@ -8,7 +8,9 @@
 //
 // Each configuration asserts that preemption happened, so the harness cannot pass vacuously.
 // About a quarter of the requests decode under a grammar (constrained decoding, issue 33): their
-// output must also be the same as alone, and stay inside the grammar.
+// output must also be the same as alone, and stay inside the grammar. About a quarter ask for 2 or
+// 3 choices (n > 1, engine/fork.cc): every greedy choice must be the request's n = 1 output, forked
+// blocks shared and copied on write under preemption, cancellation and compaction alike.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -58,6 +60,7 @@ struct Workload {
 Workload make_workload(std::uint64_t seed, int n_vocab, const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   std::mt19937_64 rng(seed);
   std::mt19937_64 constrained(seed * 0x9E3779B97F4A7C15ull + 33);
+  std::mt19937_64 choices(seed * 0xD1B54A32D192ED03ull + 77);  // its own too: the schedule stays the seed's
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   Workload w;
@@ -97,6 +100,7 @@ Workload make_workload(std::uint64_t seed, int n_vocab, const std::shared_ptr<co
     p.arrival_step = step;
     if (chance(0.1)) p.cancel_step = p.arrival_step + uniform(0, 40);
     if (constrained() % 4 == 0) p.request.sampling.grammar = grammar;
+    if (choices() % 4 == 0) p.request.n = static_cast<int>(2 + choices() % 2);  // max_running is at least 3
     w.requests.push_back(std::move(p));
   }
   return w;
@@ -108,22 +112,28 @@ struct Outcome {
   std::string error;
 };
 
-// Runs the workload on one engine; returns each request's outcome and the engine's stats.
-std::vector<Outcome> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out) {
+// Runs the workload on one engine; returns each request's outcome per choice and the engine's stats.
+std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out) {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Outcome> out(w.requests.size());
+  std::vector<std::vector<Outcome>> out(w.requests.size());
+  std::vector<int> open_choices(w.requests.size());
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    out[i].resize(static_cast<std::size_t>(w.requests[i].request.n));
+    open_choices[i] = w.requests[i].request.n;
+  }
   std::vector<std::uint64_t> ids(w.requests.size(), 0);
   std::size_t next = 0, done = 0, submitted = 0;
   Engine* engine_ptr = nullptr;
   auto submit = [&](std::size_t i) {
     auto id = engine_ptr->submit(w.requests[i].request, [&, i](const TokenEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
-      if (ev.token >= 0) out[i].tokens.push_back(ev.token);
+      Outcome& choice = out[i].at(static_cast<std::size_t>(ev.choice));
+      if (ev.token >= 0) choice.tokens.push_back(ev.token);
       if (ev.finish != FinishReason::kNone) {
-        out[i].finish = ev.finish;
-        out[i].error = ev.error;
-        ++done;
+        choice.finish = ev.finish;
+        choice.error = ev.error;
+        if (--open_choices[i] == 0) ++done;  // a request is done when its last choice is
         cv.notify_all();
       }
     });
@@ -197,6 +207,7 @@ class SchedulerStressTest : public ::testing::Test {
       if (static_cast<int>(known.size()) < p.request.max_tokens) {
         GenerationRequest r = p.request;
         r.cache_salt.clear();
+        r.n = 1;  // every greedy choice of an n > 1 request is this output
         auto g = generate(**engine, r);
         EXPECT_TRUE(g.has_value());
         known = g->tokens;
@@ -221,6 +232,7 @@ class SchedulerStressTest : public ::testing::Test {
   // Runs `n_seeds` seeds from `first_seed` in one configuration; stops at the first wrong output.
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
+    std::int64_t forks = 0, forked_finished = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
       const Workload w = make_workload(seed, model_->config().n_vocab, grammar_);
@@ -246,30 +258,38 @@ class SchedulerStressTest : public ::testing::Test {
       compactions += stats.compactions;
       for (std::size_t i = 0; i < got.size(); ++i) {
         const PlannedRequest& p = w.requests[i];
-        const std::string where = "seed " + std::to_string(seed) + " (replay: KVSTASH_STRESS_SEED=" + std::to_string(seed) +
+        const std::string where_request = "seed " + std::to_string(seed) + " (replay: KVSTASH_STRESS_SEED=" + std::to_string(seed) +
                                   "), request " + std::to_string(i) + " of " + w.describe() + ", prompt " +
                                   std::to_string(p.request.prompt.size()) + " tokens, max_tokens " +
                                   std::to_string(p.request.max_tokens);
-        const Outcome& r = got[i];
-        if (r.finish == FinishReason::kCancelled) {
-          ASSERT_GE(p.cancel_step, 0) << where << ": cancelled without being asked";
-          ASSERT_LE(r.tokens.size(), expected[i].size()) << where;
-          ASSERT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), expected[i].begin())) << where << ": cancelled output is not a prefix of the solo output";
-          continue;
-        }
-        ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;
-        ASSERT_EQ(r.tokens.size(), expected[i].size()) << where;
-        if (p.request.sampling.grammar) {
-          ++constrained;
-          grammar::MatcherState state = grammar_->initial_state();
-          for (TokenId t : r.tokens) {
-            auto next = grammar_->advance(state, t);
-            ASSERT_TRUE(next) << where << ": a constrained output left its grammar: " << next.status().to_string();
-            state = *next;
+        for (std::size_t c = 0; c < got[i].size(); ++c) {
+          const std::string where = where_request + ", choice " + std::to_string(c) + " of " + std::to_string(got[i].size());
+          const Outcome& r = got[i][c];
+          if (r.finish == FinishReason::kCancelled) {
+            ASSERT_GE(p.cancel_step, 0) << where << ": cancelled without being asked";
+            ASSERT_LE(r.tokens.size(), expected[i].size()) << where;
+            // (On seeds that are not checked exactly, below, a cancelled output need not be either.)
+            if (exact) {
+              ASSERT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), expected[i].begin())) << where << ": cancelled output is not a prefix of the solo output";
+            }
+            continue;
           }
+          ASSERT_EQ(r.finish, FinishReason::kLength) << where << ": " << r.error;
+          ASSERT_EQ(r.tokens.size(), expected[i].size()) << where;
+          if (p.request.sampling.grammar) {
+            ++constrained;
+            grammar::MatcherState state = grammar_->initial_state();
+            for (TokenId t : r.tokens) {
+              auto next = grammar_->advance(state, t);
+              ASSERT_TRUE(next) << where << ": a constrained output left its grammar: " << next.status().to_string();
+              state = *next;
+            }
+          }
+          if (exact) { ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone"; }
+          if (c > 0) ++forked_finished;
         }
-        if (exact) { ASSERT_EQ(r.tokens, expected[i]) << where << ": output differs from the request alone"; }
       }
+      forks += stats.forks;
       preemptions += stats.preemptions;
       pool_hits += stats.prompt_tokens_from_pool;
       store_hits += stats.prompt_tokens_from_store;
@@ -281,6 +301,9 @@ class SchedulerStressTest : public ::testing::Test {
     if (config == Config::kPrefixCacheAndStore) { EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store"; }
     EXPECT_GT(preemptions, 0) << "no preemption: the harness proved nothing";
     EXPECT_GT(constrained, 0) << "no constrained request ran to its end";
+    std::printf("  %lld choices forked, %lld of them ran to their end\n", static_cast<long long>(forks),
+                static_cast<long long>(forked_finished));
+    EXPECT_GT(forked_finished, 0) << "no forked choice ran to its end: n > 1 went unchecked";
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
                   static_cast<long long>(compactions), static_cast<long long>(exact_seeds), n_seeds);

@@ -36,7 +36,11 @@ struct Sequence {
     return out;
   }
 
-  std::uint64_t id;
+  std::uint64_t id;      // the request's; every choice of a request shares it (cancel() ends all)
+  int choice = 0;        // which of the request's n choices (engine/fork.cc); 0 until the fork
+  // A request with n > 1 forks once, when its prompt's KV is complete: until then it stands for
+  // all n choices (its final event, if it ends before, is sent once per choice).
+  bool forked = false;
   GenerationRequest request;
   TokenCallback on_token;
   Sampler sampler;
@@ -71,6 +75,8 @@ struct Sequence {
   double ttft_s = -1.0;        // < 0 until the first token is out
   bool cancelled = false;
   bool finished = false;  // its final event is out; removed from the running batch
+  // Choices this sequence still stands for: the request's n until the fork, then 1.
+  int choices_held() const { return forked ? 1 : request.n; }
   int pending() const { return static_cast<int>(tokens.size()) - num_computed_tokens; }
 };
 

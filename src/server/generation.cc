@@ -10,19 +10,36 @@ Generation::Generation(GenerationBackend& backend, std::vector<std::string> stop
       want_logprobs_(want_logprobs),
       text_(std::move(stop)) {}
 
-Generation::~Generation() {
-  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+Generation::~Generation() { release_engine(engine_finished_); }
+
+void Generation::release_engine(bool engine_done) {
+  if (released_ || !engine_request_) return;
+  released_ = true;
+  engine_request_->release(engine_done);
 }
 
-std::optional<ApiError> Generation::start(GenerationRequest request, std::function<void()> on_event) {
-  stop_tokens_ = request.stop_tokens;
-  std::shared_ptr<EventQueue> queue = queue_;
-  Expected<std::uint64_t> id = backend_.submit(std::move(request), [queue, on_event](const TokenEvent& e) {
-    queue->push(e);
+std::optional<ApiError> Generation::start(GenerationRequest request, std::function<void()> on_event,
+                                          const std::vector<Generation*>& other_choices) {
+  if (static_cast<int>(other_choices.size()) != request.n - 1) {
+    return ApiError{500, "internal error: " + std::to_string(request.n) + " choices with " +
+                             std::to_string(other_choices.size() + 1) + " generations", "server_error", "", ""};
+  }
+  auto engine_request = std::make_shared<EngineRequest>(backend_, request.n);
+  // Events go to their choice's queue (TokenEvent::choice).
+  std::vector<std::shared_ptr<EventQueue>> queues = {queue_};
+  for (Generation* g : other_choices) queues.push_back(g->queue_);
+  Expected<std::uint64_t> id = backend_.submit(request, [queues, on_event](const TokenEvent& e) {
+    queues.at(static_cast<std::size_t>(e.choice))->push(e);
     if (on_event) on_event();
   });
   if (!id) return from_status(id.status());
-  request_id_ = *id;
+  engine_request->started(*id);
+  for (Generation* g : other_choices) {
+    g->stop_tokens_ = request.stop_tokens;
+    g->engine_request_ = engine_request;
+  }
+  stop_tokens_ = request.stop_tokens;
+  engine_request_ = std::move(engine_request);
   return std::nullopt;
 }
 
@@ -59,7 +76,10 @@ void Generation::apply(const TokenEvent& event, Delta& delta) {
   outcome_.prompt_tokens = event.prompt_tokens;
   outcome_.cached_tokens = event.cached_tokens;
   if (event.ttft_s > 0) outcome_.ttft_s = event.ttft_s;
-  if (event.finish != FinishReason::kNone) engine_finished_ = true;
+  if (event.finish != FinishReason::kNone) {
+    engine_finished_ = true;
+    release_engine(true);
+  }
   if (event.unchecked) unchecked_ = true;
 
   if (event.token >= 0) {
@@ -80,7 +100,7 @@ void Generation::apply(const TokenEvent& event, Delta& delta) {
       delta.text += text_.push(piece);
       if (text_.stopped()) {
         // A stop string matched: nothing more is wanted from the engine.
-        if (!engine_finished_ && request_id_) backend_.cancel(*request_id_);
+        release_engine(engine_finished_);
         finish("stop", delta);
         return;
       }
@@ -112,13 +132,13 @@ void Generation::finish(std::string reason, Delta& delta) {
 
 void Generation::abandon() {
   if (done()) return;
-  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+  release_engine(engine_finished_);
   outcome_.finish_reason = "cancelled";
 }
 
 void Generation::abort() {
   if (done()) return;
-  if (request_id_ && !engine_finished_) backend_.cancel(*request_id_);
+  release_engine(engine_finished_);
   Delta ignored;
   finish("abort", ignored);
 }

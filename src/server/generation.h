@@ -40,9 +40,33 @@ struct Delta {
   std::vector<LogprobEntry> logprobs;  // only when logprobs were requested
 };
 
+// The engine request behind the Generations of one request's choices (n of them, each its own
+// Generation): the engine's side is cancelled once no choice wants more from it and some choice
+// still runs there. With n > 1 a choice cut by a stop string thus keeps decoding in the engine
+// until the others are done (the engine cancels whole requests); its Generation ignores it.
+// Owned by the Generations (shared_ptr); used on their owner's thread only.
+class EngineRequest {
+ public:
+  EngineRequest(GenerationBackend& backend, int n_choices) : backend_(backend), open_(n_choices) {}
+  void started(std::uint64_t id) { id_ = id; }
+  // One choice needs nothing more from the engine; `engine_done` when its final event arrived.
+  // Called once per choice.
+  void release(bool engine_done) {
+    if (!engine_done) cut_ = true;
+    if (--open_ == 0 && cut_ && id_) backend_.cancel(*id_);
+  }
+
+ private:
+  GenerationBackend& backend_;
+  std::optional<std::uint64_t> id_;
+  int open_;          // choices that have not released
+  bool cut_ = false;  // some choice released before its final event
+};
+
 struct Outcome {
   // "stop", "length", "cancelled" (the client went away), "abort" (the server ended it: shutdown,
-  // time limit) or "error"; "" while running
+  // time limit) or "error"; "" while running. Only "stop" and "length" reach a client as a
+  // finish_reason (response_json.h); the others end the answer with an error.
   std::string finish_reason;
   std::string error;          // when finish_reason == "error"
   int prompt_tokens = 0;
@@ -59,7 +83,10 @@ class Generation {
   // Submits. `on_event`, if set, runs on the engine thread after each event is queued (quick: it
   // only schedules a poll()). Errors: the backend's (400 for invalid, 429 when the queue is full,
   // else 500).
-  std::optional<ApiError> start(GenerationRequest request, std::function<void()> on_event = {});
+  // With request.n > 1, this Generation is choice 0 and `other_choices` (n - 1 Generations made
+  // for the same request, owned by the caller) get choices 1..n-1: one engine request feeds all.
+  std::optional<ApiError> start(GenerationRequest request, std::function<void()> on_event = {},
+                                const std::vector<Generation*>& other_choices = {});
   // Answers from recorded token events instead of the engine (a response-cache hit): queues them
   // all and calls on_event once. Nothing is submitted; cancel is a no-op.
   void replay(std::vector<TokenEvent> events, std::function<void()> on_event = {});
@@ -89,6 +116,8 @@ class Generation {
  private:
   void apply(const TokenEvent& event, Delta& delta);
   void finish(std::string reason, Delta& delta);
+  // This choice needs nothing more from the engine (once; see EngineRequest).
+  void release_engine(bool engine_done);
 
   GenerationBackend& backend_;
   const Tokenizer& tokenizer_;
@@ -97,8 +126,9 @@ class Generation {
   std::vector<TokenId> shown_tokens_;
   TextStream text_;
   std::shared_ptr<EventQueue> queue_ = std::make_shared<EventQueue>();
-  std::optional<std::uint64_t> request_id_;
+  std::shared_ptr<EngineRequest> engine_request_;  // null before start() and for a replay
   bool engine_finished_ = false;  // the final event arrived
+  bool released_ = false;         // release_engine() ran
   bool recording_ = false;
   bool unchecked_ = false;
   std::vector<TokenEvent> applied_;  // when recording_

@@ -24,26 +24,33 @@ ApiError abort_error(const std::string& why) {
 void GenerationTask::set_tool_call_format(ToolCallFormat format) {
   tool_format_ = parsed_.tools.parse_calls() ? format : ToolCallFormat::kNone;
   if (tool_format_ != ToolCallFormat::kNone && parsed_.stream) {
-    tool_stream_ = std::make_unique<ToolCallStream>(tool_format_, parsed_.tools);
+    for (Choice& c : choices_) c.tool_stream = std::make_unique<ToolCallStream>(tool_format_, parsed_.tools);
   }
 }
 
-std::string GenerationTask::tool_call_events(const ParsedOutput& parsed) {
+json GenerationTask::chunk(int index, bool first, const std::string& text, const std::string& finish, json lp) const {
+  json out = parsed_.endpoint == Endpoint::kChatCompletions ? chat_chunk_json(meta_, first, text, finish, std::move(lp))
+                                                            : text_chunk_json(meta_, text, finish, std::move(lp));
+  out["choices"][0]["index"] = index;
+  return out;
+}
+
+std::string GenerationTask::tool_call_events(const ParsedOutput& parsed, int index) {
   std::string out;
   if (!parsed.reasoning.empty()) {
-    json chunk = chat_chunk_json(meta_, false, "", "", nullptr);
-    chunk["choices"][0]["delta"] = {{"reasoning_content", parsed.reasoning}};
-    out += sse_event(chunk);
+    json c = chunk(index, false, "", "", nullptr);
+    c["choices"][0]["delta"] = {{"reasoning_content", parsed.reasoning}};
+    out += sse_event(c);
   }
-  if (parsed.content) out += sse_event(chat_chunk_json(meta_, false, *parsed.content, "", nullptr));
+  if (parsed.content) out += sse_event(chunk(index, false, *parsed.content, "", nullptr));
   for (std::size_t i = 0; i < parsed.calls.size(); ++i) {
     const ParsedToolCall& call = parsed.calls[i];
     // As OpenAI streams a call: its index, id, type and name first, then the arguments' text.
-    json head = chat_chunk_json(meta_, false, "", "", nullptr);
+    json head = chunk(index, false, "", "", nullptr);
     head["choices"][0]["delta"] = {{"tool_calls", json::array({{{"index", i}, {"id", call.id}, {"type", "function"},
                                                                  {"function", {{"name", call.name}, {"arguments", ""}}}}})}};
     out += sse_event(head);
-    json args = chat_chunk_json(meta_, false, "", "", nullptr);
+    json args = chunk(index, false, "", "", nullptr);
     args["choices"][0]["delta"] = {{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", call.arguments}}}}})}};
     out += sse_event(args);
   }
@@ -55,9 +62,11 @@ bool GenerationTask::start(GenerationRequest request) {
   exchange_->on_close([weak] {
     if (auto task = weak.lock()) task->client_gone();
   });
-  if (auto err = gen_->start(std::move(request), [weak] {
+  std::vector<Generation*> others;
+  for (std::size_t i = 1; i < choices_.size(); ++i) others.push_back(choices_[i].gen.get());
+  if (auto err = choices_[0].gen->start(std::move(request), [weak] {
         if (auto task = weak.lock()) task->schedule_pump();
-      })) {
+      }, others)) {
     answer_error(*err);
     return false;
   }
@@ -71,7 +80,7 @@ void GenerationTask::start_replay(std::vector<TokenEvent> events) {
     if (auto task = weak.lock()) task->client_gone();
   });
   begin();
-  gen_->replay(std::move(events), [weak] {
+  choices_[0].gen->replay(std::move(events), [weak] {
     if (auto task = weak.lock()) task->schedule_pump();
   });
 }
@@ -86,7 +95,9 @@ void GenerationTask::begin() {
     exchange_->begin_stream(std::move(head));
     host_.metrics.count_request(record_.endpoint, 200);  // a stream is counted when it starts
     if (parsed_.endpoint == Endpoint::kChatCompletions) {
-      exchange_->write(sse_event(chat_chunk_json(meta_, /*first=*/true, "", "", nullptr)));
+      std::string out;  // each choice's role chunk, as OpenAI sends them
+      for (std::size_t i = 0; i < choices_.size(); ++i) out += sse_event(chunk(static_cast<int>(i), /*first=*/true, "", "", nullptr));
+      exchange_->write(std::move(out));
     }
   }
 }
@@ -103,35 +114,98 @@ void GenerationTask::abort_later(std::string why) {
   exchange_->post([self = shared_from_this(), why = std::move(why)] { self->abort(why); });
 }
 
+bool GenerationTask::all_done() const {
+  for (const Choice& c : choices_) {
+    if (!c.gen->done()) return false;
+  }
+  return true;
+}
+
+Outcome GenerationTask::total_outcome() const {
+  if (choices_.empty()) return Outcome{};  // after end_task()
+  Outcome total = choices_[0].gen->outcome();
+  for (std::size_t i = 1; i < choices_.size(); ++i) {
+    const Outcome& o = choices_[i].gen->outcome();
+    total.completion_tokens += o.completion_tokens;
+    if (total.finish_reason == "stop" || total.finish_reason == "length") {
+      if (o.finish_reason != "stop" && o.finish_reason != "length") {  // a cut or failed choice marks the whole
+        total.finish_reason = o.finish_reason;
+        total.error = o.error;
+      }
+    }
+  }
+  return total;
+}
+
+std::string GenerationTask::end_choice(Choice& c, int index) {
+  c.ended = true;
+  std::string finish = c.gen->outcome().finish_reason;
+  if (finish != "stop" && finish != "length") return "";  // the stream ends with an error event instead
+  std::string out;
+  if (c.tool_stream) {
+    const ParsedOutput parsed = c.tool_stream->finish();
+    out += tool_call_events(parsed, index);
+    if (!parsed.calls.empty() && finish == "stop") finish = "tool_calls";
+  }
+  return out + sse_event(chunk(index, false, "", finish, nullptr));
+}
+
 void GenerationTask::pump() {
   if (finished_) return;
   const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
   // One chunk per token event that adds output: the stream depends on the tokens only, not on
   // how many events arrived between two pumps (a cached answer replays the same chunks).
   std::string events;
-  for (Delta& d : gen_->poll_each(std::chrono::milliseconds(0))) {
-    text_ += d.text;
-    if (parsed_.stream) {
-      if (tool_stream_) d.text = tool_stream_->push(d.text);  // a call's markup is held, never content
-      if (d.text.empty() && d.logprobs.empty()) continue;
-      json lp = nullptr;
-      if (parsed_.logprobs) lp = chat ? chat_logprobs_json(d.logprobs, host_.tokenizer) : completion_logprobs_json(d.logprobs, host_.tokenizer);
-      events += sse_event(chat ? chat_chunk_json(meta_, false, d.text, "", lp) : text_chunk_json(meta_, d.text, "", lp));
-    } else {
-      logprobs_.insert(logprobs_.end(), d.logprobs.begin(), d.logprobs.end());
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    const int index = static_cast<int>(i);
+    for (Delta& d : c.gen->poll_each(std::chrono::milliseconds(0))) {
+      c.text += d.text;
+      if (parsed_.stream) {
+        if (c.tool_stream) d.text = c.tool_stream->push(d.text);  // a call's markup is held, never content
+        if (d.text.empty() && d.logprobs.empty()) continue;
+        json lp = nullptr;
+        if (parsed_.logprobs) lp = chat ? chat_logprobs_json(d.logprobs, host_.tokenizer) : completion_logprobs_json(d.logprobs, host_.tokenizer);
+        events += sse_event(chunk(index, false, d.text, "", lp));
+      } else {
+        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      }
     }
+    // With several choices each ends in the stream as it ends; with one, complete() ends it.
+    if (parsed_.stream && choices_.size() > 1 && c.gen->done() && !c.ended) events += end_choice(c, index);
   }
   if (!events.empty() && !exchange_->write(std::move(events))) return client_gone();  // gone, or a reader too slow
-  if (gen_->done()) complete();
+  if (all_done()) complete();
+}
+
+json GenerationTask::choice_json(Choice& c, int index) const {
+  const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
+  const Outcome& o = c.gen->outcome();
+  json body = chat ? chat_completion_json(meta_, c.text, o, parsed_.logprobs ? chat_logprobs_json(c.logprobs, host_.tokenizer) : json(nullptr))
+                   : text_completion_json(meta_, c.text, o, parsed_.logprobs ? completion_logprobs_json(c.logprobs, host_.tokenizer) : json(nullptr));
+  json choice = body["choices"][0];
+  choice["index"] = index;
+  if (chat && tool_format_ != ToolCallFormat::kNone) {
+    const ParsedOutput parsed = parse_tool_calls(tool_format_, c.text, parsed_.tools);
+    choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+    if (!parsed.reasoning.empty()) choice["message"]["reasoning_content"] = parsed.reasoning;
+    if (!parsed.calls.empty()) {
+      choice["message"]["tool_calls"] = tool_calls_json(parsed.calls);
+      if (o.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+    }
+  }
+  return choice;
 }
 
 void GenerationTask::complete() {
   if (finished_) return;
-  const Outcome& o = gen_->outcome();
+  const Outcome o = total_outcome();
   const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
   host_.metrics.observe_generation(o.prompt_tokens, o.cached_tokens, o.completion_tokens,
                                    o.completion_tokens > 0 ? o.ttft_s : -1.0, seconds_since(record_.start));
-  if (on_answer_ && (o.finish_reason == "stop" || o.finish_reason == "length")) on_answer_(*gen_, text_);
+  if (on_answer_ && choices_.size() == 1 && (o.finish_reason == "stop" || o.finish_reason == "length")) {
+    on_answer_(*choices_[0].gen, choices_[0].text);
+  }
   if (parsed_.stream) {
     std::string out;
     if (o.finish_reason == "error") {
@@ -140,14 +214,9 @@ void GenerationTask::complete() {
       // The stream is cut: an error event says so (a client must not take it as complete).
       out += sse_event(json::parse(abort_error(abort_reason_).to_json()));
     } else {
-      std::string finish = o.finish_reason;
-      if (tool_stream_) {
-        const ParsedOutput parsed = tool_stream_->finish();
-        out += tool_call_events(parsed);
-        if (!parsed.calls.empty() && finish == "stop") finish = "tool_calls";
+      for (std::size_t i = 0; i < choices_.size(); ++i) {
+        if (!choices_[i].ended) out += end_choice(choices_[i], static_cast<int>(i));
       }
-      out += sse_event(chat ? chat_chunk_json(meta_, false, "", finish, nullptr)
-                            : text_chunk_json(meta_, "", finish, nullptr));
       if (parsed_.include_usage) out += sse_event(usage_chunk_json(meta_, chat, o));
     }
     out += "data: [DONE]\n\n";
@@ -160,35 +229,28 @@ void GenerationTask::complete() {
     answer_error(ApiError{500, "generation failed: " + o.error, "server_error", "", ""});
     return;
   }
-  json body;
-  if (chat) {
-    body = chat_completion_json(meta_, text_, o, parsed_.logprobs ? chat_logprobs_json(logprobs_, host_.tokenizer) : json(nullptr));
-    if (tool_format_ != ToolCallFormat::kNone) {
-      const ParsedOutput parsed = parse_tool_calls(tool_format_, text_, parsed_.tools);
-      json& choice = body["choices"][0];
-      choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
-      if (!parsed.reasoning.empty()) choice["message"]["reasoning_content"] = parsed.reasoning;
-      if (!parsed.calls.empty()) {
-        choice["message"]["tool_calls"] = tool_calls_json(parsed.calls);
-        if (o.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
-      }
-    }
-  } else {
-    body = text_completion_json(meta_, text_, o, parsed_.logprobs ? completion_logprobs_json(logprobs_, host_.tokenizer) : json(nullptr));
+  if (o.finish_reason != "stop" && o.finish_reason != "length") {
+    // Cut by the server (shutdown, time limit): an error, never an answer that reads as whole.
+    answer_error(abort_error(abort_reason_));
+    return;
   }
+  json body = chat ? chat_completion_json(meta_, "", o, nullptr) : text_completion_json(meta_, "", o, nullptr);
+  body["choices"] = json::array();
+  for (std::size_t i = 0; i < choices_.size(); ++i) body["choices"].push_back(choice_json(choices_[i], static_cast<int>(i)));
+  body["usage"] = usage_json(o);
   http::Response r;
   r.body = dump_json(body);
   r.headers = headers_;
   host_.metrics.count_request(record_.endpoint, 200);  // before the answer leaves
   exchange_->respond(std::move(r));
-  host_.log(record_, 200, o, o.finish_reason == "abort" ? "abort=" + abort_reason_ : "");
+  host_.log(record_, 200, o, "");
   end_task();
 }
 
 void GenerationTask::client_gone() {
   if (finished_) return;
-  gen_->abandon();
-  const Outcome& o = gen_->outcome();
+  for (Choice& c : choices_) c.gen->abandon();
+  const Outcome o = total_outcome();
   host_.metrics.observe_generation(o.prompt_tokens, o.cached_tokens, o.completion_tokens,
                                    o.completion_tokens > 0 ? o.ttft_s : -1.0, -1.0);
   if (!parsed_.stream) host_.metrics.count_request(record_.endpoint, 499);  // nginx's "client closed request"
@@ -199,7 +261,7 @@ void GenerationTask::client_gone() {
 void GenerationTask::abort(const std::string& why) {
   if (finished_) return;
   abort_reason_ = why;
-  gen_->abort();
+  for (Choice& c : choices_) c.gen->abort();
   pump();
 }
 
@@ -209,13 +271,14 @@ void GenerationTask::answer_error(const ApiError& error) {
   r.body = error.to_json();
   host_.metrics.count_request(record_.endpoint, error.http_status);
   exchange_->respond(std::move(r));
-  host_.log(record_, error.http_status, gen_->outcome(), "error=\"" + error.message.substr(0, 200) + "\"");
+  host_.log(record_, error.http_status, total_outcome(),
+            (abort_reason_.empty() ? "" : "abort=" + abort_reason_ + " ") + "error=\"" + error.message.substr(0, 200) + "\"");
   end_task();
 }
 
 void GenerationTask::end_task() {
   if (finished_.exchange(true)) return;
-  gen_.reset();  // cancels the engine's side if still running
+  choices_.clear();  // cancels the engine's side if still running
   exchange_->on_close(nullptr);
   if (host_.finished) host_.finished();
 }

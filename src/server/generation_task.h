@@ -5,7 +5,13 @@
 // engine thread only queues the event and posts, coalesced by `pump_scheduled_`); pump() polls
 // the Generation without waiting and writes what it adds. The client going away (the exchange's
 // close callback) cancels the engine's side; abort() (drain deadline, request time limit) ends
-// it with finish_reason "abort".
+// it with an error (a 503 body, or an error event on a stream): a cut answer never carries a
+// finish_reason.
+//
+// n > 1: one Generation per choice, fed by one engine request (Generation::start). A stream
+// carries each choice's chunks with its index, as OpenAI's do, and each choice's finish chunk when
+// it ends; the answer's choices are in index order; usage counts the prompt once and the
+// completion tokens of every choice.
 //
 // Thread safety: start() runs on the exchange's strand (inside Handler::handle); pump(),
 // client_gone() and abort() run there too (abort() is posted). schedule_pump() is safe from any
@@ -49,14 +55,16 @@ struct TaskHost {
 
 class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
  public:
-  GenerationTask(TaskHost host, std::shared_ptr<http::Exchange> exchange, std::unique_ptr<Generation> gen,
+  // `gens`: one per choice (the request's n), choice 0 first.
+  GenerationTask(TaskHost host, std::shared_ptr<http::Exchange> exchange, std::vector<std::unique_ptr<Generation>> gens,
                  ParsedRequest parsed, ResponseMeta meta, RequestRecord record)
       : host_(std::move(host)),
         exchange_(std::move(exchange)),
-        gen_(std::move(gen)),
         parsed_(std::move(parsed)),
         meta_(std::move(meta)),
-        record_(std::move(record)) {}
+        record_(std::move(record)) {
+    for (auto& g : gens) choices_.push_back(Choice{std::move(g)});
+  }
 
   // Replaces host.finished (set before start()).
   void set_finished_callback(std::function<void()> finished) { host_.finished = std::move(finished); }
@@ -72,7 +80,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void set_tool_call_format(ToolCallFormat format);
   // Submits `request`. On error answers it (400/429/500) and returns false.
   bool start(GenerationRequest request);
-  // Answers from recorded token events (a response-cache hit) through the same path as start().
+  // Answers from recorded token events (a response-cache hit, one choice) through the same path as start().
   void start_replay(std::vector<TokenEvent> events);
   // Posts an abort to the strand; `why` is "shutdown" or "request_timeout".
   void abort_later(std::string why);
@@ -88,12 +96,28 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void abort(const std::string& why);
   void answer_error(const ApiError& error);
   void end_task();
-  // The streamed end of an answer with tool calls: held content, then each call's chunks.
-  std::string tool_call_events(const ParsedOutput& parsed);
+  // One choice's state: its generation and what it has produced.
+  struct Choice {
+    std::unique_ptr<Generation> gen;
+    std::string text;                        // the output so far
+    std::vector<LogprobEntry> logprobs;      // whole answers
+    std::unique_ptr<ToolCallStream> tool_stream;  // streaming with tool calls parsed
+    bool ended = false;                      // its finish chunk is out (streaming)
+  };
+  // The streamed end of a choice with tool calls: held content, then each call's chunks.
+  std::string tool_call_events(const ParsedOutput& parsed, int index);
+  // A chunk of choice `index` (chat or text, as the endpoint).
+  nlohmann::json chunk(int index, bool first, const std::string& text, const std::string& finish, nlohmann::json lp) const;
+  // The streamed end of one choice: tool calls, then its finish_reason chunk.
+  std::string end_choice(Choice& c, int index);
+  // One choice as the answer's choices[] entry.
+  nlohmann::json choice_json(Choice& c, int index) const;
+  bool all_done() const;
+  Outcome total_outcome() const;  // usage: the prompt once, every choice's completion tokens
 
   TaskHost host_;
   std::shared_ptr<http::Exchange> exchange_;
-  std::unique_ptr<Generation> gen_;
+  std::vector<Choice> choices_;
   ParsedRequest parsed_;
   ResponseMeta meta_;
   RequestRecord record_;
@@ -102,10 +126,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::string abort_reason_;             // why abort() ended it
   std::vector<http::Header> headers_;
   AnswerCallback on_answer_;
-  std::string text_;                     // the output so far
-  std::vector<LogprobEntry> logprobs_;   // whole answers
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // kNone: output is content only
-  std::unique_ptr<ToolCallStream> tool_stream_;         // streaming with tool calls parsed
 };
 
 }  // namespace kvstash::server

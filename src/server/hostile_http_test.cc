@@ -134,8 +134,8 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
       {"[1, 2]", "JSON object"},
       {R"({"prompt": 7})", "'prompt'"},
       {R"({"prompt": "a", "max_tokens": "many"})", "max_tokens"},
-      {R"({"prompt": "a", "temperature": 1e400})", "406"},
-      {R"({"prompt": "a", "max_tokens": 1e400})", "406"},
+      {R"({"prompt": "a", "temperature": 1e400})", "number overflow"},  // where and why, not the library's error number
+      {R"({"prompt": "a", "max_tokens": 1e400})", "number overflow"},  // where and why, not the library's error number
       {R"({"prompt": "a", "seed": 123456789012345678901234567890})", "seed"},
       {"{\"prompt\": \"a\xC3\"}", "UTF-8"},
       {"{\"prompt\": \"\\ud800\"}", "UTF-8"},
@@ -392,13 +392,14 @@ TEST_F(HostileHttpTest, ASlowReaderIsCutAndNeverBlocksTheEngine) {
   expect_still_serving();
 }
 
-TEST_F(HostileHttpTest, RequestTimeLimitEndsWithAbort) {
+TEST_F(HostileHttpTest, RequestTimeLimitEndsWithAnError) {
   start([](ServerOptions& o) { o.request_timeout_s = 0.3; });
   RawHttpClient whole(port());
   whole.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
   RawResponse r = whole.read_response();
-  ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(json::parse(r.body)["choices"][0]["finish_reason"], "abort");
+  // A cut answer is an error (OpenAI has no finish_reason for it), never one that reads as whole.
+  ASSERT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "request_timeout") << r.body;
   RawHttpClient stream(port());
   stream.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
   RawResponse s = stream.read_response();

@@ -76,6 +76,14 @@ void render_kv_store(std::string& out, const KvStoreSnapshot& store) {
   per_tier(out, store, "kvstash_kv_tier_rejected_chunks_total", "counter",
            "Damaged or mismatched chunks found in a tier, never served, removed.",
            [&](const S& s) { return d(s.rejected_chunks); });
+  per_tier(out, store, "kvstash_kv_tier_pinned_entries", "gauge", "Chunks a tier holds pinned now (prompt caching).",
+           [&](const S& s) { return d(s.pinned_entries); });
+  per_tier(out, store, "kvstash_kv_tier_pinned_bytes", "gauge", "Bytes of the chunks a tier holds pinned now.",
+           [&](const S& s) { return d(s.pinned_bytes); });
+  per_tier(out, store, "kvstash_kv_tier_pin_intents", "gauge", "Pins of chunks a tier does not hold (yet).",
+           [&](const S& s) { return d(s.pin_intents); });
+  per_tier(out, store, "kvstash_kv_tier_pins_refused_total", "counter", "Pins refused: past the tier's pinned share.",
+           [&](const S& s) { return d(s.pins_refused); });
 
   const cache::StoreStats& st = store.store;
   header(out, "kvstash_kv_store_chunks_loaded_total", "counter", "Verified chunks loaded from any tier.");
@@ -232,6 +240,12 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_preemptions_total", "counter",
          "Running sequences sent back to wait because the KV pool ran dry (recomputed later).");
   sample(out, "kvstash_preemptions_total", static_cast<double>(engine.preemptions));
+  header(out, "kvstash_choices_forked_total", "counter",
+         "Choices of n > 1 requests forked on their prompt's KV (n - 1 per request; the prompt is prefilled once).");
+  sample(out, "kvstash_choices_forked_total", static_cast<double>(engine.forks));
+  header(out, "kvstash_kv_blocks_copied_on_write_total", "counter",
+         "Shared KV blocks (a forked prompt's last partial block) copied before a choice wrote into them.");
+  sample(out, "kvstash_kv_blocks_copied_on_write_total", static_cast<double>(engine.blocks_copied_on_write));
   header(out, "kvstash_requests_loading", "gauge", "Requests waiting beside the batch while their KV loads from the store.");
   sample(out, "kvstash_requests_loading", static_cast<double>(engine.loading));
   header(out, "kvstash_kv_loads_timed_out_total", "counter",

@@ -25,6 +25,8 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.kv_blocks_cached = 12;
   e.prefill_seconds = 1.5;
   e.preemptions = 4;
+  e.forks = 6;
+  e.blocks_copied_on_write = 5;
   e.compactions = 3;
   e.kv_tokens_evicted = 384;
   e.kv_blocks_freed = 24;
@@ -48,6 +50,8 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks{state=\"cached\"} 12"));
   EXPECT_TRUE(has_line(text, "kvstash_prefill_seconds_total 1.5"));
   EXPECT_TRUE(has_line(text, "kvstash_preemptions_total 4"));
+  EXPECT_TRUE(has_line(text, "kvstash_choices_forked_total 6"));
+  EXPECT_TRUE(has_line(text, "kvstash_kv_blocks_copied_on_write_total 5"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_compactions_total 3"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_tokens_evicted_total 384"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks_freed_total 24"));

@@ -116,6 +116,7 @@ std::optional<ApiError> build_generation_request(const ParsedRequest& parsed, co
     out.max_tokens = std::min(room, kDefaultMaxTokens);
   }
   out.sampling = parsed.sampling;
+  out.n = parsed.n;
   for (const auto& [token, bias] : out.sampling.logit_bias) {
     if (token >= model.n_vocab) {
       return bad_request("token id " + std::to_string(token) + " in 'logit_bias' is out of range (vocabulary size " +

@@ -225,7 +225,10 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest& out) {
   }
   out.sampling.seed = seed ? static_cast<std::uint64_t>(*seed) : fresh_seed();
   out.seed_given = seed.has_value();
-  if (n && *n != 1) return bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_n");
+  if (n) {
+    if (*n < 1 || *n > INT32_MAX) return bad_request("'n' must be at least 1", "n", "out_of_range");
+    out.n = static_cast<int>(*n);
+  }
   const char* max_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   std::optional<std::int64_t> max = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (max) {
@@ -478,6 +481,16 @@ std::optional<ApiError> parse_structured_output(const json& body, std::string_vi
 }
 // ---- end of structured outputs ------------------------------------------------------------------
 
+// nlohmann's message without its "[json.exception.parse_error.101] " tag: a client needs where and
+// why its body is wrong, not the JSON library's exception class and number.
+std::string json_error_text(const json::exception& e) {
+  std::string what = e.what();
+  if (what.rfind("[json.exception.", 0) == 0) {
+    if (const auto end = what.find("] "); end != std::string::npos) what.erase(0, end + 2);
+  }
+  return what;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, ParsedRequest& out) {
@@ -487,13 +500,13 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   try {
     parsed = json::parse(body);
   } catch (const json::parse_error& e) {
-    std::string what = e.what();
+    const std::string what = json_error_text(e);
     bool utf8 = what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos;
     return bad_request(std::string(utf8 ? "invalid UTF-8 in request body: " : "malformed JSON: ") + what,
                        "", utf8 ? "invalid_utf8" : "invalid_json");
   } catch (const json::exception& e) {
     // A number too large for a double (1e400) is out_of_range, not a parse_error.
-    return bad_request(std::string("invalid JSON value: ") + e.what(), "", "invalid_json");
+    return bad_request("invalid JSON value: " + json_error_text(e), "", "invalid_json");
   }
   if (!parsed.is_object()) {
     return bad_request(std::string("request body must be a JSON object, got ") + type_name(parsed), "",
@@ -509,7 +522,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   } catch (const json::exception& e) {
     // Every access above is type-checked first; this is a safety net so that no exception
     // escapes the module.
-    return bad_request(std::string("invalid request: ") + e.what());
+    return bad_request("invalid request: " + json_error_text(e));
   }
 }
 

@@ -1,11 +1,12 @@
 // Parsing and validating the JSON bodies of POST /v1/chat/completions and POST /v1/completions
 // (OpenAI's request shapes) into a ParsedRequest. Everything that can be checked without the
-// model is checked here: JSON syntax and UTF-8, field types, ranges, roles, n == 1. Checks that
+// model is checked here: JSON syntax and UTF-8, field types, ranges, roles, n >= 1 (its upper bound is
+// the server's, ServerOptions::max_n). Checks that
 // need the model (token ids in range, prompt length against the context) are in prompt_builder.
 //
 // Accepted fields: model (any string; responses name the served model), messages / prompt,
 // max_tokens, max_completion_tokens, temperature [0, 2], top_p (0, 1], top_k >= 0, seed, stop
-// (string or up to 4 strings), n (must be 1), stream, stream_options.include_usage,
+// (string or up to 4 strings), n (choices, >= 1; engine/fork.cc), stream, stream_options.include_usage,
 // logprobs + top_logprobs (chat: bool + 0..20; completions: logprobs 0..20), cache_salt,
 // ignore_eos (an extension that vLLM and llama.cpp's server share; benchmarks use it so that
 // every output runs to max_tokens), response_cache (a kvstash extension: false = neither answer
@@ -58,6 +59,7 @@ struct ParsedRequest {
   std::optional<int> max_tokens;      // max_completion_tokens wins over max_tokens
   SamplingParams sampling;
   bool seed_given = false;            // the request named its seed (else sampling.seed is fresh)
+  int n = 1;                          // choices to generate (choice i > 0 seeded engine's choice_seed)
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage

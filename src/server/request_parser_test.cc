@@ -64,6 +64,12 @@ TEST(RequestParser, ParsesCompletionPrompts) {
 TEST(RequestParser, RejectsMalformedJsonAndNonObjects) {
   EXPECT_EQ(expect_error(kChat, "{\"messages\": [").code, "invalid_json");
   EXPECT_NE(expect_error(kChat, "{oops}").message.find("malformed JSON"), std::string::npos);
+  // Where and why, without the JSON library's internals ("[json.exception.parse_error.101]").
+  for (const char* body : {"{oops}", "{\"a\": 1e400}", "[1, 2"}) {
+    const std::string message = expect_error(kChat, body).message;
+    EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+    EXPECT_NE(message.find("JSON"), std::string::npos) << message;
+  }
   EXPECT_EQ(expect_error(kChat, "[1,2]").code, "invalid_json");
 }
 
@@ -119,7 +125,7 @@ TEST(RequestParser, RejectsBadValues) {
   EXPECT_EQ(expect_error(kChat, with(R"("top_k": -1)")).param, "top_k");
   EXPECT_EQ(expect_error(kChat, with(R"("max_tokens": 0)")).param, "max_tokens");
   EXPECT_EQ(expect_error(kChat, with(R"("max_completion_tokens": -5)")).param, "max_completion_tokens");
-  EXPECT_EQ(expect_error(kChat, with(R"("n": 2)")).param, "n");
+  EXPECT_EQ(expect_error(kChat, with(R"("n": 0)")).param, "n");
   EXPECT_EQ(expect_error(kChat, with(R"("stop": ["a","b","c","d","e"])")).param, "stop");
   EXPECT_EQ(expect_error(kChat, with(R"("top_logprobs": 3)")).param, "top_logprobs");  // without logprobs
   EXPECT_EQ(expect_error(kChat, with(R"("logprobs": true, "top_logprobs": 21)")).param, "top_logprobs");

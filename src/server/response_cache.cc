@@ -173,10 +173,14 @@ CachePlan ResponseCache::plan(const ParsedRequest& parsed, const GenerationReque
   h.update_u32(static_cast<std::uint32_t>(parsed.stop.size()));
   for (const std::string& stop : parsed.stop) update_string(h, stop);
   h.update_u32(parsed.logprobs ? 1 : 0);
+  if (request.n != 1) h.update_u32(static_cast<std::uint32_t>(request.n));  // n = 1 keys stay as they were
   h.update_u32(static_cast<std::uint32_t>(request.top_logprobs));
   h.update_u32(static_cast<std::uint32_t>(request.kv_budget));
   hash_sampling_knobs(h, s);  // logit_bias, penalties, min_p, typical_p, the grammar (nothing when all are off)
   plan.key.bytes = h.finish();
+  // A record holds one choice's token events: n > 1 answers are neither served nor stored (the key
+  // covers n all the same, so a later record format holding every choice needs no new key).
+  if (request.n > 1) plan.bypass_reason = "n > 1";
   return plan;
 }
 

@@ -78,7 +78,7 @@ struct LookupResult {
 
 // Why a request is not looked up ("" = it is).
 struct CachePlan {
-  std::string bypass_reason;  // "no-cache header", "opted out", "sampled without seed"
+  std::string bypass_reason;  // "no-cache header", "opted out", "sampled without seed", "n > 1"
   cache::ChunkKey key;
   bool cacheable() const { return bypass_reason.empty(); }
 };

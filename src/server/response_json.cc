@@ -71,12 +71,13 @@ json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const To
           {"text_offset", offsets}};
 }
 
-// OpenAI's finish reasons, plus "abort" (vLLM's name) for an answer the server cut short: a
-// cut answer must never read as a complete one ("stop").
+// Only OpenAI's finish reasons leave the server. An answer the server cut short (shutdown, time
+// limit) ends with an error instead (generation_task.cc), so what is left here is defensive: a
+// cut answer reads as "length" (incomplete), never as a complete one ("stop").
 json finish_reason_json(const std::string& reason) {
   if (reason.empty()) return nullptr;
-  if (reason == "length" || reason == "stop" || reason == "tool_calls") return reason;
-  return "abort";  // "abort" (shutdown, time limit) and "cancelled"
+  if (reason == "length" || reason == "stop" || reason == "tool_calls" || reason == "content_filter") return reason;
+  return "length";
 }
 
 json chat_completion_json(const ResponseMeta& meta, const std::string& text, const Outcome& outcome,

@@ -33,8 +33,8 @@ nlohmann::json usage_json(const Outcome& outcome);
 nlohmann::json chat_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok);
 nlohmann::json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok);
 
-// finish_reason as OpenAI names it ("stop", "length", "tool_calls"), or "abort" (vLLM's name) for an answer the
-// server or client cut short ("abort", "cancelled").
+// finish_reason as OpenAI names it: "stop", "length", "tool_calls", "content_filter"; any other
+// outcome (an answer cut short, which the server answers with an error anyway) reads "length".
 nlohmann::json finish_reason_json(const std::string& reason);
 
 // Non-streaming bodies. `logprobs` is null when not requested.

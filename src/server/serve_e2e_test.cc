@@ -42,7 +42,7 @@ bool eventually(Pred done) {
   return false;
 }
 
-TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
+TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAnErrorNeverStop) {
   auto s = serve("sigterm", {"--ctx", "8192", "--kv-pool-tokens", "20000", "--no-kv-store", "--parallel", "4",
                              "--drain-seconds", "0"});
   ASSERT_TRUE(s->ready());
@@ -58,11 +58,11 @@ TEST_F(ServeE2ETest, SigtermEndsRunningRequestsWithAbortNeverStop) {
 
   const auto body_at = whole_response.find("\r\n\r\n");
   ASSERT_NE(body_at, std::string::npos) << whole_response;
-  EXPECT_EQ(whole_response.rfind("HTTP/1.1 200", 0), 0u) << whole_response;
+  // A cut answer is an error (OpenAI has no finish_reason for it), never one that reads as whole.
+  EXPECT_EQ(whole_response.rfind("HTTP/1.1 503", 0), 0u) << whole_response;
   json body = json::parse(whole_response.substr(body_at + 4), nullptr, false);
   ASSERT_TRUE(body.is_object()) << whole_response;
-  EXPECT_EQ(body["choices"][0]["finish_reason"], "abort") << body.dump();
-  EXPECT_LT(body["usage"]["completion_tokens"].get<int>(), 7000);
+  EXPECT_EQ(body["error"]["code"], "shutdown") << body.dump();
 
   // The stream ends with an error event, never a finish_reason of "stop" or "length".
   EXPECT_NE(stream_response.find("\"code\":\"shutdown\""), std::string::npos) << stream_response.substr(stream_response.size() - std::min<std::size_t>(stream_response.size(), 2000));

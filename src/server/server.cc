@@ -38,15 +38,16 @@ constexpr std::chrono::milliseconds kTimeKeeperTick{100};
 // stop(): how long aborted generations get to send their last bytes.
 constexpr std::chrono::milliseconds kAbortFlush{2000};
 
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
 std::string known_endpoint(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/identity", "/v1/kv/info", "/v1/kv/events", "/v1/embeddings", "/tokenize", "/detokenize",
                         "/health", "/ready", "/metrics"}) {
     if (path == p) return p;
   }
+  if (starts_with(path, "/v1/models/")) return "/v1/models/{id}";  // one label, whatever the id
   return "other";
 }
-
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -148,8 +149,8 @@ struct Server::Impl : http::Handler {
     RequestRecord record;
     // With a response cache: its key and semantic query, computed on the worker with the prompt
     // (hashing every prompt token and tokenizing the last user message are no work for the strand).
-    std::optional<CachePlan> plan;
-    std::optional<SemanticQuery> query;
+    std::optional<CachePlan> plan{};
+    std::optional<SemanticQuery> query{};
   };
   // Starts the admitted request's task: from the engine, or replaying a cached record.
   // `cached` = nullopt when the server has no response cache.
@@ -340,6 +341,21 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       });
     }
     allowed = "POST";
+  } else if (starts_with(path, "/v1/models/")) {
+    // OpenAI's "retrieve model": the served model or an alias; any other id is a 404 in OpenAI's
+    // error shape. Ids may hold '/' (Hugging Face names), so the rest of the path is the id.
+    if (req.method == "GET" || req.method == "HEAD") {
+      const std::string id = path.substr(std::string_view("/v1/models/").size());
+      if (!id.empty() && !check_model(id)) {
+        http::Response r;
+        r.body = dump_json({{"id", id}, {"object", "model"}, {"created", static_cast<std::int64_t>(std::time(nullptr))},
+                            {"owned_by", "kvstash"}});
+        return respond(*exchange, path, std::move(r));
+      }
+      return respond_error(*exchange, path, ApiError{404, "The model '" + id + "' does not exist", "invalid_request_error",
+                                                     "model", "model_not_found"});
+    }
+    allowed = "GET, HEAD";
   } else if (path == "/health" || path == "/ready" || path == "/v1/models" || path == "/metrics" || path == "/v1/identity") {
     if (req.method == "GET" || req.method == "HEAD") {
       http::Response r;
@@ -422,6 +438,11 @@ void Server::Impl::prepare_generation(Endpoint endpoint, const http::Request& re
   ParsedRequest parsed;
   if (auto err = parse_request(endpoint, req.body, parsed)) return fail(*err);
   record.stream = parsed.stream;
+  if (parsed.n > options.max_n) {
+    return fail(ApiError{400, "'n' is " + std::to_string(parsed.n) + "; this server generates at most " +
+                                  std::to_string(options.max_n) + " choices per request (--max-n)",
+                         "invalid_request_error", "n", "out_of_range"});
+  }
   if (auto err = check_model(parsed.model)) return fail(*err);
   if (auto err = check_tools(parsed)) return fail(*err);
   // The key's namespace first: a body's salt narrows a tenant's namespace, never leaves it.
@@ -499,12 +520,16 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   const bool want_logprobs = parsed.logprobs;
   const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
   const int prompt_tokens = static_cast<int>(request.prompt.size());
-  auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
-  if (parsed.tools.parse_calls()) gen->show_tokens(tool_marker_tokens);
   const bool store_answer = cached && cached->status == "miss";
+  std::vector<std::unique_ptr<Generation>> gens;  // one per choice
+  for (int i = 0; i < request.n; ++i) {
+    auto gen = std::make_unique<Generation>(backend, parsed.stop, parsed.logprobs);
+    if (parsed.tools.parse_calls()) gen->show_tokens(tool_marker_tokens);
+    if (store_answer) gen->record_events();
+    gens.push_back(std::move(gen));
+  }
   if (cached) record.cache = cached->status;
-  if (store_answer) gen->record_events();
-  auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gen), std::move(parsed),
+  auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gens), std::move(parsed),
                                                std::move(meta), std::move(record));
   task->set_tool_call_format(tool_format);
   if (cached) {

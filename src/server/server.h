@@ -69,6 +69,9 @@ struct ServerOptions {
   // more gets 429. `kvstash serve` sets it to --parallel + --queue, so --queue 0 means "fill the
   // batch, queue nothing". 0 = no bound here (the backend's own queue bound still applies).
   int max_active_requests = 0;
+  // Choices per request (`n`) at most; more gets a 400 naming `n`. The engine also bounds it by
+  // its running batch (--parallel). Default 8.
+  int max_n = 8;
   // Non-empty (either list): every endpoint but /health, /ready, the peer endpoints (signed) and,
   // with public_metrics, /metrics needs "Authorization: Bearer KEY". Each key is its own cache
   // namespace (tenant isolation: the KV chunk keys', response cache's and semantic cache's salt)

@@ -410,7 +410,7 @@ TEST_F(ServerTest, BadInputsGetOpenAIErrorsAndServingContinues) {
   for (int i = 0; i < 300; ++i) words += " w" + std::to_string(i);
   expect_api_error(post(kText, json{{"prompt", words}}.dump()), 400, "context");
   expect_api_error(post(kText, R"({"prompt": "a", "max_tokens": 100000})"), 400, "max_tokens");
-  expect_api_error(post(kText, R"({"prompt": "a", "n": 3})"), 400, "'n'");
+  expect_api_error(post(kText, R"({"prompt": "a", "n": 9})"), 400, "'n'");  // above --max-n (8)
   expect_api_error(post(kText, "{\"prompt\": \"" + std::string(5000, 'a') + "\"}"), 413, "too large");
   expect_api_error(post("/v1/nope", "{}"), 404, "/v1/nope");
   expect_api_error(client_->Get(kChat), 405, "GET");

@@ -1,5 +1,6 @@
 #include "tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <queue>
 
 #include "tokenizer/byte_unicode.h"
@@ -8,7 +9,7 @@ namespace kvstash::tokenizer {
 
 Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
                                    const std::vector<std::string>& merges,
-                                   std::vector<bool> producible, bool ignore_merges) {
+                                   std::vector<bool> producible, bool ignore_merges, bool utf8_units) {
   if (producible.size() != tokens.size()) {
     return corrupt("token types: " + std::to_string(producible.size()) + " entries for " +
                    std::to_string(tokens.size()) + " tokens");
@@ -17,13 +18,16 @@ Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
   model.tokens_ = std::move(tokens);
   model.producible_ = std::move(producible);
   model.ignore_merges_ = ignore_merges;
+  model.utf8_units_ = utf8_units;
   model.index_.reserve(model.tokens_.size());
   for (std::size_t id = 0; id < model.tokens_.size(); ++id) {
     // The first id of a duplicated text wins, as in a vocabulary lookup table.
     model.index_.emplace(model.tokens_[id], static_cast<TokenId>(id));
   }
   for (int b = 0; b < 256; ++b) {
-    const std::string mapped = bytes_to_mapped(std::string(1, static_cast<char>(b)));
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string mapped = utf8_units ? std::string{'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'}
+                                          : bytes_to_mapped(std::string(1, static_cast<char>(b)));
     const auto it = model.index_.find(mapped);
     // Some vocabularies lack bytes that never occur in UTF-8 (0xC0, 0xC1, 0xF5..); such a byte
     // encodes to nothing, as in the reference tokenizer.
@@ -70,7 +74,7 @@ const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
 
 void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) const {
   if (bytes.empty()) return;
-  if (bytes.size() == 1) {
+  if (bytes.size() == 1 && !utf8_units_) {
     const TokenId id = byte_token_[static_cast<std::uint8_t>(bytes[0])];
     if (id >= 0) out->push_back(id);
     return;
@@ -101,10 +105,29 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) c
       return rank != o.rank ? rank > o.rank : left > o.left;
     }
   };
-  const int n = static_cast<int>(bytes.size());
-  std::vector<Symbol> symbols(static_cast<std::size_t>(n));
+  std::vector<Symbol> symbols;
+  std::vector<std::string_view> chars;  // utf8_units: each symbol's character
+  if (utf8_units_) {
+    for (std::size_t i = 0; i < bytes.size();) {
+      const auto lead = static_cast<std::uint8_t>(bytes[i]);
+      std::size_t len = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+      len = std::min(len, bytes.size() - i);
+      chars.push_back(bytes.substr(i, len));
+      i += len;
+    }
+    symbols.resize(chars.size());
+    for (std::size_t i = 0; i < chars.size(); ++i) {
+      const auto it = index_.find(chars[i]);
+      symbols[i].id = it != index_.end() && producible_[static_cast<std::size_t>(it->second)] ? it->second : kMissingChar;
+    }
+  } else {
+    symbols.resize(bytes.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i) symbols[i].id = byte_token_[static_cast<std::uint8_t>(bytes[i])];
+  }
+  const int n = static_cast<int>(symbols.size());
   for (int i = 0; i < n; ++i) {
-    symbols[i] = {byte_token_[static_cast<std::uint8_t>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    symbols[i].prev = i - 1;
+    symbols[i].next = i + 1 < n ? i + 1 : -1;
   }
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
   const auto offer = [&](int left) {
@@ -133,7 +156,14 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) c
     offer(c.left);
   }
   for (int i = 0; i >= 0; i = symbols[i].next) {
-    if (symbols[i].id >= 0) out->push_back(symbols[i].id);
+    if (symbols[i].id >= 0) {
+      out->push_back(symbols[i].id);
+    } else if (symbols[i].id == kMissingChar) {
+      for (char b : chars[static_cast<std::size_t>(i)]) {
+        const TokenId id = byte_token_[static_cast<std::uint8_t>(b)];
+        if (id >= 0) out->push_back(id);
+      }
+    }
   }
 }
 

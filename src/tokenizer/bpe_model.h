@@ -8,6 +8,10 @@
 // Merges are precomputed as (left id, right id) -> (rank, result id), so merging never touches
 // strings.
 //
+// SentencePiece-style BPE (Gemma 4, utf8_units): the vocabulary holds plain UTF-8 text (spaces as
+// U+2581), a piece starts as one symbol per UTF-8 character, and a character without a token is
+// emitted as its bytes' fallback tokens "<0xXX>" (a byte without one encodes to nothing).
+//
 // With ignore_merges (Llama 3's tokenizer), a piece that is itself a vocabulary token is emitted
 // as that token without merging, as Hugging Face's `ignore_merges` does.
 //
@@ -45,7 +49,7 @@ class BpeModel {
   // nothing (vocabularies drop bytes that never occur in UTF-8). kCorrupt when the sizes disagree.
   static Expected<BpeModel> build(std::vector<std::string> tokens,
                                   const std::vector<std::string>& merges,
-                                  std::vector<bool> producible, bool ignore_merges);
+                                  std::vector<bool> producible, bool ignore_merges, bool utf8_units = false);
 
   // Appends the ids of one piece of raw bytes (any bytes; not necessarily valid UTF-8).
   void encode_piece(std::string_view bytes, std::vector<TokenId>* out) const;
@@ -67,6 +71,7 @@ class BpeModel {
            static_cast<std::uint32_t>(right);
   }
   static constexpr TokenId kMissingByte = -2;  // a byte without a token (never merged, not emitted)
+  static constexpr TokenId kMissingChar = -3;  // utf8_units: a character without a token (its bytes' fallbacks)
   BpeModel() = default;
   const Merge* find_merge(TokenId left, TokenId right) const;
 
@@ -77,6 +82,7 @@ class BpeModel {
   std::unordered_map<std::uint64_t, Merge> merges_;
   std::array<TokenId, 256> byte_token_{};
   bool ignore_merges_ = false;
+  bool utf8_units_ = false;  // byte_token_ then holds the "<0xXX>" fallback tokens
   std::size_t skipped_merges_ = 0;
 };
 

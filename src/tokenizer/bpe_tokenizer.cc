@@ -16,6 +16,27 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|end|>", "<end_of_turn>", "<EOT>",
 };
 
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// What a token of a SentencePiece-style BPE vocabulary decodes to: its text with U+2581 as
+// spaces, a byte token "<0xXX>" its byte, a user-defined token its text as it is.
+std::string spm_style_piece(const std::string& text, TokenType type) {
+  if (type == TokenType::kUserDefined) return text;
+  if (type == TokenType::kByte && text.size() == 6 && text.starts_with("<0x") && text.back() == '>') {
+    return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+  }
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (text.compare(i, kSpmSpace.size(), kSpmSpace) == 0) {
+      out += ' ';
+      i += kSpmSpace.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(BpeVocabulary vocab) {
@@ -36,17 +57,20 @@ Expected<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(BpeVocabulary vocab
   for (std::size_t id = 0; id < n; ++id) producible[id] = !is_special(vocab.types[id]);
   // The decoded pieces are computed before the texts move into the model.
   std::vector<std::string> pieces(n);
+  const bool spm_style = *kind == PreTokenizerKind::kGemma4;
   for (std::size_t id = 0; id < n; ++id) {
     const std::string& text = vocab.tokens[id];
     if (vocab.types[id] == TokenType::kControl) continue;
-    if (vocab.types[id] == TokenType::kUserDefined || !mapped_to_bytes(text, &pieces[id])) {
+    if (spm_style) {
+      pieces[id] = spm_style_piece(text, vocab.types[id]);
+    } else if (vocab.types[id] == TokenType::kUserDefined || !mapped_to_bytes(text, &pieces[id])) {
       pieces[id] = text;  // stored as plain text, not byte-mapped
     }
   }
 
   const bool is_llama3 = *kind == PreTokenizerKind::kLlama3;
   // Llama 3's tokenizer.json sets ignore_merges: a piece that is a whole token stays whole.
-  Expected<BpeModel> model = BpeModel::build(std::move(vocab.tokens), vocab.merges, std::move(producible), is_llama3);
+  Expected<BpeModel> model = BpeModel::build(std::move(vocab.tokens), vocab.merges, std::move(producible), is_llama3, spm_style);
   if (!model) return model.status();
 
   std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer(std::move(*model)));
@@ -74,6 +98,30 @@ Expected<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(BpeVocabulary vocab
 void BpeTokenizer::encode_plain(std::string_view text, std::vector<TokenId>* out) const {
   if (text.empty()) return;
   std::vector<std::string_view> words;
+  if (pre_kind_ == PreTokenizerKind::kGemma4) {
+    // SentencePiece-style: spaces become U+2581 first; a run of newlines that is a token stays
+    // whole (as llama.cpp does for Gemma 4), anything else goes through BPE.
+    std::string escaped;
+    escaped.reserve(text.size() + text.size() / 4);
+    for (char c : text) {
+      if (c == ' ') {
+        escaped += kSpmSpace;
+      } else {
+        escaped += c;
+      }
+    }
+    pre_tokenize(pre_kind_, escaped, &words);
+    for (std::string_view word : words) {
+      if (word.front() == '\n') {
+        if (const std::optional<TokenId> id = model_.find(word)) {
+          out->push_back(*id);
+          continue;
+        }
+      }
+      model_.encode_piece(word, out);
+    }
+    return;
+  }
   pre_tokenize(pre_kind_, text, &words);
   for (std::string_view word : words) model_.encode_piece(word, out);
 }

@@ -235,7 +235,7 @@ constexpr NamedKind kNames[] = {
     {"smollm", PreTokenizerKind::kDigitsGpt2},   {"codeshell", PreTokenizerKind::kDigitsGpt2},
     {"exaone", PreTokenizerKind::kDigitsGpt2},   {"minerva-7b", PreTokenizerKind::kDigitsGpt2},
     {"falcon", PreTokenizerKind::kFalcon},       {"deepseek-coder", PreTokenizerKind::kDeepseekCoder},
-    {"deepseek-llm", PreTokenizerKind::kDeepseekLlm},
+    {"deepseek-llm", PreTokenizerKind::kDeepseekLlm}, {"gemma4", PreTokenizerKind::kGemma4},
 };
 
 // One regex's split of the piece [begin, end): its matches and the gaps between them.
@@ -278,6 +278,17 @@ std::vector<std::string> known_pre_tokenizer_names() {
 
 void pre_tokenize(PreTokenizerKind kind, std::string_view text,
                   std::vector<std::string_view>* pieces) {
+  if (kind == PreTokenizerKind::kGemma4) {  // "[^\n]+|[\n]+": bytes suffice
+    std::size_t i = 0;
+    while (i < text.size()) {
+      const bool newline = text[i] == '\n';
+      std::size_t j = i + 1;
+      while (j < text.size() && (text[j] == '\n') == newline) ++j;
+      pieces->push_back(text.substr(i, j - i));
+      i = j;
+    }
+    return;
+  }
   const std::vector<CodePoint> cps = decode_utf8(text);
   const auto byte_at = [&](std::size_t cp) { return cp < cps.size() ? cps[cp].offset : text.size(); };
   const auto emit = [&](std::size_t begin, std::size_t end) {

@@ -39,6 +39,9 @@ namespace kvstash::tokenizer {
 
 enum class PreTokenizerKind {
   kLlama3, kQwen2, kQwen35, kGpt2, kDigitsGpt2, kFalcon, kDeepseekCoder, kDeepseekLlm,
+  // Gemma 4 (SentencePiece-style BPE): runs of newlines and runs of anything else, nothing more;
+  // the text's spaces are U+2581 by then (bpe_tokenizer.cc).
+  kGemma4,
 };
 
 // Maps tokenizer.ggml.pre (as GGUF writers spell it, aliases included) to a kind. An unknown

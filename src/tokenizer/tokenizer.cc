@@ -1,5 +1,5 @@
-// Tokenizer::from_gguf: reads tokenizer.ggml.* metadata into a BpeVocabulary ("gpt2") or an
-// SpmVocabulary ("llama").
+// Tokenizer::from_gguf: reads tokenizer.ggml.* metadata into a BpeVocabulary ("gpt2", and
+// "gemma4": BPE over SentencePiece-style text) or an SpmVocabulary ("llama").
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
@@ -71,7 +71,7 @@ Status read_common(const gguf::File& file, CommonFields* out) {
   return Status::ok();
 }
 
-Expected<std::unique_ptr<Tokenizer>> bpe_from_gguf(const gguf::File& file, CommonFields common) {
+Expected<std::unique_ptr<Tokenizer>> bpe_from_gguf(const gguf::File& file, CommonFields common, bool gemma4) {
   tokenizer::BpeVocabulary vocab;
   vocab.tokens = std::move(common.tokens);
   vocab.types = std::move(common.types);
@@ -89,6 +89,12 @@ Expected<std::unique_ptr<Tokenizer>> bpe_from_gguf(const gguf::File& file, Commo
     Expected<std::string> pre = file.get_string("tokenizer.ggml.pre");
     if (!pre) return pre.status();
     vocab.pre = std::move(*pre);
+  }
+  if (gemma4) {
+    // Gemma 4's tokenizer is BPE over SentencePiece-style text whatever the file's pre says, and
+    // always starts with BOS (llama.cpp overrides a file that says otherwise).
+    vocab.pre = "gemma4";
+    vocab.add_bos = true;
   }
   Expected<std::unique_ptr<tokenizer::BpeTokenizer>> tok = tokenizer::BpeTokenizer::create(std::move(vocab));
   if (!tok) return Status(tok.status().code(), file.path() + ": " + tok.status().message());
@@ -154,14 +160,14 @@ std::vector<TokenId> tokenize(const Tokenizer& tokenizer, std::string_view text,
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) {
   const Expected<std::string> model = file.get_string("tokenizer.ggml.model");
   if (!model) return model.status();
-  if (*model != "gpt2" && *model != "llama") {
+  if (*model != "gpt2" && *model != "llama" && *model != "gemma4") {
     return unsupported(file.path() + ": tokenizer model '" + *model +
-                       "' (supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)");
+                       "' (supported: 'gpt2' byte-level BPE, 'llama' SentencePiece, 'gemma4' SentencePiece-style BPE)");
   }
   CommonFields common;
   if (Status s = read_common(file, &common); !s.is_ok()) return s;
   if (*model == "llama") return spm_from_gguf(file, std::move(common));
-  return bpe_from_gguf(file, std::move(common));
+  return bpe_from_gguf(file, std::move(common), *model == "gemma4");
 }
 
 }  // namespace kvstash

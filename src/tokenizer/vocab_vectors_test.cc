@@ -1,11 +1,19 @@
-// Every reference vector in shared/vocab: NAME.gguf.inp holds test strings, each followed by a
-// line "__ggml_vocab_test__"; NAME.gguf.out holds one line of token ids per string (no BOS).
-// The strings are encoded as llama.cpp's reference run does: special tokens parsed, no BOS.
+// Every reference vector in shared/vocab, and those of llama.cpp's models/ folder that shared/vocab
+// lacks for the model families kvstash runs (testdata/: Qwen2/Qwen3's vectors for the vocabulary in
+// shared/vocab, Gemma 4's vocabulary zstd-compressed with its vectors; llama.cpp commit de3ff815,
+// 2026-09-28). NAME.gguf.inp holds test strings, each followed by a line "__ggml_vocab_test__";
+// NAME.gguf.out holds one line of token ids per string (no BOS). The strings are encoded as
+// llama.cpp's reference run does: special tokens parsed, no BOS.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <zstd.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -13,6 +21,34 @@ namespace kvstash {
 namespace {
 
 const std::string kVocabDir = KVSTASH_SHARED_DIR "/vocab/";
+const std::string kTestdataDir = (std::filesystem::path(__FILE__).parent_path() / "testdata").string() + "/";
+
+// The vocabulary file of `name` and where its vectors are: shared/vocab, or testdata (a
+// vocabulary only there is stored as NAME.gguf.zst and unpacked into the build directory once).
+struct VocabFiles {
+  std::string gguf;
+  std::string vectors;  // path of NAME.gguf, to which .inp / .out are appended
+};
+
+std::string read_file(const std::string& path);
+
+VocabFiles vocab_files(const std::string& name) {
+  const std::string file = "ggml-vocab-" + name + ".gguf";
+  if (std::ifstream(kVocabDir + file + ".inp")) return {kVocabDir + file, kVocabDir + file};
+  if (std::ifstream(kVocabDir + file)) return {kVocabDir + file, kTestdataDir + file};
+  const std::string unpacked = std::string(KVSTASH_BINARY_DIR) + "/" + file;
+  if (!std::ifstream(unpacked)) {
+    const std::string packed = read_file(kTestdataDir + file + ".zst");
+    const unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+    if (packed.empty() || size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN) return {unpacked, kTestdataDir + file};
+    std::string bytes(size, '\0');
+    if (ZSTD_isError(ZSTD_decompress(bytes.data(), bytes.size(), packed.data(), packed.size()))) return {unpacked, kTestdataDir + file};
+    const std::string temp = unpacked + ".tmp." + std::to_string(::getpid());  // tests may run at once
+    std::ofstream(temp, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::rename(temp.c_str(), unpacked.c_str());
+  }
+  return {unpacked, kTestdataDir + file};
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -31,6 +67,7 @@ std::vector<std::string> split_inputs(const std::string& data) {
     out.push_back(data.substr(pos, next - pos));
     pos = next + sep.size();
   }
+  if (pos < data.size()) out.push_back(data.substr(pos));  // the last string, when no separator follows it
   return out;
 }
 
@@ -52,8 +89,9 @@ class VocabVectors : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabVectors, AllReferenceOutputsMatch) {
   const std::string name = GetParam();
-  const std::string path = kVocabDir + "ggml-vocab-" + name + ".gguf";
-  Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(path);
+  const VocabFiles files = vocab_files(name);
+  const std::string& path = files.vectors;
+  Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(files.gguf);
   ASSERT_TRUE(file.has_value()) << file.status().to_string();
   Expected<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok.has_value()) << tok.status().to_string();
@@ -81,7 +119,7 @@ TEST_P(VocabVectors, AllReferenceOutputsMatch) {
 // space before the text that follows a special token (as at the start), which decode keeps.
 TEST_P(VocabVectors, RandomTextsRoundTrip) {
   const std::string name = GetParam();
-  Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(kVocabDir + "ggml-vocab-" + name + ".gguf");
+  Expected<std::unique_ptr<gguf::File>> file = gguf::File::open(vocab_files(name).gguf);
   ASSERT_TRUE(file.has_value()) << file.status().to_string();
   Expected<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok.has_value()) << tok.status().to_string();
@@ -99,10 +137,10 @@ TEST_P(VocabVectors, RandomTextsRoundTrip) {
   }
 }
 
-// Every vocabulary with vectors in shared/vocab (its README lists them).
+// Every vocabulary with vectors in shared/vocab (its README lists them), then those in testdata.
 INSTANTIATE_TEST_SUITE_P(SharedVocab, VocabVectors,
                          ::testing::Values("llama-bpe", "llama-spm", "phi-3", "deepseek-coder", "falcon",
-                                           "starcoder", "refact", "command-r", "mpt"),
+                                           "starcoder", "refact", "command-r", "mpt", "qwen2", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = (c == '-') ? '_' : c;

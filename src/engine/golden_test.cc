@@ -1,0 +1,133 @@
+// The golden outputs of llama.cpp (src/model/testdata/golden, recorded by scripts/record-golden.sh;
+// model/golden_test.cc checks the forward pass against them) through the engine, where the caches
+// are: greedy generation must give llama.cpp's 32 tokens with nothing cached, after a prefix-cache
+// hit, after a restart on the disk tier, and under preemption.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/disk_tier.h"
+#include "cache/tiered_store.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "modelgen/test_models.h"
+
+namespace kvstash {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kGoldenDir = fs::path(__FILE__).parent_path().parent_path() / "model" / "testdata" / "golden";
+constexpr int kBlockSize = 16;
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Golden, ::testing::Values("qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Greedy generation with nothing cached, then with the prompt's blocks from the pool (prefix-cache
+// hit), then in a new engine whose only source is the disk tier the first one wrote (a restart with
+// --cache-disk), then all five prompts at once in a pool too small for them (preemption). Each must
+// produce llama.cpp's 32 tokens.
+TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
+  const std::string preset = GetParam();
+  std::ifstream in(kGoldenDir / (preset + ".json"));
+  ASSERT_TRUE(in) << "no fixture for " << preset << " in " << kGoldenDir << " (scripts/record-golden.sh)";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto model = Model::load(testing::test_model_path(preset, gguf::TensorType::kF32));
+  ASSERT_TRUE(model) << model.status().to_string();
+  const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / "golden-test" / preset;
+  fs::remove_all(dir);
+
+  auto disk_store = [&] {
+    std::vector<std::unique_ptr<cache::Tier>> tiers;
+    auto disk = cache::DiskTier::open({.dir = dir.string(), .capacity_bytes = 64 << 20});
+    EXPECT_TRUE(disk.has_value()) << disk.status().to_string();
+    tiers.push_back(std::move(disk.value()));
+    cache::TieredStoreOptions o;
+    o.tier_timeout = std::chrono::minutes(10);  // a slow (sanitizer) machine must not skip the tier
+    return std::make_unique<cache::TieredStore>(std::move(tiers), o);
+  };
+  auto make_engine = [&](cache::TieredStore* store, std::int64_t pool_tokens) {
+    EngineOptions o;
+    o.n_ctx = 256;
+    o.n_threads = 2;
+    o.kv_store = store;
+    o.chunk_tokens = kBlockSize;
+    o.kv_pool_tokens = pool_tokens;
+    o.store_load_timeout = std::chrono::minutes(10);
+    auto e = Engine::create(**model, o);
+    EXPECT_TRUE(e.has_value()) << e.status().to_string();
+    return std::move(e.value());
+  };
+  auto request = [&](const nlohmann::json& record) {
+    GenerationRequest r;
+    r.prompt = record["prompt"].get<std::vector<TokenId>>();
+    r.max_tokens = 32;
+    r.stop_at_end_of_generation = false;  // llama.cpp was run with ignore_eos
+    for (const auto& id : golden["banned"]) r.sampling.logit_bias.emplace_back(id.get<TokenId>(), -1e9f);
+    return r;
+  };
+  auto run_all_in_turn = [&](Engine& engine, const char* what, bool expect_cached) {
+    for (const auto& record : golden["prompts"]) {
+      const auto req = request(record);
+      auto r = generate(engine, req);
+      ASSERT_TRUE(r) << r.status().to_string();
+      EXPECT_EQ(r->tokens, record["tokens"].get<std::vector<TokenId>>()) << what << ", prompt of " << req.prompt.size();
+      if (expect_cached && req.prompt.size() > static_cast<std::size_t>(kBlockSize)) {
+        EXPECT_GT(r->cached_tokens, 0) << what << ", prompt of " << req.prompt.size();
+      }
+    }
+  };
+  {
+    auto store = disk_store();
+    auto engine = make_engine(store.get(), 0);
+    run_all_in_turn(*engine, "cold", false);
+    run_all_in_turn(*engine, "prefix-cache hit", true);
+    EXPECT_GT(engine->stats().prompt_tokens_from_pool, 0);
+    store->flush();
+  }
+  {
+    auto store = disk_store();  // a new process on the same --cache-disk directory
+    auto engine = make_engine(store.get(), 0);
+    run_all_in_turn(*engine, "restart with the disk tier", true);
+    EXPECT_GT(engine->stats().prompt_tokens_from_store, 0);
+  }
+  // Eight blocks hold the longest sequence (71 + 32 tokens) but not the five together: sequences
+  // are preempted and recomputed. No store, no prefix cache: the recomputation is the test.
+  auto engine = make_engine(nullptr, 8 * kBlockSize);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<TokenId>> outputs(golden["prompts"].size());
+  std::size_t finished = 0;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    auto id = engine->submit(request(golden["prompts"][i]), [&, i](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.token >= 0 && ev.finish != FinishReason::kError) outputs[i].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        ++finished;
+        cv.notify_all();
+      }
+    });
+    ASSERT_TRUE(id) << id.status().to_string();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == outputs.size(); });
+  }
+  EXPECT_GT(engine->stats().preemptions, 0) << "the pool held all five: nothing was preempted";
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    EXPECT_EQ(outputs[i], golden["prompts"][i]["tokens"].get<std::vector<TokenId>>()) << "under preemption, prompt " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvstash
