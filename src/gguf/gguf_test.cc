@@ -273,6 +273,9 @@ TEST_F(GgufTest, TypeNamesAndLayouts) {
   EXPECT_EQ(e, 256u); EXPECT_EQ(b, 110u);
   ASSERT_TRUE(tensor_type_layout(TensorType::kQ5_1, &e, &b));
   EXPECT_EQ(e, 32u); EXPECT_EQ(b, 24u);
+  ASSERT_TRUE(tensor_type_layout(static_cast<TensorType>(39), &e, &b));  // MXFP4 (gpt-oss)
+  EXPECT_EQ(e, 32u); EXPECT_EQ(b, 17u);
+  EXPECT_EQ(tensor_type_name(TensorType::kMXFP4), "mxfp4");
   EXPECT_FALSE(tensor_type_layout(static_cast<TensorType>(99), &e, &b));
   EXPECT_EQ(tensor_type_name(TensorType::kQ4_K), "q4_K");
   EXPECT_EQ(tensor_type_name(static_cast<TensorType>(99)), "type 99");

@@ -16,7 +16,7 @@ struct TypeFacts {
 // Block layouts as ggml defines them (ggml-common.h block_* structs). The IQ and TQ types are
 // listed with their sizes so that a file holding them opens and the model loader can refuse it
 // naming the type; no kernel here runs them.
-constexpr std::array<TypeFacts, 32> kTypes = {{
+constexpr std::array<TypeFacts, 33> kTypes = {{
     {TensorType::kF32, "f32", 1, 4},
     {TensorType::kF16, "f16", 1, 2},
     {TensorType::kQ4_0, "q4_0", 32, 18},
@@ -48,6 +48,7 @@ constexpr std::array<TypeFacts, 32> kTypes = {{
     {TensorType::kBF16, "bf16", 1, 2},
     {TensorType::kTQ1_0, "tq1_0", 256, 54},
     {TensorType::kTQ2_0, "tq2_0", 256, 66},
+    {TensorType::kMXFP4, "mxfp4", 32, 17},  // E8M0 scale + 16 bytes of E2M1 pairs (gpt-oss)
     {TensorType::kF32, nullptr, 0, 0},  // end marker, never matched (name null)
 }};
 

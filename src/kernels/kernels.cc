@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/interleaved16.h"
+#include "kernels/mxfp4.h"
 #include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
@@ -32,7 +33,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ5_0x16, "q5_0x16", 32, 22}, {WeightType::kF16x16, "f16x16", 1, 2},
     {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176}, {WeightType::kQ4_1x16, "q4_1x16", 32, 20},
     {WeightType::kQ5_1x16, "q5_1x16", 32, 24}, {WeightType::kQ3_Kx16, "q3_Kx16", 256, 110},
-    {WeightType::kQ2_Kx16, "q2_Kx16", 256, 84},
+    {WeightType::kQ2_Kx16, "q2_Kx16", 256, 84}, {WeightType::kMxfp4, "mxfp4", 32, 17},
 };
 
 // Each interleaved type and the GGUF type repack_for_decode makes it from.
@@ -307,6 +308,7 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
 
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
   assert(row_begin >= 0 && row_begin <= row_end && row_end <= w.rows);
+  if (w.type == WeightType::kMxfp4) return mxfp4_dequantize_rows(w, row_begin, row_end, out);
   active_kernels().dequantize_rows(w, row_begin, row_end, out);
 }
 

@@ -23,7 +23,8 @@ namespace kvstash::kernels {
 // only by repack_for_decode, never read from or written to a file.
 enum class WeightType {
   kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,
-  kQ8_0x16, kQ4_Kx16, kQ6_Kx16, kQ4_0x16, kQ5_0x16, kF16x16, kQ5_Kx16, kQ4_1x16, kQ5_1x16, kQ3_Kx16, kQ2_Kx16
+  kQ8_0x16, kQ4_Kx16, kQ6_Kx16, kQ4_0x16, kQ5_0x16, kF16x16, kQ5_Kx16, kQ4_1x16, kQ5_1x16, kQ3_Kx16, kQ2_Kx16,
+  kMxfp4,  // GGUF MXFP4 (gpt-oss's experts): 32 E2M1 values and an E8M0 scale per 17 bytes (mxfp4.h)
 };
 inline bool is_interleaved(WeightType type) {
   return type == WeightType::kQ8_0x16 || type == WeightType::kQ4_Kx16 || type == WeightType::kQ6_Kx16 ||
@@ -48,7 +49,7 @@ WeightType interleaved_source(WeightType type);
 inline constexpr WeightType kAllWeightTypes[] = {
     WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0, WeightType::kQ4_0,
     WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K,
-    WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+    WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kMxfp4};
 const char* weight_type_name(WeightType type);
 // Elements per block (1 for float types, kF16x16 included; 32 for Q4_0..Q8_0, 256 for the K types)
 // and its bytes.

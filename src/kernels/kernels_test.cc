@@ -328,7 +328,8 @@ TEST(Quantize, EncodersRoundTripThroughTheReference) {
         ASSERT_EQ(back[i], 0.0) << weight_type_name(type) << " at " << i;
       }
     }
-    const int bits = type == WeightType::kQ2_K ? 2 : type == WeightType::kQ3_K ? 3
+    // MXFP4's E2M1 codes: 8 magnitudes, its coarsest gap (between 4 and 6 of 6) like a uniform 3-bit step.
+    const int bits = type == WeightType::kQ2_K ? 2 : type == WeightType::kQ3_K || type == WeightType::kMxfp4 ? 3
                    : (type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ4_K) ? 4
                    : (type == WeightType::kQ8_0) ? 8 : type == WeightType::kQ6_K ? 6 : 5;
     const double step = 4.0 / ((1 << bits) - 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 #include "kernels/simd_dispatch.h"
 
 namespace kvstash::kernels {
@@ -240,8 +241,12 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     while (chunk >= layout.first_chunk[i + 1]) ++i;
     const WeightView& w = ws[static_cast<std::size_t>(i)];
     const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
-    k.matmul_rows(w, x, xq, n_tokens, begin, std::min(w.rows, begin + layout.chunk_rows[i]),
-                  ys[static_cast<std::size_t>(i)], w.rows);
+    const std::int64_t end = std::min(w.rows, begin + layout.chunk_rows[i]);
+    if (w.type == WeightType::kMxfp4) {
+      mxfp4_matmul_rows(w, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
+    } else {
+      k.matmul_rows(w, x, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
+    }
   };
   pool.run(n_ranges, [&](int own) {
     std::int64_t chunk;
@@ -274,7 +279,6 @@ void matmul_prefill(const WeightView& w, const float* x, int n_tokens, float* y,
                 static_cast<const float*>(w.data), static_cast<int>(w.row_bytes / 4), 0.0f, y, ldc);
     return;
   }
-  const KernelTable& k = active_kernels();
   std::int64_t panel_rows = std::max<std::int64_t>(64, kPanelBytes / (w.cols * 4)) / 16 * 16;
   panel_rows = std::min(panel_rows, w.rows);
   thread_local std::vector<float> panel_buffer;
@@ -284,8 +288,8 @@ void matmul_prefill(const WeightView& w, const float* x, int n_tokens, float* y,
   for (std::int64_t begin = 0; begin < w.rows; begin += panel_rows) {
     const std::int64_t rows = std::min(panel_rows, w.rows - begin);
     pool.parallel_for(static_cast<std::size_t>(rows), 16, [&](std::size_t lo, std::size_t hi) {
-      k.dequantize_rows(w, begin + static_cast<std::int64_t>(lo), begin + static_cast<std::int64_t>(hi),
-                        panel + lo * w.cols);
+      kernels::dequantize_rows(w, begin + static_cast<std::int64_t>(lo), begin + static_cast<std::int64_t>(hi),
+                               panel + lo * w.cols);
     });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(rows), k_dim, 1.0f, x, k_dim,
                 panel, k_dim, 0.0f, y + begin, ldc);

@@ -9,6 +9,7 @@
 
 #include "common/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -245,6 +246,7 @@ void quantize_row(WeightType type, const float* x, std::int64_t n, void* out) {
       case WeightType::kQ4_K: encode_q4_k_or_q5_k(x, false, dst); break;
       case WeightType::kQ5_K: encode_q4_k_or_q5_k(x, true, dst); break;
       case WeightType::kQ6_K: encode_q6_k(x, dst); break;
+      case WeightType::kMxfp4: quantize_mxfp4(x, elems, dst); break;
     }
   }
 }

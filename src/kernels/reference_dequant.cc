@@ -1,6 +1,8 @@
 // Block-by-block decoding in double precision (see reference_dequant.h).
 #include "kernels/reference_dequant.h"
 
+#include <cmath>
+
 #include <cstring>
 
 #include "common/fp16.h"
@@ -170,6 +172,18 @@ void reference_dequantize_block(WeightType type, const std::uint8_t* block, doub
     case WeightType::kQ4_K: return q4_k_or_q5_k(block, false, out);
     case WeightType::kQ5_K: return q4_k_or_q5_k(block, true, out);
     case WeightType::kQ6_K: return q6_k(block, out);
+    case WeightType::kMxfp4: {
+      // The OCP MX format: scale 2^(e - 127); E2M1 code s|ee|m, value (-1)^s 2^(ee - 1) (1 + m/2)
+      // for ee > 0, m/2 for ee = 0 (computed from the bits, not from mxfp4.h's table).
+      const double scale = std::ldexp(1.0, static_cast<int>(block[0]) - 127);
+      for (int j = 0; j < 32; ++j) {
+        const int code = j < 16 ? block[1 + j] & 15 : block[1 + j - 16] >> 4;
+        const int ee = (code >> 1) & 3, m = code & 1;
+        const double mag = ee == 0 ? m * 0.5 : std::ldexp(1.0 + m * 0.5, ee - 1);
+        out[j] = (code & 8 ? -mag : mag) * scale;
+      }
+      return;
+    }
     case WeightType::kQ8_0x16:
     case WeightType::kQ4_Kx16:
     case WeightType::kQ3_Kx16:

@@ -46,7 +46,7 @@ inline std::vector<int> half_fields(WeightType type) {
   }
 }
 
-// Slice-form types (Q4_0 ... Q6_K): every quant bit and sub-scale byte random, the f16 scale
+// Slice-form types (Q4_0 ... Q6_K) and MXFP4: every quant bit and sub-scale byte random, the f16 scale
 // fields in [0.001, 0.03] (Q4_1/Q5_1 mins in [-0.5, 0.5]); `dequantized` from the double-precision
 // reference, rounded to f32.
 inline TestWeights make_random_blocks(WeightType type, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
@@ -61,6 +61,8 @@ inline TestWeights make_random_blocks(WeightType type, std::int64_t rows, std::i
   const std::size_t block_bytes = weight_block_bytes(type);
   const bool has_m = type == WeightType::kQ4_1 || type == WeightType::kQ5_1;
   for (std::size_t at = 0; at < tw.bytes.size(); at += block_bytes) {
+    // MXFP4's E8M0 scale: 2^-8 .. 2^0 (codes up to 6: weights within about ±6).
+    if (type == WeightType::kMxfp4) tw.bytes[at] = static_cast<std::uint8_t>(119 + byte(rng) % 9);
     for (int field : half_fields(type)) {
       const std::uint16_t h = f32_to_f16(has_m && field == 2 ? offset(rng) : scale(rng));
       std::memcpy(&tw.bytes[at + static_cast<std::size_t>(field)], &h, 2);

@@ -8,7 +8,7 @@
 namespace kvstash {
 namespace {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kPhi3, kGptOss };
 
 bool parse_arch(const std::string& name, Arch* out) {
   if (name == "llama") *out = Arch::kLlama;
@@ -16,6 +16,8 @@ bool parse_arch(const std::string& name, Arch* out) {
   else if (name == "qwen3") *out = Arch::kQwen3;
   else if (name == "qwen3moe") *out = Arch::kQwen3Moe;
   else if (name == "gemma3") *out = Arch::kGemma3;
+  else if (name == "phi3") *out = Arch::kPhi3;
+  else if (name == "gpt-oss") *out = Arch::kGptOss;
   else return false;
   return true;
 }
@@ -69,14 +71,30 @@ Status read_common(const gguf::File& f, const Keys& keys, ModelConfig* c) {
   if (auto v = f.get_float(a + ".rope.freq_base")) c->rope_base = static_cast<float>(*v);
   if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c->rms_eps = static_cast<float>(*v);
   // llama3 scaling lives in rope_freqs.weight, which the Model applies; "none" or a factor of 1
-  // change nothing; linear divides every angle by the factor (llama.cpp's freq_scale). Anything
-  // else (yarn, longrope) would change the angles otherwise.
-  if (auto type = f.get_string(a + ".rope.scaling.type"); type && *type != "none" && *type != "llama3") {
+  // change nothing; linear divides every angle by the factor (llama.cpp's freq_scale); phi3's
+  // LongRoPE is its rope_factors tensors (describe_architecture). Anything else (yarn) would change
+  // the angles otherwise.
+  if (auto v = f.get_float(a + ".rope.scaling.attn_factor")) c->rope_magnitude = static_cast<float>(*v);
+  if (auto type = f.get_string(a + ".rope.scaling.type");
+      type && *type != "none" && *type != "llama3" && !(*type == "longrope" && a == "phi3")) {
     auto factor = f.get_float(a + ".rope.scaling.factor");
     if (*type == "linear" && factor && *factor > 0) {
       c->rope_scale = static_cast<float>(1.0 / *factor);
+    } else if (*type == "yarn" && factor && *factor > 1.0) {
+      // llama.cpp: freq_scale 1 / factor, ext_factor 1, and cos/sin × (1 + 0.1 ln factor) (its
+      // yarn_attn_factor's own mscale cancels against the one rope_yarn applies once more).
+      if (f.find(a + ".rope.scaling.yarn_log_multiplier") != nullptr) {
+        return unsupported(f.path() + ": rope scaling 'yarn' with yarn_log_multiplier is not supported (supported: plain yarn)");
+      }
+      c->rope_scale = static_cast<float>(1.0 / *factor);
+      c->rope_magnitude *= static_cast<float>(1.0 + 0.1 * std::log(*factor));
+      c->rope_yarn_original_ctx = c->n_ctx_train;
+      KVSTASH_RETURN_IF_ERROR(keys.optional("rope.scaling.original_context_length", &c->rope_yarn_original_ctx));
+      if (auto v = f.get_float(a + ".rope.scaling.yarn_beta_fast")) c->rope_yarn_beta_fast = static_cast<float>(*v);
+      if (auto v = f.get_float(a + ".rope.scaling.yarn_beta_slow")) c->rope_yarn_beta_slow = static_cast<float>(*v);
     } else if (factor && *factor != 1.0) {
-      return unsupported(f.path() + ": rope scaling '" + *type + "' is not supported (supported: none, llama3, linear)");
+      return unsupported(f.path() + ": rope scaling '" + *type +
+                         "' is not supported (supported: none, llama3, linear, yarn, longrope for phi3)");
     }
   }
   return Status::ok();
@@ -84,9 +102,11 @@ Status read_common(const gguf::File& f, const Keys& keys, ModelConfig* c) {
 
 }  // namespace
 
-// gemma3's local layers: which are windowed (sliding_window_pattern, default 6: layer il is local
-// iff il % 6 < 5; or a per-layer bool array), their window and their own RoPE base.
-Status read_gemma3_windows(const gguf::File& f, const Keys& keys, ModelConfig* c) {
+// Local (sliding-window) layers: which are windowed (sliding_window_pattern, a period n: layer il
+// is local iff il % n < n - 1, default gemma3's 6 and gpt-oss's 2; or a per-layer bool array),
+// their window and RoPE: gemma3's their own base (rope.freq_base_swa, default 10000) unscaled,
+// gpt-oss's the global one (freq_base_swa defaulting to freq_base, scaled alike).
+Status read_windows(const gguf::File& f, const Keys& keys, int default_period, bool own_rope, ModelConfig* c) {
   const std::string& a = c->architecture;
   int window = 0;
   KVSTASH_RETURN_IF_ERROR(keys.optional("attention.sliding_window", &window));
@@ -104,24 +124,31 @@ Status read_gemma3_windows(const gguf::File& f, const Keys& keys, ModelConfig* c
       local[i] = *b;
     }
   } else {
-    int n_pattern = 6;  // llama.cpp's default for gemma3
+    int n_pattern = default_period;
     KVSTASH_RETURN_IF_ERROR(keys.optional("attention.sliding_window_pattern", &n_pattern));
     for (int i = 0; i < c->n_layers; ++i) local[static_cast<std::size_t>(i)] = i % n_pattern < n_pattern - 1;
   }
-  float base_swa = 10000.0f;  // llama.cpp's rope_freq_base_train_swa default
+  // llama.cpp's rope_freq_base_train_swa: 10000 unless the architecture defaults it to the base.
+  float base_swa = own_rope ? 10000.0f : c->rope_base;
   if (auto v = f.get_float(a + ".rope.freq_base_swa")) base_swa = static_cast<float>(*v);
+  float attn_factor = 1.0f;  // without YaRN's magnitude: an unscaled layer has none
+  if (auto v = f.get_float(a + ".rope.scaling.attn_factor")) attn_factor = static_cast<float>(*v);
   for (int i = 0; i < c->n_layers; ++i) {
     if (!local[static_cast<std::size_t>(i)]) continue;
     AttentionSpec& at = c->layers[static_cast<std::size_t>(i)].attention;
     at.kind = AttentionKind::kSlidingWindow;
     at.window = window;
     at.rope.base = base_swa;
-    at.rope.scale = 1.0f;  // local layers are never scaled
+    if (own_rope) {  // gemma3's local layers are never scaled
+      at.rope.scale = 1.0f;
+      at.rope.magnitude = attn_factor;
+      at.rope.yarn_original_ctx = 0;
+    }
   }
   return Status::ok();
 }
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss"; }
 
 Status describe_architecture(const gguf::File& f, ModelConfig* c) {
   auto arch_name = f.get_string("general.architecture");
@@ -144,15 +171,24 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
     c->attention_scale = 1.0f / std::sqrt(static_cast<float>(c->n_layers == 62 ? c->n_embd / c->n_heads : c->head_dim));
     if (auto cap = f.get_float(c->architecture + ".final_logit_softcapping")) c->logit_softcap = static_cast<float>(*cap);
   }
+  if (arch == Arch::kPhi3) {
+    // LongRoPE: per-pair divisors in rope_factors_long / rope_factors_short; llama.cpp takes the
+    // long ones when its per-sequence context exceeds rope.scaling.original_context_length. Here
+    // the context is the model's own (context_length), as llama.cpp's default -c gives it.
+    // (phi3.attention.sliding_window is written by the converter but ignored by llama.cpp: so here.)
+    int original = c->n_ctx_train;
+    KVSTASH_RETURN_IF_ERROR(keys.optional("rope.scaling.original_context_length", &original));
+    c->rope_factors_tensor = c->n_ctx_train > original ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  }
   // A MoE file's feed_forward_length is the dense width its config declares, unused by the layers.
-  if (arch == Arch::kQwen3Moe) {
+  if (arch == Arch::kQwen3Moe || arch == Arch::kGptOss) {
     KVSTASH_RETURN_IF_ERROR(keys.optional("feed_forward_length", &c->n_ff));
   } else {
     KVSTASH_RETURN_IF_ERROR(keys.need("feed_forward_length", &c->n_ff));
   }
 
   LayerSpec layer;
-  layer.attention.rope = {c->rope_base, c->rope_scale, c->rope_style};
+  layer.attention.rope = c->full_rope();
   layer.attention.qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;
   layer.ffn.n_ff = c->n_ff;
   if (arch == Arch::kGemma3) {
@@ -160,7 +196,9 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
     layer.post_ffn_norm = true;
     layer.ffn.kind = FfnKind::kGeluGated;
   }
-  if (arch == Arch::kQwen3Moe) {
+  // gpt-oss: sinks in every layer, biases on Q/K/V and the output (found per layer below).
+  layer.attention.sinks = arch == Arch::kGptOss;
+  if (arch == Arch::kQwen3Moe || arch == Arch::kGptOss) {
     MoeSpec& moe = layer.ffn.moe;
     layer.ffn.kind = FfnKind::kMoe;
     KVSTASH_RETURN_IF_ERROR(keys.need("expert_count", &moe.n_experts));
@@ -175,14 +213,40 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
     if (moe.n_ff_expert == 0) return corrupt(f.path() + ": no expert_feed_forward_length (nor feed_forward_length)");
     moe.gating = ExpertGating::kSoftmaxTopK;
     moe.renormalize = true;  // qwen3moe's norm_topk_prob; llama.cpp passes norm_w = true
+    if (arch == Arch::kGptOss) {
+      // llama.cpp's build_moe_ffn with SOFTMAX_WEIGHT, norm_w false, LLM_FFN_SWIGLU_OAI_MOE and
+      // every bias.
+      moe.gating = ExpertGating::kTopKSoftmax;
+      moe.renormalize = false;
+      moe.activation = ExpertActivation::kClampedSwiGlu;
+      moe.router_bias = true;
+      moe.expert_biases = true;
+    }
   }
   c->layers.assign(static_cast<std::size_t>(c->n_layers), layer);
-  if (arch == Arch::kGemma3) KVSTASH_RETURN_IF_ERROR(read_gemma3_windows(f, keys, c));
+  if (arch == Arch::kGemma3) KVSTASH_RETURN_IF_ERROR(read_windows(f, keys, 6, true, c));
+  if (arch == Arch::kLlama && keys.has("attention.sliding_window")) {
+    // Mistral 7B v0.1's window (4096) on every layer, as the model was trained. llama.cpp's llama
+    // loader does not read this key: its output differs from ours once a prompt passes the window.
+    int window = 0;
+    KVSTASH_RETURN_IF_ERROR(keys.need("attention.sliding_window", &window));
+    for (LayerSpec& l : c->layers) {
+      l.attention.kind = AttentionKind::kSlidingWindow;
+      l.attention.window = window;
+    }
+  }
+  if (arch == Arch::kGptOss) {
+    // gpt-oss needs its window (llama.cpp reads attention.sliding_window as required).
+    if (!keys.has("attention.sliding_window")) return corrupt(f.path() + ": gpt-oss without attention.sliding_window");
+    KVSTASH_RETURN_IF_ERROR(read_windows(f, keys, 2, false, c));
+  }
   for (int i = 0; i < c->n_layers; ++i) {
     // Biases: qwen2 files have them; llama.cpp loads attn_{q,k,v}.bias as optional for every
     // architecture here and adds them when present. Taken from the file, per layer.
     const bool bias = f.find_tensor("blk." + std::to_string(i) + ".attn_q.bias") != nullptr;
     c->layers[static_cast<std::size_t>(i)].attention.qkv_bias = bias;
+    c->layers[static_cast<std::size_t>(i)].attention.output_bias =
+        f.find_tensor("blk." + std::to_string(i) + ".attn_output.bias") != nullptr;
   }
   auto name = f.get_string("general.name");
   c->name = name ? *name : std::filesystem::path(f.path()).stem().string();

@@ -1,6 +1,7 @@
 #include "model/attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvstash::attention {
 
@@ -20,6 +21,20 @@ std::vector<TokenTile> token_tiles(const std::vector<TokenSlot>& slots, int max_
   }
   return tiles;
 }
+
+namespace {
+
+// softmax over x[0, n) with one more logit, `sink`, in the denominator only.
+void softmax_with_sink(float* x, int n, float sink) {
+  const float m = std::max(*std::max_element(x, x + n), sink);
+  double sum = 0.0;
+  for (int j = 0; j < n; ++j) sum += x[j] = std::exp(x[j] - m);
+  sum += std::exp(sink - m);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int j = 0; j < n; ++j) x[j] *= inv;
+}
+
+}  // namespace
 
 void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& pool) {
   const int hd = in.head_dim, group = in.n_heads / in.n_kv_heads;
@@ -64,7 +79,14 @@ void attend(const AttentionInput& in, const AttentionPlan& plan, ThreadPool& poo
       }
     }
     for (int i = 0; i < tile.count; ++i) {
-      for (int h = 0; h < n_heads; ++h) kernels::softmax_inplace(scores(i) + h * ctx_max + lo(i), n_ctx(i) - lo(i));
+      for (int h = 0; h < n_heads; ++h) {
+        float* row = scores(i) + h * ctx_max + lo(i);
+        if (in.sinks != nullptr) {
+          softmax_with_sink(row, n_ctx(i) - lo(i), in.sinks[h0 + h]);
+        } else {
+          kernels::softmax_inplace(row, n_ctx(i) - lo(i));
+        }
+      }
       std::fill(out_at(i), out_at(i) + n_heads * hd, 0.0f);
     }
     for (int j = block_min; j < ctx_max; j += kv.block_size) {

@@ -1,6 +1,7 @@
 // Causal attention of a forward pass over the paged f16 KV pool (model/forward.cc's attention
 // step): every new token's query heads against the K and V of its sequence's kept slots, its own
-// included, or the last `window` of them for a sliding-window layer. Internal to the model module.
+// included, or the last `window` of them for a sliding-window layer; with a per-head sink logit in
+// the softmax's denominator where the layer has one. Internal to the model module.
 //
 // Thread safety: attend() uses `pool` for the duration of the call and writes only `out`.
 #pragma once
@@ -44,6 +45,10 @@ struct AttentionInput {
   int n_heads, n_kv_heads, head_dim;
   float scale;
   int window;      // > 0: a token sees only the last `window` slots, itself included (slots = positions)
+  // When set, one logit per query head that joins the softmax's denominator only (gpt-oss's
+  // attention sinks): weights exp(s_j - m) / (sum_j exp(s_j - m) + exp(sink - m)), m the larger of
+  // the scores' maximum and the sink, as llama.cpp's soft_max with sinks.
+  const float* sinks = nullptr;
 };
 
 // How the work is cut into pool tasks. With GQA, `group` query heads read the same KV head, and one

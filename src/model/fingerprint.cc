@@ -167,6 +167,10 @@ Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c)
     if (l.ffn.kind != FfnKind::kMoe) continue;
     h.update("moe").update_u32(static_cast<std::uint32_t>(l.ffn.moe.n_used));
     h.update_u32(static_cast<std::uint32_t>(l.ffn.moe.gating)).update_u32(l.ffn.moe.renormalize ? 1 : 0);
+    // gpt-oss's clamped activation; hashed only when not SwiGLU (qwen3moe's fingerprints unchanged).
+    if (l.ffn.moe.activation != ExpertActivation::kSwiGlu) {
+      h.update("act").update_u32(static_cast<std::uint32_t>(l.ffn.moe.activation));
+    }
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];

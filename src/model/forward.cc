@@ -4,8 +4,9 @@
 // Embedding (× the model's embedding scale). Per layer: RMSNorm → Q, K, V projections (+ bias where
 // the layer has them) → per-head RMSNorm of Q and K where the layer has QK-norm → RoPE at each
 // token's absolute position, with the layer's RoPE table → K, V stored into the pool → causal
-// attention over the sequence's positions, or its last `window` of them for a sliding-window layer
-// (GQA: query head h reads KV head h / (n_heads / n_kv_heads)) → output projection (→ post-norm) +
+// attention over the sequence's positions, or its last `window` of them for a sliding-window layer,
+// with a per-head sink logit in the denominator where the layer has sinks (GQA: query head h reads
+// KV head h / (n_heads / n_kv_heads)) → output projection (+ bias) (→ post-norm) +
 // residual → RMSNorm → feed-forward (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h)
 // (→ post-norm) + residual. Then the final norm and the output projection for the rows that need
 // logits (→ soft-cap).
@@ -60,15 +61,15 @@ class PhaseClock {
 // (angles reach 1e5 radians at long contexts, where float loses the fraction).
 struct RopeTable {
   std::vector<float> cos, sin;  // [token][pair]
-  void build(const std::vector<TokenSlot>& slots, const std::vector<float>& inv_freq) {
+  void build(const std::vector<TokenSlot>& slots, const std::vector<float>& inv_freq, float magnitude) {
     const std::size_t half = inv_freq.size();
     cos.resize(slots.size() * half);
     sin.resize(slots.size() * half);
     for (std::size_t t = 0; t < slots.size(); ++t) {
       for (std::size_t i = 0; i < half; ++i) {
         double angle = static_cast<double>(slots[t].pos) * static_cast<double>(inv_freq[i]);
-        cos[t * half + i] = static_cast<float>(std::cos(angle));
-        sin[t * half + i] = static_cast<float>(std::sin(angle));
+        cos[t * half + i] = static_cast<float>(std::cos(angle)) * magnitude;
+        sin[t * half + i] = static_cast<float>(std::sin(angle)) * magnitude;
       }
     }
   }
@@ -190,7 +191,7 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
     for (int i = 0; i < seq.n_new; ++i) slots.push_back({seq.pos_start + i, seq.first_slot() + i, s});
   }
   std::vector<RopeTable> ropes(rope_inv_freqs_.size());
-  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r]);
+  for (std::size_t r = 0; r < ropes.size(); ++r) ropes[r].build(slots, rope_inv_freqs_[r], rope_magnitudes_[r]);
 
   std::vector<float> x(sz(T, d)), xn(sz(T, d)), q(sz(T, q_dim)), k(sz(T, kv_dim)), v(sz(T, kv_dim)),
       att(sz(T, q_dim)), gate(sz(T, ff)), up(sz(T, ff)), moe_out(c.has_moe() ? sz(T, d) : 0);
@@ -240,9 +241,12 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       }
     }
     clock.end(Phase::kRopeKv);
-    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window}, attention_plan, pool);
+    attention::attend({slots, batch, kv, l, q.data(), att.data(), nh, nkv, hd, scale, window,
+                       L.sinks.empty() ? nullptr : L.sinks.data()},
+                      attention_plan, pool);
     clock.end(Phase::kAttention);
     kernels::matmul(L.wo, att.data(), T, xn.data(), pool);
+    add_bias(xn.data(), T, L.bo);
     clock.end(Phase::kAttnOutput, {&L.wo});
     if (spec.post_attention_norm) {
       for (int t = 0; t < T; ++t) kernels::rms_norm(&xn[sz(t, d)], L.post_attn_norm.data(), d, c.rms_eps, &xn[sz(t, d)]);

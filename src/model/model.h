@@ -1,5 +1,5 @@
 // A decoder-only transformer loaded from a GGUF file (the architectures of model/architectures.h:
-// llama, qwen2, qwen3, qwen3moe), with weights used in place from the mapping or copied into huge
+// llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), with weights used in place from the mapping or copied into huge
 // pages, and its batched forward pass over a paged KV cache. What each layer computes is the
 // ModelConfig's per-layer description (model_config.h); forward() walks it.
 //
@@ -214,6 +214,8 @@ class Model {
     ExpertWeights experts;                     // FfnKind::kMoe
     std::vector<float> attn_norm, ffn_norm;
     std::vector<float> bq, bk, bv;             // AttentionSpec::qkv_bias; empty otherwise
+    std::vector<float> bo;                     // AttentionSpec::output_bias: n_embd; empty otherwise
+    std::vector<float> sinks;                  // AttentionSpec::sinks: one logit per query head; empty otherwise
     std::vector<float> q_norm, k_norm;         // AttentionSpec::qk_norm: head_dim each; empty otherwise
     std::vector<float> post_attn_norm, post_ffn_norm;  // LayerSpec::post_*_norm; empty otherwise
     int rope = 0;                              // index into rope_inv_freqs_
@@ -245,6 +247,7 @@ class Model {
   // Per distinct RoPE of the layers (gemma3: global and local), per rotated pair:
   // base^(-2i/d) * scale / freq_factor_i. Entry 0 is the model-wide one (rope_inv_freq()).
   std::vector<std::vector<float>> rope_inv_freqs_;
+  std::vector<float> rope_magnitudes_;  // per table: RopeSpec::magnitude, multiplying cos and sin
   std::vector<Layer> layers_;
   std::array<std::uint8_t, 32> fingerprint_{};
   HugePageBuffer weights_;  // empty when the weights are used from the file mapping

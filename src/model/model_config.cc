@@ -11,7 +11,7 @@ bool ModelConfig::has_moe() const {
 
 bool ModelConfig::has_local_layers() const {
   for (const LayerSpec& l : layers) {
-    if (l.attention.kind != AttentionKind::kFull || !(l.attention.rope == RopeSpec{rope_base, rope_scale, rope_style})) {
+    if (l.attention.kind != AttentionKind::kFull || !(l.attention.rope == full_rope())) {
       return true;
     }
   }
@@ -32,8 +32,6 @@ Status check_runnable(const ModelConfig& c) {
       case AttentionKind::kSlidingWindow:
         if (l.attention.window < 1) return internal_error(at + "has a sliding window of " + std::to_string(l.attention.window));
         break;
-      case AttentionKind::kSinks:
-        return unsupported(at + "uses attention sinks, not run yet (supported: full, sliding window)");
     }
     if (l.attention.rope.style != c.rope_style) {
       return unsupported(at + "rotates in another RoPE style than the model's (supported: one style)");

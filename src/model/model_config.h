@@ -27,13 +27,22 @@ struct RopeSpec {
   float base = 10000.0f;                 // the angle of pair i per position is base^(-2i/head_dim) * scale
   float scale = 1.0f;                    // linear rope scaling: 1 / rope.scaling.factor; 1: none
   RopeStyle style = RopeStyle::kInterleaved;
+  // cos and sin are multiplied by it, so Q.K by its square (llama.cpp's attn_factor:
+  // rope.scaling.attn_factor, phi3's LongRoPE); 1: none.
+  float magnitude = 1.0f;
+  // YaRN (rope.scaling.type yarn; gpt-oss): > 0 is the original context. Pair i's angle blends
+  // the scaled (× scale) and unscaled ones by a ramp over the pairs whose wavelength lies between
+  // those that turn beta_fast and beta_slow times in the original context (llama.cpp's
+  // ggml_rope_yarn_corr_dims); magnitude then includes 1 + 0.1 ln(1 / scale).
+  int yarn_original_ctx = 0;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
   bool operator==(const RopeSpec&) const = default;
 };
 
 enum class AttentionKind {
   kFull,           // causal over every earlier token of the sequence
   kSlidingWindow,  // causal, key j visible to query i iff i - j < window (gemma3's local layers)
-  kSinks,          // full, plus one learned logit per head in the softmax denominator (gpt-oss): not run yet
 };
 
 struct AttentionSpec {
@@ -42,6 +51,10 @@ struct AttentionSpec {
   bool qkv_bias = false;   // attn_{q,k,v}.bias added after the projections (qwen2)
   bool qk_norm = false;    // RMSNorm of every Q and K head (head_dim wide, one weight vector for all
                            // heads) before RoPE (qwen3)
+  bool output_bias = false;  // attn_output.bias added after the output projection (gpt-oss)
+  // One learned logit per query head (attn_sinks) that joins each softmax's denominator only: the
+  // head may attend to "nothing" (gpt-oss). With either kind.
+  bool sinks = false;
   RopeSpec rope;
 };
 
@@ -53,7 +66,16 @@ enum class FfnKind {
 
 // How the router's logits become expert weights.
 enum class ExpertGating {
-  kSoftmaxTopK,  // softmax over all experts, keep the top k; renormalised to sum 1 when `renormalize` (qwen3moe)
+  kSoftmaxTopK,    // softmax over all experts, keep the top k; renormalised to sum 1 when `renormalize` (qwen3moe)
+  kTopKSoftmax,    // the k largest logits, then softmax over those k (gpt-oss; llama.cpp's SOFTMAX_WEIGHT)
+};
+
+// What an expert computes between its gate/up and down projections.
+enum class ExpertActivation {
+  kSwiGlu,         // silu(gate) * up
+  // gpt-oss's: g = min(gate, limit), u = clamp(up, -limit, limit), g * sigmoid(alpha g) * (u + 1),
+  // alpha 1.702, limit 7 (llama.cpp's swiglu_oai).
+  kClampedSwiGlu,
 };
 
 struct MoeSpec {
@@ -62,6 +84,9 @@ struct MoeSpec {
   int n_ff_expert = 0;    // hidden width of one expert (expert_feed_forward_length)
   ExpertGating gating = ExpertGating::kSoftmaxTopK;
   bool renormalize = true;  // divide the k kept weights by their sum
+  ExpertActivation activation = ExpertActivation::kSwiGlu;
+  bool router_bias = false;   // ffn_gate_inp.bias added to the router's logits (gpt-oss)
+  bool expert_biases = false;  // ffn_{gate,up,down}_exps.bias: per expert, added after each projection (gpt-oss)
 };
 
 struct FfnSpec {
@@ -79,7 +104,7 @@ struct LayerSpec {
 };
 
 struct ModelConfig {
-  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gemma3"
+  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3" or "gpt-oss"
   std::string name;          // general.name, or the file's stem
   int n_layers = 0;
   int n_embd = 0;
@@ -96,6 +121,16 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_scale = 1.0f;  // linear rope scaling of the full-attention layers: 1 / factor
   RopeStyle rope_style = RopeStyle::kInterleaved;
+  float rope_magnitude = 1.0f;  // RopeSpec::magnitude of the full-attention layers
+  // The tensor of per-pair frequency divisors applied to every layer, when the file has it: Llama
+  // 3's rope_freqs.weight, or phi3's LongRoPE rope_factors_long / rope_factors_short (architectures.cc
+  // picks one for the context).
+  std::string rope_factors_tensor = "rope_freqs.weight";
+  int rope_yarn_original_ctx = 0;  // RopeSpec's YaRN of the full-attention layers; 0: none
+  float rope_yarn_beta_fast = 32.0f, rope_yarn_beta_slow = 1.0f;
+  RopeSpec full_rope() const {
+    return {rope_base, rope_scale, rope_style, rope_magnitude, rope_yarn_original_ctx, rope_yarn_beta_fast, rope_yarn_beta_slow};
+  }
   bool tied_output = false;      // the output projection is token_embd
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma3: sqrt(n_embd)); 1: none
   float attention_scale = 0.0f;  // Q.K multiplier; 0: 1 / sqrt(head_dim)
@@ -108,8 +143,8 @@ struct ModelConfig {
   bool has_local_layers() const;
 };
 
-// kUnsupported naming the first thing in `c` that forward() does not run (attention sinks, a RoPE
-// style that differs between layers, ...); kInternal for a description that contradicts itself
+// kUnsupported naming the first thing in `c` that forward() does not run (a RoPE style that
+// differs between layers); kInternal for a description that contradicts itself
 // (no experts, no window width); ok otherwise.
 Status check_runnable(const ModelConfig& c);
 

@@ -128,15 +128,88 @@ TEST(Architectures, RopeScalingLinearIsAppliedOthersAreRefusedByName) {
   EXPECT_FLOAT_EQ(c.rope_scale, 0.25f);
   EXPECT_FLOAT_EQ(c.layers[1].attention.rope.scale, 0.25f);
 
+  // YaRN: the scale, its original context, and cos/sin × (1 + 0.1 ln factor) on every layer.
   auto yarn = with_keys("qwen3-tiny", "rope-yarn.gguf",
                         {{"qwen3.rope.scaling.type", gguf::Value::string("yarn")},
-                         {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+                         {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)},
+                         {"qwen3.rope.scaling.original_context_length", gguf::Value::u32(1024)}});
   ASSERT_TRUE(yarn);
   ModelConfig y;
-  const Status st = describe_architecture(*yarn, &y);
+  ASSERT_TRUE(describe_architecture(*yarn, &y).is_ok());
+  EXPECT_FLOAT_EQ(y.layers[1].attention.rope.scale, 0.25f);
+  EXPECT_EQ(y.layers[1].attention.rope.yarn_original_ctx, 1024);
+  EXPECT_FLOAT_EQ(y.layers[1].attention.rope.magnitude, static_cast<float>(1.0 + 0.1 * std::log(4.0)));
+
+  auto longrope = with_keys("qwen3-tiny", "rope-longrope.gguf",
+                            {{"qwen3.rope.scaling.type", gguf::Value::string("longrope")},
+                             {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)}});
+  ASSERT_TRUE(longrope);
+  ModelConfig lr;
+  const Status st = describe_architecture(*longrope, &lr);
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
-  EXPECT_NE(st.message().find("'yarn'"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("supported: none, llama3, linear"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'longrope'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("supported: none, llama3, linear, yarn"), std::string::npos) << st.message();
+}
+
+// A llama file with attention.sliding_window (Mistral 7B v0.1) windows every layer, its RoPE the
+// global one; without the key (tiny-llama) every layer is full.
+TEST(Architectures, MistralLlamaWindowsEveryLayer) {
+  const ModelConfig m = described("mistral-tiny");
+  for (const LayerSpec& l : m.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kSlidingWindow);
+    EXPECT_EQ(l.attention.window, 8);
+    EXPECT_TRUE(l.attention.rope == m.full_rope());
+  }
+  for (const LayerSpec& l : described("tiny-llama").layers) EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+}
+
+// gpt-oss: even layers windowed, odd full, all with the global YaRN RoPE and sinks; the experts
+// ranked by logit, softmax over the k kept, biased, with the clamped SwiGLU.
+TEST(Architectures, GptOssAlternatesWindowsWithSinksAndBiasedExperts) {
+  const ModelConfig c = described("gpt-oss-tiny");
+  EXPECT_EQ(c.architecture, "gpt-oss");
+  ASSERT_EQ(c.n_layers, 4);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerSpec& l = c.layers[static_cast<std::size_t>(i)];
+    EXPECT_EQ(l.attention.kind == AttentionKind::kSlidingWindow, i % 2 == 0) << i;
+    if (i % 2 == 0) {
+      EXPECT_EQ(l.attention.window, 8);
+    }
+    EXPECT_TRUE(l.attention.sinks);
+    EXPECT_TRUE(l.attention.qkv_bias);
+    EXPECT_TRUE(l.attention.output_bias);
+    EXPECT_TRUE(l.attention.rope == c.full_rope()) << i;  // local layers share the global RoPE
+    EXPECT_EQ(l.ffn.kind, FfnKind::kMoe);
+    EXPECT_EQ(l.ffn.moe.gating, ExpertGating::kTopKSoftmax);
+    EXPECT_FALSE(l.ffn.moe.renormalize);
+    EXPECT_EQ(l.ffn.moe.activation, ExpertActivation::kClampedSwiGlu);
+    EXPECT_TRUE(l.ffn.moe.router_bias);
+    EXPECT_TRUE(l.ffn.moe.expert_biases);
+  }
+  EXPECT_EQ(c.rope_yarn_original_ctx, 4096);
+  EXPECT_FLOAT_EQ(c.rope_scale, 1.0f / 32.0f);
+  EXPECT_FLOAT_EQ(c.rope_magnitude, static_cast<float>(1.0 + 0.1 * std::log(32.0)));
+}
+
+// phi3's LongRoPE: the long factors when the model's context exceeds the original one, the short
+// ones otherwise; rope.scaling.attn_factor scales every layer's rotation.
+TEST(Architectures, Phi3LongRopePicksItsFactorsByContext) {
+  const ModelConfig c = described("phi3-tiny");  // context 4096 over an original 512
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.rope_factors_tensor, "rope_factors_long.weight");
+  EXPECT_EQ(c.rope_style, RopeStyle::kHalves);
+  EXPECT_NEAR(c.rope_magnitude, 1.19024f, 1e-5f);
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+    EXPECT_FLOAT_EQ(l.attention.rope.magnitude, c.rope_magnitude);
+  }
+  EXPECT_FALSE(c.has_local_layers());
+  auto within = with_keys("phi3-tiny", "phi3-short.gguf",
+                          {{"phi3.rope.scaling.original_context_length", gguf::Value::u32(4096)}});
+  ASSERT_TRUE(within);
+  ModelConfig s;
+  ASSERT_TRUE(describe_architecture(*within, &s).is_ok());
+  EXPECT_EQ(s.rope_factors_tensor, "rope_factors_short.weight");
 }
 
 // gemma3 files may name the local layers one by one (a bool per layer) instead of a period.
@@ -174,7 +247,6 @@ TEST(CheckRunnable, RefusesWhatForwardDoesNotRunByName) {
     void (*change)(ModelConfig&);
   };
   const Case cases[] = {
-      {"sinks", [](ModelConfig& c) { c.layers[0].attention.kind = AttentionKind::kSinks; }},
       {"RoPE style", [](ModelConfig& c) { c.layers[1].attention.rope.style = RopeStyle::kInterleaved; }},
   };
   for (const Case& k : cases) {

@@ -29,11 +29,20 @@ Expected<kernels::WeightType> weight_type_of(const gguf::TensorInfo& t) {
     case gguf::TensorType::kQ4_K: return kernels::WeightType::kQ4_K;
     case gguf::TensorType::kQ5_K: return kernels::WeightType::kQ5_K;
     case gguf::TensorType::kQ6_K: return kernels::WeightType::kQ6_K;
+    case gguf::TensorType::kMXFP4: return kernels::WeightType::kMxfp4;
     default:
       return unsupported("tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
                          ", which this engine does not run (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
-                         "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)");
+                         "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, mxfp4)");
   }
+}
+
+// Rows [first, first + n) of w: a fused matrix's part (phi3's attn_qkv, ffn_up).
+kernels::WeightView row_slice(const kernels::WeightView& w, std::int64_t first, std::int64_t n) {
+  kernels::WeightView v = w;
+  v.data = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(first) * w.row_bytes;
+  v.rows = n;
+  return v;
 }
 
 class Binder {
@@ -105,6 +114,19 @@ class Binder {
     }
     std::vector<float> out(static_cast<std::size_t>(n));
     kernels::dequantize_rows(w, 0, 1, out.data());
+    return out;
+  }
+
+  // A 2-D tensor of rows x cols values in a float type (per-expert biases), as f32, row after row.
+  Expected<std::vector<float>> matrix_values(const std::string& name, std::int64_t cols, std::int64_t rows) {
+    auto m = matrix(name, cols, rows);
+    if (!m) return m.status();
+    if (kernels::is_quantized(m->type)) {
+      return unsupported(file_.path() + ": tensor '" + name + "' is " + kernels::weight_type_name(m->type) +
+                         " (supported: a float type)");
+    }
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    kernels::dequantize_rows(*m, 0, rows, out.data());
     return out;
   }
 
@@ -267,9 +289,19 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
     const LayerSpec& spec = c.layers[static_cast<std::size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     KVSTASH_RETURN_IF_ERROR(assign(L.attn_norm, b.vector(p + "attn_norm.weight", d)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wq, b.matrix(p + "attn_q.weight", d, q_dim)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wk, b.matrix(p + "attn_k.weight", d, kv_dim)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.wv, b.matrix(p + "attn_v.weight", d, kv_dim)));
+    if (b.has(p + "attn_qkv.weight")) {
+      // phi3: one matrix whose rows are Q's, then K's, then V's; views over its row ranges.
+      if (b.has(p + "attn_qkv.bias")) return unsupported(path + ": " + p + "attn_qkv.bias is not supported (supported: no fused Q/K/V bias)");
+      kernels::WeightView qkv;
+      KVSTASH_RETURN_IF_ERROR(assign(qkv, b.matrix(p + "attn_qkv.weight", d, q_dim + 2 * kv_dim)));
+      L.wq = row_slice(qkv, 0, q_dim);
+      L.wk = row_slice(qkv, q_dim, kv_dim);
+      L.wv = row_slice(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      KVSTASH_RETURN_IF_ERROR(assign(L.wq, b.matrix(p + "attn_q.weight", d, q_dim)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.wk, b.matrix(p + "attn_k.weight", d, kv_dim)));
+      KVSTASH_RETURN_IF_ERROR(assign(L.wv, b.matrix(p + "attn_v.weight", d, kv_dim)));
+    }
     KVSTASH_RETURN_IF_ERROR(assign(L.wo, b.matrix(p + "attn_output.weight", q_dim, d)));
     if (spec.attention.qkv_bias) {
       KVSTASH_RETURN_IF_ERROR(assign(L.bq, b.vector(p + "attn_q.bias", q_dim)));
@@ -280,9 +312,15 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
       KVSTASH_RETURN_IF_ERROR(assign(L.q_norm, b.vector(p + "attn_q_norm.weight", c.head_dim)));
       KVSTASH_RETURN_IF_ERROR(assign(L.k_norm, b.vector(p + "attn_k_norm.weight", c.head_dim)));
     }
+    if (spec.attention.output_bias) KVSTASH_RETURN_IF_ERROR(assign(L.bo, b.vector(p + "attn_output.bias", d)));
+    if (spec.attention.sinks) KVSTASH_RETURN_IF_ERROR(assign(L.sinks, b.vector(p + "attn_sinks.weight", c.n_heads)));
     if (spec.post_attention_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", d)));
     if (spec.post_ffn_norm) KVSTASH_RETURN_IF_ERROR(assign(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", d)));
-    KVSTASH_RETURN_IF_ERROR(assign(L.ffn_norm, b.vector(p + "ffn_norm.weight", d)));
+    // gpt-oss names its pre-feed-forward norm post_attention_norm (and has no ffn_norm).
+    const bool ffn_norm_named_post = !spec.post_attention_norm && !b.has(p + "ffn_norm.weight") &&
+                                     b.has(p + "post_attention_norm.weight");
+    KVSTASH_RETURN_IF_ERROR(
+        assign(L.ffn_norm, b.vector(p + (ffn_norm_named_post ? "post_attention_norm.weight" : "ffn_norm.weight"), d)));
     if (spec.ffn.kind == FfnKind::kMoe) {
       const MoeSpec& m = spec.ffn.moe;
       ExpertWeights& x = L.experts;
@@ -290,18 +328,35 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
       KVSTASH_RETURN_IF_ERROR(assign(x.gate, b.experts(p + "ffn_gate_exps.weight", d, m.n_ff_expert, m.n_experts)));
       KVSTASH_RETURN_IF_ERROR(assign(x.up, b.experts(p + "ffn_up_exps.weight", d, m.n_ff_expert, m.n_experts)));
       KVSTASH_RETURN_IF_ERROR(assign(x.down, b.experts(p + "ffn_down_exps.weight", m.n_ff_expert, d, m.n_experts)));
+      if (m.router_bias) KVSTASH_RETURN_IF_ERROR(assign(x.router_bias, b.vector(p + "ffn_gate_inp.bias", m.n_experts)));
+      if (m.expert_biases) {
+        KVSTASH_RETURN_IF_ERROR(assign(x.gate_bias, b.matrix_values(p + "ffn_gate_exps.bias", m.n_ff_expert, m.n_experts)));
+        KVSTASH_RETURN_IF_ERROR(assign(x.up_bias, b.matrix_values(p + "ffn_up_exps.bias", m.n_ff_expert, m.n_experts)));
+        KVSTASH_RETURN_IF_ERROR(assign(x.down_bias, b.matrix_values(p + "ffn_down_exps.bias", d, m.n_experts)));
+      }
     } else {
-      KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, spec.ffn.n_ff)));
-      KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, spec.ffn.n_ff)));
+      const std::int64_t ff = spec.ffn.n_ff;
+      if (!b.has(p + "ffn_gate.weight") && b.has(p + "ffn_up.weight")) {
+        // phi3: ffn_up holds the gate's rows, then the up projection's (llama.cpp's fused SwiGLU
+        // takes silu of the first half times the second).
+        kernels::WeightView gate_up;
+        KVSTASH_RETURN_IF_ERROR(assign(gate_up, b.matrix(p + "ffn_up.weight", d, 2 * ff)));
+        L.w_gate = row_slice(gate_up, 0, ff);
+        L.w_up = row_slice(gate_up, ff, ff);
+      } else {
+        KVSTASH_RETURN_IF_ERROR(assign(L.w_gate, b.matrix(p + "ffn_gate.weight", d, ff)));
+        KVSTASH_RETURN_IF_ERROR(assign(L.w_up, b.matrix(p + "ffn_up.weight", d, ff)));
+      }
       KVSTASH_RETURN_IF_ERROR(assign(L.w_down, b.matrix(p + "ffn_down.weight", spec.ffn.n_ff, d)));
     }
   }
   // RoPE frequencies, one table per distinct RopeSpec (the model-wide one first). Llama 3.1+
-  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), which apply to every layer.
+  // files carry per-pair divisors in rope_freqs.weight (llama3 scaling), phi3 its LongRoPE ones in
+  // rope_factors_long/short.weight (c.rope_factors_tensor); they apply to every layer.
   const int half = c.head_dim / 2;
   std::vector<float> factors(static_cast<std::size_t>(half), 1.0f);
-  if (b.has("rope_freqs.weight")) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector("rope_freqs.weight", half)));
-  std::vector<RopeSpec> ropes = {RopeSpec{c.rope_base, c.rope_scale, c.rope_style}};
+  if (b.has(c.rope_factors_tensor)) KVSTASH_RETURN_IF_ERROR(assign(factors, b.vector(c.rope_factors_tensor, half)));
+  std::vector<RopeSpec> ropes = {c.full_rope()};
   for (int l = 0; l < c.n_layers; ++l) {
     const RopeSpec& r = c.layers[static_cast<std::size_t>(l)].attention.rope;
     const auto found = std::find(ropes.begin(), ropes.end(), r);
@@ -309,13 +364,29 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
     if (found == ropes.end()) ropes.push_back(r);
   }
   for (const RopeSpec& r : ropes) {
+    rope_magnitudes_.push_back(r.magnitude);
     std::vector<float>& inv = rope_inv_freqs_.emplace_back(static_cast<std::size_t>(half));
+    // YaRN's ramp over the pairs (llama.cpp's ggml_rope_yarn_corr_dims and rope_yarn_ramp): pairs
+    // below `low` keep their unscaled angle, above `high` take the scaled one, linear between.
+    double low = 0, high = 0;
+    if (r.yarn_original_ctx > 0) {
+      const auto corr_dim = [&](double beta) {
+        return c.head_dim * std::log(r.yarn_original_ctx / (beta * 2.0 * M_PI)) / (2.0 * std::log(static_cast<double>(r.base)));
+      };
+      low = std::max(0.0, std::floor(corr_dim(r.yarn_beta_fast)));
+      high = std::min(static_cast<double>(c.head_dim - 1), std::ceil(corr_dim(r.yarn_beta_slow)));
+    }
     for (int i = 0; i < half; ++i) {
       // The scale multiplies after the float conversion when it is not 1, so that unscaled models
       // keep the exact values they always had.
       inv[static_cast<std::size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(r.base), -2.0 * i / c.head_dim) /
                                                             factors[static_cast<std::size_t>(i)]);
-      if (r.scale != 1.0f) inv[static_cast<std::size_t>(i)] *= r.scale;
+      if (r.yarn_original_ctx > 0) {
+        const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+        inv[static_cast<std::size_t>(i)] *= static_cast<float>(r.scale * (1.0 - ramp) + ramp);
+      } else if (r.scale != 1.0f) {
+        inv[static_cast<std::size_t>(i)] *= r.scale;
+      }
     }
   }
   return Status::ok();

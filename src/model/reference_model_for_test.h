@@ -16,6 +16,22 @@
 // before each residual add; feed-forward gelu_tanh(gate) · up (the exact GELU here: the engine's
 // f16 table, as llama.cpp's CPU backend has it, differs from it by f16 rounding).
 //
+// phi3 (llama.cpp's src/models/phi3.cpp): attn_qkv's rows are Q's, K's then V's; ffn_up's rows
+// the gate's then the up projection's; RoPE in halves with LongRoPE: pair i's frequency divided by
+// rope_factors_long[i] when context_length exceeds rope.scaling.original_context_length (else the
+// short ones), cos and sin multiplied by rope.scaling.attn_factor.
+//
+// gpt-oss (llama.cpp's src/models/openai-moe.cpp): Q/K/V and output biases; even layers attend a
+// window of attention.sliding_window, odd ones everything, both with the same RoPE; one sink logit
+// per head joins each softmax's denominator; the pre-feed-forward norm is post_attention_norm; the
+// router adds its bias, keeps the k largest logits and weights them by their softmax; each expert
+// adds its biases to gate, up and down, and computes min(g, 7) σ(1.702 min(g, 7)) (clamp(u, ±7) + 1).
+// YaRN (rope.scaling.type yarn): pair i's frequency f_i becomes f_i (s (1 - r_i) + r_i), s = 1 /
+// factor, r_i = 1 - clamp((i - low) / (high - low), 0, 1) with low/high where the pair turns
+// beta_fast (32) / beta_slow (1) times over original_context_length; cos and sin × (1 + 0.1 ln factor).
+//
+// llama files with attention.sliding_window (Mistral 7B v0.1): every layer windowed.
+//
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
 // Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
@@ -51,7 +67,7 @@ class ReferenceModel {
     nh_ = u("attention.head_count");
     nkv_ = u("attention.head_count_kv");
     hd_ = f.find(arch_ + ".attention.key_length") ? u("attention.key_length") : d_ / nh_;
-    if (arch_ == "qwen3moe") {
+    if (arch_ == "qwen3moe" || arch_ == "gpt-oss") {
       n_experts_ = u("expert_count");
       n_used_ = u("expert_used_count");
       ff_ = u("expert_feed_forward_length");
@@ -65,19 +81,48 @@ class ReferenceModel {
       if (f.find(arch_ + ".attention.sliding_window")) window_ = u("attention.sliding_window");
       if (auto b = f.get_float(arch_ + ".rope.freq_base_swa")) base_swa_ = *b;
     }
+    if (arch_ == "llama" && f.find(arch_ + ".attention.sliding_window")) {
+      window_ = u("attention.sliding_window");  // Mistral's: every layer windowed
+      all_local_ = true;
+    }
+    if (arch_ == "gpt-oss") {
+      oai_ = true;
+      window_ = u("attention.sliding_window");
+      base_swa_ = f.get_float(arch_ + ".rope.freq_base_swa") ? *f.get_float(arch_ + ".rope.freq_base_swa") : base_;
+    }
+    if (auto type = f.get_string(arch_ + ".rope.scaling.type"); type && *type == "yarn") {
+      yarn_factor_ = *f.get_float(arch_ + ".rope.scaling.factor");
+      yarn_original_ = u("rope.scaling.original_context_length");
+      rope_magnitude_ *= 1.0 + 0.1 * std::log(yarn_factor_);
+    }
     rope_ = arch_ == "llama" ? Rope::kInterleaved : Rope::kHalves;
     embd_ = load("token_embd.weight");
     n_vocab_ = static_cast<int>(embd_.size() / static_cast<std::size_t>(d_));
     out_ = f.find_tensor("output.weight") ? load("output.weight") : embd_;
     out_norm_ = load("output_norm.weight");
     if (f.find_tensor("rope_freqs.weight")) rope_factors_ = load("rope_freqs.weight");
+    if (f.find_tensor("rope_factors_long.weight")) {
+      const int ctx = u("context_length");
+      const int original = f.find(arch_ + ".rope.scaling.original_context_length") ? u("rope.scaling.original_context_length") : ctx;
+      rope_factors_ = load(ctx > original ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    }
+    if (auto a = f.get_float(arch_ + ".rope.scaling.attn_factor")) rope_magnitude_ *= *a;
     for (int l = 0; l < n_layers_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Layer L;
       L.attn_norm = load(p + "attn_norm.weight");
-      L.wq = load(p + "attn_q.weight");
-      L.wk = load(p + "attn_k.weight");
-      L.wv = load(p + "attn_v.weight");
+      if (f.find_tensor(p + "attn_qkv.weight")) {
+        const std::vector<double> qkv = load(p + "attn_qkv.weight");
+        const auto q_end = qkv.begin() + static_cast<std::ptrdiff_t>(nh_) * hd_ * d_;
+        const auto k_end = q_end + static_cast<std::ptrdiff_t>(nkv_) * hd_ * d_;
+        L.wq.assign(qkv.begin(), q_end);
+        L.wk.assign(q_end, k_end);
+        L.wv.assign(k_end, qkv.end());
+      } else {
+        L.wq = load(p + "attn_q.weight");
+        L.wk = load(p + "attn_k.weight");
+        L.wv = load(p + "attn_v.weight");
+      }
       L.wo = load(p + "attn_output.weight");
       if (f.find_tensor(p + "attn_q.bias")) {
         L.bq = load(p + "attn_q.bias");
@@ -88,16 +133,32 @@ class ReferenceModel {
         L.q_norm = load(p + "attn_q_norm.weight");
         L.k_norm = load(p + "attn_k_norm.weight");
       }
-      if (f.find_tensor(p + "post_attention_norm.weight")) {
+      if (!oai_ && f.find_tensor(p + "post_attention_norm.weight")) {
         L.post_attn_norm = load(p + "post_attention_norm.weight");
         L.post_ffn_norm = load(p + "post_ffw_norm.weight");
       }
-      L.ffn_norm = load(p + "ffn_norm.weight");
+      if (oai_) {
+        L.bo = load(p + "attn_output.bias");
+        L.sinks = load(p + "attn_sinks.weight");
+        L.ffn_norm = load(p + "post_attention_norm.weight");
+        L.router_b = load(p + "ffn_gate_inp.bias");
+        L.bg = load(p + "ffn_gate_exps.bias");
+        L.bu = load(p + "ffn_up_exps.bias");
+        L.bd = load(p + "ffn_down_exps.bias");
+      } else {
+        L.ffn_norm = load(p + "ffn_norm.weight");
+      }
       if (n_experts_ > 0) {
         L.router = load(p + "ffn_gate_inp.weight");
         L.wg = load(p + "ffn_gate_exps.weight");
         L.wu = load(p + "ffn_up_exps.weight");
         L.wd = load(p + "ffn_down_exps.weight");
+      } else if (!f.find_tensor(p + "ffn_gate.weight")) {
+        const std::vector<double> gate_up = load(p + "ffn_up.weight");
+        const auto half = gate_up.begin() + static_cast<std::ptrdiff_t>(ff_) * d_;
+        L.wg.assign(gate_up.begin(), half);
+        L.wu.assign(half, gate_up.end());
+        L.wd = load(p + "ffn_down.weight");
       } else {
         L.wg = load(p + "ffn_gate.weight");
         L.wu = load(p + "ffn_up.weight");
@@ -140,8 +201,8 @@ class ReferenceModel {
     // Full (non-paged) KV per layer: kcache[t][kv_dim]
     for (std::size_t il = 0; il < layers_.size(); ++il) {
       const Layer& L = layers_[il];
-      const bool local = gemma_ && window_ > 0 && il % 6 < 5;
-      const double base = local ? base_swa_ : base_;
+      const bool local = (gemma_ && window_ > 0 && il % 6 < 5) || (oai_ && il % 2 == 0) || all_local_;
+      const double base = local && !all_local_ ? base_swa_ : base_;
       std::vector<std::vector<double>> k(T), v(T), att(T, std::vector<double>(nh_ * hd_, 0.0));
       std::vector<std::vector<double>> q(T);
       for (int t = 0; t < T; ++t) {
@@ -168,14 +229,15 @@ class ReferenceModel {
             s[j] = dot / std::sqrt(static_cast<double>(hd_));
             mx = std::max(mx, s[j]);
           }
-          double z = 0;
+          if (!L.sinks.empty()) mx = std::max(mx, L.sinks[h]);
+          double z = L.sinks.empty() ? 0.0 : std::exp(L.sinks[h] - mx);
           for (int j = j0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
           for (int j = j0; j <= t; ++j)
             for (int i = 0; i < hd_; ++i) att[t][h * hd_ + i] += s[j] / z * v[j][kvh * hd_ + i];
         }
       }
       for (int t = 0; t < T; ++t) {
-        auto o = matvec(L.wo, att[t], d_, {});
+        auto o = matvec(L.wo, att[t], d_, L.bo);
         if (gemma_) o = rms_norm(o, L.post_attn_norm);
         for (int i = 0; i < d_; ++i) x[t][i] += o[i];
         auto xn = rms_norm(x[t], L.ffn_norm);
@@ -183,6 +245,24 @@ class ReferenceModel {
           auto dn = swiglu(L.wg.data(), L.wu.data(), L.wd.data(), xn);
           if (gemma_) dn = rms_norm(dn, L.post_ffn_norm);
           for (int i = 0; i < d_; ++i) x[t][i] += dn[i];
+          continue;
+        }
+        if (oai_) {
+          // Router (+ bias): the n_used largest logits, weighted by their softmax.
+          auto logits = matvec(L.router, xn, n_experts_, L.router_b);
+          std::vector<int> order(n_experts_);
+          for (int e = 0; e < n_experts_; ++e) order[e] = e;
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+          if (n_used_ < n_experts_) {
+            routing_margin_[t] = std::min(routing_margin_[t], logits[order[n_used_ - 1]] - logits[order[n_used_]]);
+          }
+          double z = 0;
+          for (int j = 0; j < n_used_; ++j) z += std::exp(logits[order[j]] - logits[order[0]]);
+          for (int j = 0; j < n_used_; ++j) {
+            const auto dn = expert_oai(L, order[j], xn);
+            const double w = std::exp(logits[order[j]] - logits[order[0]]) / z;
+            for (int i = 0; i < d_; ++i) x[t][i] += w * dn[i];
+          }
           continue;
         }
         // Router: softmax over all experts, the n_used most probable, weights renormalised.
@@ -219,7 +299,32 @@ class ReferenceModel {
     std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, wg, wu, wd;
     std::vector<double> router;  // qwen3moe; wg/wu/wd then hold every expert, one after another
     std::vector<double> post_attn_norm, post_ffn_norm;  // gemma3
+    std::vector<double> bo, sinks, router_b, bg, bu, bd;  // gpt-oss; bg/bu/bd every expert's, one after another
   };
+
+  // gpt-oss's expert e: down(act(gate x + bg, up x + bu)) + bd with the clamped SwiGLU.
+  std::vector<double> expert_oai(const Layer& L, int e, const std::vector<double>& x) const {
+    const std::size_t up_size = static_cast<std::size_t>(ff_) * d_;
+    const double* wg = &L.wg[e * up_size];
+    const double* wu = &L.wu[e * up_size];
+    const double* wd = &L.wd[e * up_size];
+    std::vector<double> h(ff_), out(d_);
+    for (int r = 0; r < ff_; ++r) {
+      double g = L.bg[static_cast<std::size_t>(e) * ff_ + r], u = L.bu[static_cast<std::size_t>(e) * ff_ + r];
+      for (int c = 0; c < d_; ++c) {
+        g += wg[static_cast<std::size_t>(r) * d_ + c] * x[c];
+        u += wu[static_cast<std::size_t>(r) * d_ + c] * x[c];
+      }
+      g = std::min(g, 7.0);
+      u = std::clamp(u, -7.0, 7.0);
+      h[r] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+    }
+    for (int r = 0; r < d_; ++r) {
+      out[r] = L.bd[static_cast<std::size_t>(e) * d_ + r];
+      for (int c = 0; c < ff_; ++c) out[r] += wd[static_cast<std::size_t>(r) * ff_ + c] * h[c];
+    }
+    return out;
+  }
 
   // down(silu(gate x) * up x) with gate/up [ff][d] and down [d][ff] row-major.
   std::vector<double> swiglu(const double* wg, const double* wu, const double* wd, const std::vector<double>& x) const {
@@ -327,7 +432,13 @@ class ReferenceModel {
     for (int i = 0; i < half; ++i) {
       double freq = std::pow(base, -2.0 * i / hd_);
       if (!rope_factors_.empty()) freq /= rope_factors_[i];
-      const double a = pos * freq, c = std::cos(a), s = std::sin(a);
+      if (yarn_factor_ > 0) {
+        const auto dim = [&](double beta) { return hd_ * std::log(yarn_original_ / (beta * 2 * M_PI)) / (2 * std::log(base)); };
+        const double low = std::max(0.0, std::floor(dim(32.0))), high = std::min(hd_ - 1.0, std::ceil(dim(1.0)));
+        const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+        freq *= (1.0 - ramp) / yarn_factor_ + ramp;
+      }
+      const double a = pos * freq, c = std::cos(a) * rope_magnitude_, s = std::sin(a) * rope_magnitude_;
       const int i0 = rope_ == Rope::kInterleaved ? 2 * i : i;
       const int i1 = rope_ == Rope::kInterleaved ? 2 * i + 1 : i + half;
       const double x0 = head[i0], x1 = head[i1];
@@ -344,6 +455,11 @@ class ReferenceModel {
   bool gemma_ = false;
   int window_ = 0;
   double base_swa_ = 10000.0;
+  double rope_magnitude_ = 1.0;
+  bool oai_ = false;
+  bool all_local_ = false;
+  double yarn_factor_ = 0.0;
+  int yarn_original_ = 0;
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
   mutable std::vector<double> routing_margin_;

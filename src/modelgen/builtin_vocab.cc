@@ -112,11 +112,16 @@ std::vector<std::string> train_merges() {
 // is SentencePiece, which the built-in vocabulary is not: gemma3 files get Qwen2's byte-level one
 // (llama.cpp reads the tokenizer independently of the architecture); --vocab gives a real one.
 std::string vocab_family(const std::string& arch) {
-  return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" ? "qwen2" : arch;
+  if (arch == "phi3") return "phi3";  // SentencePiece in real files; the byte-level stand-in with Phi-3's specials
+  // gpt-oss ships o200k_harmony (byte-level BPE): Qwen2's byte-level stand-in here.
+  return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || arch == "gpt-oss" ? "qwen2" : arch;
 }
 
 std::vector<std::string> special_tokens(const std::string& arch) {
   if (arch == "qwen2") return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  // Phi-3's: llama.cpp's vocabulary loader looks up "</s>" and "<unk>" by name in any model whose
+  // general.name says phi3.
+  if (arch == "phi3") return {"<unk>", "<s>", "</s>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
   return {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
 }
 
@@ -126,6 +131,10 @@ constexpr const char* kChatMlTemplate =
     "{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
     "{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+// Phi-3's turn markup: <|role|>, newline, content, <|end|>.
+constexpr const char* kPhi3Template =
+    "{%- for message in messages %}{{- '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>\n' }}{%- endif %}";
 constexpr const char* kLlama3Template =
     "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt "
@@ -182,8 +191,8 @@ std::uint64_t builtin_vocab_size(const std::string& model_arch) {
 Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_metadata(const std::string& model_arch,
                                                                                     std::uint64_t n_vocab) {
   const std::string arch = vocab_family(model_arch);
-  if (arch != "qwen2" && arch != "llama") {
-    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
+  if (arch != "qwen2" && arch != "llama" && arch != "phi3") {
+    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss)");
   }
   std::vector<std::string> tokens = normal_tokens();
   std::vector<std::int32_t> types(tokens.size(), kNormal);
@@ -200,6 +209,18 @@ Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_met
   std::vector<std::pair<std::string, Value>> kv;
   kv.emplace_back("tokenizer.ggml.model", Value::string("gpt2"));
   kv.emplace_back("tokenizer.ggml.pre", Value::string(arch == "qwen2" ? "qwen2" : "llama-bpe"));
+  if (arch == "phi3") {
+    kv.emplace_back("tokenizer.ggml.tokens", Value::string_array(std::move(tokens)));
+    kv.emplace_back("tokenizer.ggml.token_type", Value::i32_array(std::move(types)));
+    kv.emplace_back("tokenizer.ggml.merges", Value::string_array(builtin_merges()));
+    kv.emplace_back("tokenizer.ggml.unknown_token_id", Value::u32(first_special));
+    kv.emplace_back("tokenizer.ggml.bos_token_id", Value::u32(first_special + 1));
+    kv.emplace_back("tokenizer.ggml.eos_token_id", Value::u32(first_special + 3));
+    kv.emplace_back("tokenizer.ggml.eot_token_id", Value::u32(first_special + 7));
+    kv.emplace_back("tokenizer.ggml.add_bos_token", Value::boolean(true));
+    kv.emplace_back("tokenizer.chat_template", Value::string(kPhi3Template));
+    return kv;
+  }
   kv.emplace_back("tokenizer.ggml.tokens", Value::string_array(std::move(tokens)));
   kv.emplace_back("tokenizer.ggml.token_type", Value::i32_array(std::move(types)));
   kv.emplace_back("tokenizer.ggml.merges", Value::string_array(builtin_merges()));

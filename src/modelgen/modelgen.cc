@@ -36,19 +36,28 @@ void add_tensor(ModelPlan* plan, std::string name, TensorType type, std::vector<
   plan->tensors.push_back(TensorPlan{std::move(name), type, std::move(dims), init, layer});
 }
 
-void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
+// expert_type: the experts' 3-D stacks (MXFP4 in gpt-oss files), matrix_type the other matrices.
+void plan_tensors(ModelPlan* plan, TensorType matrix_type, TensorType expert_type) {
   const ModelPreset& p = plan->preset;
   const std::uint64_t embd = p.n_embd, vocab = p.n_vocab, q_dim = std::uint64_t{p.n_heads} * p.head_dim,
                       kv_dim = std::uint64_t{p.n_kv_heads} * p.head_dim, ff = p.n_ff;
   add_tensor(plan, "token_embd.weight", matrix_type, {embd, vocab}, Init::kEmbedding, -1);
   if (p.llama3_rope_freqs) add_tensor(plan, "rope_freqs.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFreqs, -1);
+  if (p.longrope_original_ctx > 0) {
+    add_tensor(plan, "rope_factors_long.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFactors, -1);
+    add_tensor(plan, "rope_factors_short.weight", TensorType::kF32, {p.head_dim / 2}, Init::kRopeFactors, -1);
+  }
   for (std::uint32_t l = 0; l < p.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const int li = static_cast<int>(l);
     add_tensor(plan, b + "attn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
-    add_tensor(plan, b + "attn_q.weight", matrix_type, {embd, q_dim}, Init::kMatrix, li);
-    add_tensor(plan, b + "attn_k.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
-    add_tensor(plan, b + "attn_v.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+    if (p.fused_qkv_gate_up) {
+      add_tensor(plan, b + "attn_qkv.weight", matrix_type, {embd, q_dim + 2 * kv_dim}, Init::kMatrix, li);
+    } else {
+      add_tensor(plan, b + "attn_q.weight", matrix_type, {embd, q_dim}, Init::kMatrix, li);
+      add_tensor(plan, b + "attn_k.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+      add_tensor(plan, b + "attn_v.weight", matrix_type, {embd, kv_dim}, Init::kMatrix, li);
+    }
     if (p.qkv_bias) {
       add_tensor(plan, b + "attn_q.bias", TensorType::kF32, {q_dim}, Init::kBias, li);
       add_tensor(plan, b + "attn_k.bias", TensorType::kF32, {kv_dim}, Init::kBias, li);
@@ -59,19 +68,35 @@ void plan_tensors(ModelPlan* plan, TensorType matrix_type) {
       add_tensor(plan, b + "attn_k_norm.weight", TensorType::kF32, {p.head_dim}, Init::kNorm, li);
     }
     add_tensor(plan, b + "attn_output.weight", matrix_type, {q_dim, embd}, Init::kMatrix, li);
-    if (p.post_norms) add_tensor(plan, b + "post_attention_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
-    add_tensor(plan, b + "ffn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
+    if (p.gpt_oss_layout) {
+      add_tensor(plan, b + "attn_output.bias", TensorType::kF32, {embd}, Init::kBias, li);
+      add_tensor(plan, b + "attn_sinks.weight", TensorType::kF32, {p.n_heads}, Init::kBias, li);
+    }
+    if (p.post_norms || p.gpt_oss_layout) {
+      add_tensor(plan, b + "post_attention_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
+    }
+    if (!p.gpt_oss_layout) add_tensor(plan, b + "ffn_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
     if (p.n_experts > 0) {
       // The router stays F32 as llama.cpp's converter writes it; the experts are 3-D, experts slowest.
       const std::uint64_t n_exp = p.n_experts, ff_exp = p.n_ff_expert;
       add_tensor(plan, b + "ffn_gate_inp.weight", TensorType::kF32, {embd, n_exp}, Init::kMatrix, li);
-      add_tensor(plan, b + "ffn_gate_exps.weight", matrix_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
-      add_tensor(plan, b + "ffn_up_exps.weight", matrix_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
-      add_tensor(plan, b + "ffn_down_exps.weight", matrix_type, {ff_exp, embd, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_gate_exps.weight", expert_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_up_exps.weight", expert_type, {embd, ff_exp, n_exp}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_down_exps.weight", expert_type, {ff_exp, embd, n_exp}, Init::kMatrix, li);
+      if (p.gpt_oss_layout) {
+        add_tensor(plan, b + "ffn_gate_inp.bias", TensorType::kF32, {n_exp}, Init::kBias, li);
+        add_tensor(plan, b + "ffn_gate_exps.bias", TensorType::kF32, {ff_exp, n_exp}, Init::kBias, li);
+        add_tensor(plan, b + "ffn_up_exps.bias", TensorType::kF32, {ff_exp, n_exp}, Init::kBias, li);
+        add_tensor(plan, b + "ffn_down_exps.bias", TensorType::kF32, {embd, n_exp}, Init::kBias, li);
+      }
       continue;
     }
-    add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
-    add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+    if (p.fused_qkv_gate_up) {
+      add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, 2 * ff}, Init::kMatrix, li);
+    } else {
+      add_tensor(plan, b + "ffn_gate.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+      add_tensor(plan, b + "ffn_up.weight", matrix_type, {embd, ff}, Init::kMatrix, li);
+    }
     add_tensor(plan, b + "ffn_down.weight", matrix_type, {ff, embd}, Init::kMatrix, li);
     if (p.post_norms) add_tensor(plan, b + "post_ffw_norm.weight", TensorType::kF32, {embd}, Init::kNorm, li);
   }
@@ -87,6 +112,7 @@ int file_type_of(TensorType type) {
     case TensorType::kF16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
     case TensorType::kQ8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
     case TensorType::kBF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
+    case TensorType::kMXFP4: return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE: the experts only
     default: return -1;
   }
 }
@@ -100,7 +126,12 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
     if (scheme == nullptr) return invalid_argument("unknown quantization type '" + options.scheme + "'");
   }
   const int file_type = scheme != nullptr ? static_cast<int>(scheme->file_type) : file_type_of(options.type);
-  if (file_type < 0) return invalid_argument("weight type " + gguf::tensor_type_name(options.type) + " cannot be generated (f32, f16, bf16, q8_0)");
+  if (file_type < 0) {
+    return invalid_argument("weight type " + gguf::tensor_type_name(options.type) + " cannot be generated (f32, f16, bf16, q8_0, mxfp4)");
+  }
+  if (options.type == TensorType::kMXFP4 && scheme == nullptr && preset->n_experts == 0) {
+    return invalid_argument("mxfp4 is for the experts of a MoE preset (gpt-oss), not '" + options.preset + "'");
+  }
 
   ModelPlan plan;
   plan.preset = *preset;
@@ -114,7 +145,8 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back("general.name", Value::string("kvstash-random " + preset->name));
   md.emplace_back("general.alignment", Value::u32(kAlignment));
   md.emplace_back("general.file_type", Value::u32(static_cast<std::uint32_t>(file_type)));
-  if (options.type == TensorType::kQ8_0 || (scheme != nullptr && is_quantized_scheme(*scheme))) {
+  if (options.type == TensorType::kQ8_0 || options.type == TensorType::kMXFP4 ||
+      (scheme != nullptr && is_quantized_scheme(*scheme))) {
     md.emplace_back("general.quantization_version", Value::u32(kQuantizationVersion));
   }
 
@@ -146,13 +178,22 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back(lowercase_arch_key(arch, "attention.layer_norm_rms_epsilon"), Value::f32(p.rms_eps));
   md.emplace_back(lowercase_arch_key(arch, "rope.dimension_count"), Value::u32(p.head_dim));
   md.emplace_back(lowercase_arch_key(arch, "vocab_size"), Value::u32(static_cast<std::uint32_t>(n_vocab)));
-  if (p.qk_norm) {  // llama.cpp's converter writes them whenever config.json has head_dim (Qwen3 does)
+  if (p.qk_norm || p.gpt_oss_layout) {  // llama.cpp's converter writes them whenever config.json has head_dim
     md.emplace_back(lowercase_arch_key(arch, "attention.key_length"), Value::u32(p.head_dim));
     md.emplace_back(lowercase_arch_key(arch, "attention.value_length"), Value::u32(p.head_dim));
   }
   if (p.sliding_window > 0) {
     md.emplace_back(lowercase_arch_key(arch, "attention.sliding_window"), Value::u32(p.sliding_window));
-    md.emplace_back(lowercase_arch_key(arch, "rope.freq_base_swa"), Value::f32(p.rope_base_swa));
+    if (arch == "gemma3") md.emplace_back(lowercase_arch_key(arch, "rope.freq_base_swa"), Value::f32(p.rope_base_swa));
+  }
+  if (p.yarn_factor > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.type"), Value::string("yarn"));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.factor"), Value::f32(p.yarn_factor));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.original_context_length"), Value::u32(p.yarn_original_ctx));
+  }
+  if (p.longrope_original_ctx > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.original_context_length"), Value::u32(p.longrope_original_ctx));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.attn_factor"), Value::f32(p.rope_attn_factor));
   }
   if (p.n_experts > 0) {
     md.emplace_back(lowercase_arch_key(arch, "expert_count"), Value::u32(p.n_experts));
@@ -161,7 +202,11 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   }
   for (auto& kv : vocab_part.metadata) md.push_back(std::move(kv));
 
-  plan_tensors(&plan, scheme != nullptr ? TensorType::kF32 : options.type);
+  // mxfp4 (gpt-oss's own files): the experts in MXFP4, the other matrices in BF16 as the checkpoint
+  // stores them.
+  const TensorType matrix_type = scheme != nullptr ? TensorType::kF32
+                                 : options.type == TensorType::kMXFP4 ? TensorType::kBF16 : options.type;
+  plan_tensors(&plan, matrix_type, scheme == nullptr ? options.type : TensorType::kF32);
   if (scheme != nullptr) {
     const ModelShapeForQuant shape{static_cast<int>(p.n_layers), static_cast<int>(p.n_heads / p.n_kv_heads),
                                    !p.tied_output, static_cast<int>(p.n_experts)};

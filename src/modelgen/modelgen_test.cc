@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/fp16.h"
 #include "kernels/quantize.h"
 #include "modelgen/builtin_vocab.h"
@@ -378,6 +380,87 @@ TEST(Describe, Gemma3PresetHasTheRealShape) {
   EXPECT_TRUE(window);
   EXPECT_TRUE(base_swa);
   EXPECT_TRUE(post_norm);
+}
+
+// Phi-3-mini-128k: 3,821,079,552 parameters (its published count) plus the 2 x 48 LongRoPE
+// factors; fused attn_qkv and gate+up, no ffn_gate.
+TEST(Describe, Phi3PresetHasTheRealShape) {
+  auto plan = describe_model(opts("phi-3-mini", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 3821079552u + 96);
+  const TensorPlan* qkv = nullptr;
+  const TensorPlan* up = nullptr;
+  bool gate = false, factors = false, original = false;
+  for (const TensorPlan& t : plan->tensors) {
+    if (t.name == "blk.31.attn_qkv.weight") qkv = &t;
+    if (t.name == "blk.31.ffn_up.weight") up = &t;
+    gate |= t.name.find("ffn_gate") != std::string::npos || t.name.find("attn_q.weight") != std::string::npos;
+    factors |= t.name == "rope_factors_long.weight";
+  }
+  for (const auto& [key, value] : plan->metadata) {
+    if (key == "phi3.rope.scaling.original_context_length") original = std::get<std::uint64_t>(value.data) == 4096;
+  }
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(qkv->dims, (std::vector<std::uint64_t>{3072, 3 * 3072}));
+  EXPECT_EQ(up->dims, (std::vector<std::uint64_t>{3072, 2 * 8192}));
+  EXPECT_FALSE(gate);
+  EXPECT_TRUE(factors);
+  EXPECT_TRUE(original);
+}
+
+// gpt-oss-20b: 20,914,757,184 parameters (its published count); llama.cpp's MXFP4_MOE mixture puts
+// the expert stacks in MXFP4 and every other matrix in Q8_0 (11.3 GiB, as the published file).
+TEST(Describe, GptOssPresetHasTheRealShapeAndMxfp4Experts) {
+  auto plan = describe_model(opts("gpt-oss-20b", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 20914757184u);
+  GenerateOptions o = opts("gpt-oss-20b", TensorType::kF32);
+  o.scheme = "mxfp4_moe";
+  auto mixed = describe_model(o);
+  ASSERT_TRUE(mixed) << mixed.status().to_string();
+  int mxfp4 = 0;
+  for (const TensorPlan& t : mixed->tensors) {
+    const bool expert_stack = t.dims.size() == 3;
+    if (expert_stack) {
+      EXPECT_EQ(t.type, TensorType::kMXFP4) << t.name;
+      ++mxfp4;
+    } else if (t.name.ends_with("attn_q.weight") || t.name == "output.weight" || t.name == "token_embd.weight") {
+      EXPECT_EQ(t.type, TensorType::kQ8_0) << t.name;
+    } else if (t.name.ends_with(".bias") || t.name.ends_with("norm.weight") || t.name.ends_with("sinks.weight") ||
+               t.name.ends_with("ffn_gate_inp.weight")) {
+      EXPECT_EQ(t.type, TensorType::kF32) << t.name;
+    }
+  }
+  EXPECT_EQ(mxfp4, 24 * 3);
+  bool yarn = false, window = false, general_type = false;
+  for (const auto& [key, value] : mixed->metadata) {
+    if (key == "gpt-oss.rope.scaling.type") yarn = std::get<std::string>(value.data) == "yarn";
+    if (key == "gpt-oss.attention.sliding_window") window = std::get<std::uint64_t>(value.data) == 128;
+    if (key == "general.file_type") general_type = std::get<std::uint64_t>(value.data) == 38;
+  }
+  EXPECT_TRUE(yarn);
+  EXPECT_TRUE(window);
+  EXPECT_TRUE(general_type);
+  // --type mxfp4 is for MoE presets only.
+  EXPECT_EQ(describe_model(opts("tiny", TensorType::kMXFP4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+// phi3 files carry Phi-3's special tokens: llama.cpp's loader looks up "</s>" by name for them.
+TEST(Describe, Phi3VocabularyHasPhi3Specials) {
+  auto plan = describe_model(opts("phi3-tiny", TensorType::kF32));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  for (const auto& [key, value] : plan->metadata) {
+    if (key != "tokenizer.ggml.tokens") continue;
+    const auto& items = std::get<gguf::Array>(value.data).items;
+    std::vector<std::string> tokens;
+    for (const auto& t : items) tokens.push_back(std::get<std::string>(t.data));
+    for (const char* special : {"<unk>", "<s>", "</s>", "<|endoftext|>", "<|end|>", "<|assistant|>"}) {
+      EXPECT_NE(std::find(tokens.begin(), tokens.end(), special), tokens.end()) << special;
+    }
+    return;
+  }
+  FAIL() << "no tokenizer.ggml.tokens";
 }
 
 TEST(Describe, Llama3RopeFreqs) {

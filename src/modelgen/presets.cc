@@ -43,8 +43,52 @@ ModelPreset gemma3(std::string name, std::uint32_t layers, std::uint32_t embd, s
   return p;
 }
 
-const std::array<ModelPreset, 12>& presets() {
-  static const std::array<ModelPreset, 12> kPresets = {{
+// Phi-3-mini-128k-instruct: hidden 3072, 32 layers, 32 heads (and KV heads) of 96, intermediate
+// 8192, vocab 32064, max_position_embeddings 131072, original_max_position_embeddings 4096,
+// rope_theta 10000, rms_norm_eps 1e-5, untied; LongRoPE with attn_factor sqrt(1 + ln(32) / ln(4096))
+// (the converter's). phi3-tiny: the same layout at 64 wide, n_ctx 4096 over an original 512 so the
+// long factors apply (also under llama.cpp's -c 1024 of scripts/record-golden.sh).
+ModelPreset phi3(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads, std::uint32_t kv_heads,
+                 std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx, std::uint32_t original) {
+  ModelPreset p{std::move(name), "phi3", layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                10000.0f, 1e-5f, false, false, false};
+  p.fused_qkv_gate_up = true;
+  p.longrope_original_ctx = original;
+  p.rope_attn_factor = 1.1902380714238083f;
+  return p;
+}
+
+// gpt-oss-20b (config.json): hidden 2880, 24 layers, 64 heads of 64, 8 KV heads, 32 experts of
+// 2880, 4 used, sliding_window 128 on even layers, rope_theta 150000 with YaRN factor 32 over
+// 4096, max_position_embeddings 131072, rms_norm_eps 1e-5, vocab 201088, untied. gpt-oss-tiny: 4
+// layers (two windowed, two full), 64 wide, 4 heads of 32 (128 != 64, as 4096 != 2880), 2 KV, a
+// window of 8 that the tests' prompts pass, 16 experts (not 8: llama.cpp's quantizer treats 8 as
+// Mixtral) of width 64, 4 used; the real RoPE (its YaRN ramp falls inside 16 pairs).
+ModelPreset gpt_oss(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
+                    std::uint32_t kv_heads, std::uint32_t head_dim, std::uint64_t vocab, std::uint32_t experts,
+                    std::uint32_t ff_expert, std::uint32_t window) {
+  ModelPreset p{std::move(name), "gpt-oss", layers, embd, heads, kv_heads, head_dim, ff_expert, vocab, 131072,
+                150000.0f, 1e-5f, false, true, false};
+  p.gpt_oss_layout = true;
+  p.n_experts = experts;
+  p.n_experts_used = 4;
+  p.n_ff_expert = ff_expert;
+  p.sliding_window = window;
+  p.yarn_factor = 32.0f;
+  p.yarn_original_ctx = 4096;
+  return p;
+}
+
+// mistral-tiny: tiny-llama's shape (ff 128) with a window of 8 on every layer (llama.attention.sliding_window,
+// as Mistral 7B v0.1's 4096).
+ModelPreset mistral_tiny() {
+  ModelPreset p{"mistral-tiny", "llama", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-5f, false, false, false};
+  p.sliding_window = 8;
+  return p;
+}
+
+const std::array<ModelPreset, 17>& presets() {
+  static const std::array<ModelPreset, 17> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -57,6 +101,11 @@ const std::array<ModelPreset, 12>& presets() {
       qwen3("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
       gemma3("gemma3-tiny", 7, 64, 4, 2, 32, 128, 0, 4096, 8),
       gemma3("gemma-3-1b", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512),
+      phi3("phi3-tiny", 2, 64, 4, 2, 16, 160, 0, 4096, 512),
+      phi3("phi-3-mini", 32, 3072, 32, 32, 96, 8192, 32064, 131072, 4096),
+      mistral_tiny(),
+      gpt_oss("gpt-oss-tiny", 4, 64, 4, 2, 32, 0, 16, 64, 8),
+      gpt_oss("gpt-oss-20b", 24, 2880, 64, 8, 64, 201088, 32, 2880, 128),
   }};
   return kPresets;
 }

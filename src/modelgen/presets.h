@@ -1,5 +1,5 @@
 // The model shapes `kvstash gen-model` can produce: tiny ones for tests and the exact shapes of
-// real Qwen2.5, Qwen3, Qwen3-MoE, Gemma 3 and Llama 3.2 checkpoints (from their config.json) for benchmarks.
+// real Qwen2.5, Qwen3, Qwen3-MoE, Gemma 3, Phi-3, gpt-oss and Llama 3.2 checkpoints (from their config.json) for benchmarks.
 //
 // Thread safety: the preset table is immutable.
 #pragma once
@@ -13,7 +13,7 @@ namespace kvstash::modelgen {
 
 struct ModelPreset {
   std::string name;          // "qwen2.5-0.5b"
-  std::string arch;          // "qwen2", "llama", "qwen3", "qwen3moe" or "gemma3": the GGUF general.architecture
+  std::string arch;          // "qwen2", "llama", "qwen3", "qwen3moe", "gemma3", "phi3" or "gpt-oss": the GGUF general.architecture
   std::uint32_t n_layers = 0;
   std::uint32_t n_embd = 0;
   std::uint32_t n_heads = 0;
@@ -42,6 +42,20 @@ struct ModelPreset {
   bool post_norms = false;
   std::uint32_t sliding_window = 0;  // 0: no sliding_window key
   float rope_base_swa = 10000.0f;
+  // phi3: attn_qkv holds Q, K and V; ffn_up holds the gate and up halves (no ffn_gate).
+  bool fused_qkv_gate_up = false;
+  // phi3 LongRoPE: > 0 writes rope.scaling.original_context_length, rope.scaling.attn_factor and
+  // the rope_factors_long / rope_factors_short tensors (the long ones apply: n_ctx > it).
+  std::uint32_t longrope_original_ctx = 0;
+  float rope_attn_factor = 1.0f;
+  // gpt-oss: attn_sinks and attn_output.bias per layer (Q/K/V biases via qkv_bias), the router's
+  // and the experts' biases, the pre-feed-forward norm named post_attention_norm (no ffn_norm),
+  // attention.key_length written; windowed layers alternate with full ones (llama.cpp's default
+  // period 2: no pattern key written) and share the global RoPE.
+  bool gpt_oss_layout = false;
+  // YaRN: > 0 writes rope.scaling.type yarn, this factor and yarn_original_ctx.
+  float yarn_factor = 0.0f;
+  std::uint32_t yarn_original_ctx = 0;
 };
 
 // Llama 3's rope scaling (config.json "rope_scaling" of Llama 3.2 1B).

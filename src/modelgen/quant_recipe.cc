@@ -10,14 +10,14 @@ namespace {
 using gguf::TensorType;
 
 // general.file_type numbers are llama.cpp's enum llama_ftype.
-const std::array<QuantScheme, 17>& schemes() {
-  static const std::array<QuantScheme, 17> kSchemes = {{
+const std::array<QuantScheme, 18>& schemes() {
+  static const std::array<QuantScheme, 18> kSchemes = {{
       {"f32", 0, TensorType::kF32},     {"f16", 1, TensorType::kF16},      {"bf16", 32, TensorType::kBF16},
       {"q4_0", 2, TensorType::kQ4_0},   {"q4_1", 3, TensorType::kQ4_1},    {"q8_0", 7, TensorType::kQ8_0},
       {"q5_0", 8, TensorType::kQ5_0},   {"q5_1", 9, TensorType::kQ5_1},    {"q2_k", 10, TensorType::kQ2_K},
       {"q3_k_s", 11, TensorType::kQ3_K}, {"q3_k_m", 12, TensorType::kQ3_K}, {"q3_k_l", 13, TensorType::kQ3_K},
       {"q4_k_s", 14, TensorType::kQ4_K}, {"q4_k_m", 15, TensorType::kQ4_K}, {"q5_k_s", 16, TensorType::kQ5_K},
-      {"q5_k_m", 17, TensorType::kQ5_K}, {"q6_k", 18, TensorType::kQ6_K},
+      {"q5_k_m", 17, TensorType::kQ5_K}, {"q6_k", 18, TensorType::kQ6_K}, {"mxfp4_moe", 38, TensorType::kMXFP4},
   }};
   return kSchemes;
 }
@@ -86,6 +86,8 @@ TensorType choose_tensor_type(const QuantScheme& scheme, const std::string& name
   }
   if (!is_quantized_scheme(scheme)) return scheme.base;
   const std::string& s = scheme.name;
+  // gpt-oss's own files (llama.cpp's MXFP4_MOE): expert stacks in MXFP4, every other matrix Q8_0.
+  if (s == "mxfp4_moe") return dims.size() == 3 && dims[2] > 1 ? TensorType::kMXFP4 : fallback(TensorType::kQ8_0, dims[0]);
   const std::uint64_t row = dims[0];
   const int layer = layer_of(name), n = shape.n_layers;
   TensorType type = scheme.base;

@@ -18,6 +18,8 @@
 //     Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when even 32 does not divide it.
 //   - models of exactly 8 experts (Mixtral's shape) take attn_v and attn_k in Q8_0, and
 //     attn_output in Q5_K under q2_k, q3_k_s, q3_k_m, q4_k_s and q4_k_m;
+//   - mxfp4_moe (llama.cpp's MXFP4_MOE, gpt-oss's files): 3-D expert stacks in MXFP4, every other
+//     matrix, the output included, in Q8_0;
 //   use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2: the first and last eighth of
 //   the layers and every third one between.
 //

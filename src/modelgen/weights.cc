@@ -63,6 +63,7 @@ TensorValues::TensorValues(const ModelPreset& preset, const TensorPlan& tensor, 
       }
       break;
     case Init::kRopeFreqs: scale_ = 0.0f; break;
+    case Init::kRopeFactors: scale_ = 1.0f; break;
   }
 }
 
@@ -89,7 +90,7 @@ void TensorValues::next(std::span<float> out) {
     for (float& v : out) v = freqs[produced_++ % freqs.size()];
     return;
   }
-  const float offset = tensor_.init == Init::kNorm ? 1.0f : 0.0f;
+  const float offset = tensor_.init == Init::kNorm ? 1.0f : tensor_.init == Init::kRopeFactors ? 2.0f : 0.0f;
   for (float& v : out) v = offset + scale_ * uniform_pm1();
   produced_ += out.size();
 }

@@ -24,6 +24,7 @@ enum class Init {
   kNorm,       // 1 + uniform(±0.1)
   kBias,       // uniform, standard deviation 0.1
   kRopeFreqs,  // not random: Llama 3's per-dimension frequency divisors
+  kRopeFactors,  // phi3's LongRoPE divisors: uniform in [1, 3] (real ones rise from 1 to ~50 over the pairs)
 };
 
 struct TensorPlan {

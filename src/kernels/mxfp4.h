@@ -1,0 +1,40 @@
+// MXFP4 (GGUF type 39, gpt-oss's expert weights): blocks of 32 values, one E8M0 scale byte then 16
+// bytes of 4-bit E2M1 codes; value j of a block is the low nibble of byte j, value j + 16 its high
+// nibble. A code is a sign bit and the E2M1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}; the block
+// scale is 2^(e - 127). As llama.cpp does, the magnitudes are kept doubled as small integers
+// (kMxfp4Values) and the scale halved (2^(e - 128)), so a dot product against 8-bit activations is
+// an integer sum per block times one float.
+//
+// The decode path multiplies the activations quantized per 32 (QuantizedActivations, as every
+// 32-block type here and llama.cpp's mxfp4 x q8_0 do); scalar code on every SIMD path (correctness
+// first; gpt-oss's experts are its only users). Prefill converts rows to f32 for sgemm.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "kernels/simd_dispatch.h"
+
+namespace kvstash::kernels {
+
+inline constexpr int kMxfp4BlockElems = 32;
+inline constexpr int kMxfp4BlockBytes = 17;
+// The 16 E2M1 codes' values, doubled: sign bit 3, magnitude codes 0..7.
+inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128): the block scale halved, to go with the doubled values. Exact for every e (denormal
+// for e < 2, as llama.cpp's ggml_e8m0_to_fp32_half).
+float mxfp4_half_scale(std::uint8_t e);
+
+void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);
+// y[t * y_stride + r] = dot(row r, activations of token t) for rows [row_begin, row_end).
+void mxfp4_matmul_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                       std::int64_t row_end, float* y, std::int64_t y_stride);
+// Encodes n values (a multiple of 32) as llama.cpp's reference quantizer does: per block, the
+// exponent e = floor(log2(max |x|)) - 2 + 127 (0 for an all-zero block), each value the nearest
+// code (the first of equals).
+void quantize_mxfp4(const float* x, std::int64_t n, void* out);
+
+}  // namespace kvstash::kernels
