@@ -26,7 +26,7 @@ constexpr int kBlockSize = 16;
 
 class Golden : public ::testing::TestWithParam<const char*> {};
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, Golden, ::testing::Values("qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "tiny"),
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Golden, ::testing::Values("qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "tiny", "phi3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -44,6 +44,23 @@ TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
   const nlohmann::json golden = nlohmann::json::parse(in);
   auto model = Model::load(testing::test_model_path(preset, gguf::TensorType::kF32));
   ASSERT_TRUE(model) << model.status().to_string();
+  // llama-server's ignore_eos never samples an end-of-generation token (model/golden_test.cc): the
+  // file's eos/eot ids and the spellings llama.cpp's vocabulary loader marks as such.
+  std::vector<TokenId> end_of_generation;
+  const gguf::File& file = (*model)->file();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+    if (auto id = file.get_uint(key)) end_of_generation.push_back(static_cast<TokenId>(*id));
+  }
+  if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens")) {
+    const auto& items = std::get<gguf::Array>(tokens->data).items;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string& t = std::get<std::string>(items[i].data);
+      for (const char* eog : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
+                              "<|endoftext|>", "</s>", "<|eom_id|>", "<|end_of_text|>", "<eos>"}) {
+        if (t == eog) end_of_generation.push_back(static_cast<TokenId>(i));
+      }
+    }
+  }
   const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / "golden-test" / preset;
   fs::remove_all(dir);
 
@@ -74,6 +91,7 @@ TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
     r.max_tokens = 32;
     r.stop_at_end_of_generation = false;  // llama.cpp was run with ignore_eos
     for (const auto& id : golden["banned"]) r.sampling.logit_bias.emplace_back(id.get<TokenId>(), -1e9f);
+    for (TokenId id : end_of_generation) r.sampling.logit_bias.emplace_back(id, -1e9f);
     return r;
   };
   auto run_all_in_turn = [&](Engine& engine, const char* what, bool expect_cached) {
