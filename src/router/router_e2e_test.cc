@@ -3,6 +3,8 @@
 // usage), salts keep tenants apart, a killed worker's requests go elsewhere without a failure,
 // the index is rebuilt after a router restart, streams pass through byte for byte, and the admin
 // endpoint changes the worker set at run time.
+#include <map>
+#include <set>
 #include <thread>
 
 #include "cache/test_util.h"
@@ -158,6 +160,38 @@ TEST_F(RouterE2E, RoutesEachRequestToTheWorkerHoldingItsPrefix) {
     EXPECT_EQ(predicted, actual) << "the index predicted exactly what the worker reused";
     EXPECT_EQ(metric(*router, "kvstash_router_requests_total{worker=\"" + url + "\",decision=\"cache_hit\"}"), 2);
   }
+}
+
+// OpenAI's prompt_cache_key (issue 35): 8 users x 5 turns, each user with a key of its own and
+// prompts that share nothing (so the cache-aware score alone would spread them by load): every
+// turn of a key goes to one worker, and the keys spread over the workers.
+TEST_F(RouterE2E, PromptCacheKeyKeepsEachKeyOnOneWorker) {
+  start_workers(3);
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  std::set<std::string> used;
+  std::map<int, std::string> first;  // user -> the worker of its first turn
+  for (int turn = 0; turn < 5; ++turn) {
+    for (int user = 0; user < 8; ++user) {
+      json body = completion(prompt(1000 + user * 10 + turn, 40), 2);
+      body["prompt_cache_key"] = "user-" + std::to_string(user);
+      Answer a = post(router->port(), "/v1/completions", body);
+      ASSERT_EQ(a.status, 200) << a.body;
+      if (turn == 0) {
+        first[user] = a.worker;
+        used.insert(a.worker);
+      } else {
+        EXPECT_EQ(a.worker, first[user]) << "user " << user << " turn " << turn << " moved";
+      }
+    }
+  }
+  EXPECT_GE(used.size(), 2u) << "8 keys all hashed to one of 3 workers";
+  double by_key = 0;
+  for (const auto& w : workers_) {
+    // -1: no such sample (a worker no key hashed to).
+    by_key += std::max(0.0, metric(*router, "kvstash_router_requests_total{worker=\"" + worker_url(*w) + "\",decision=\"cache_key\"}"));
+  }
+  EXPECT_EQ(by_key, 40) << router->metrics_text();
 }
 
 TEST_F(RouterE2E, SaltedRequestsOnlyMatchTheirSaltsKeys) {
