@@ -5,6 +5,26 @@
 #include "engine/engine.h"
 
 namespace kvstash {
+namespace {
+
+// Adds one event to its choice's result; true when it was that choice's last.
+bool apply(GenerationResult& result, const TokenEvent& ev, std::chrono::steady_clock::time_point start) {
+  if (ev.token >= 0) {
+    result.tokens.push_back(ev.token);
+    result.logprobs.push_back(ev.logprob);
+  }
+  result.prompt_tokens = ev.prompt_tokens;
+  result.cached_tokens = ev.cached_tokens;
+  result.ttft_s = ev.ttft_s;
+  result.unchecked = result.unchecked || ev.unchecked;
+  if (ev.finish == FinishReason::kNone) return false;
+  result.finish = ev.finish;
+  result.error = ev.error;
+  result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return true;
+}
+
+}  // namespace
 
 Expected<std::vector<GenerationResult>> generate_choices(Engine& engine, GenerationRequest request) {
   std::mutex mu;
@@ -16,21 +36,7 @@ Expected<std::vector<GenerationResult>> generate_choices(Engine& engine, Generat
   const auto start = std::chrono::steady_clock::now();
   auto id = engine.submit(std::move(request), [&](const TokenEvent& ev) {
     std::lock_guard<std::mutex> lock(mu);
-    GenerationResult& result = results.at(static_cast<std::size_t>(ev.choice));
-    if (ev.token >= 0) {
-      result.tokens.push_back(ev.token);
-      result.logprobs.push_back(ev.logprob);
-    }
-    result.prompt_tokens = ev.prompt_tokens;
-    result.cached_tokens = ev.cached_tokens;
-    result.ttft_s = ev.ttft_s;
-    result.unchecked = result.unchecked || ev.unchecked;
-    if (ev.finish != FinishReason::kNone) {
-      result.finish = ev.finish;
-      result.error = ev.error;
-      result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (--open_choices == 0) done_cv.notify_all();
-    }
+    if (apply(results.at(static_cast<std::size_t>(ev.choice)), ev, start) && --open_choices == 0) done_cv.notify_all();
   });
   if (!id) return id.status();
   std::unique_lock<std::mutex> lock(mu);
@@ -48,18 +54,7 @@ Expected<GenerationResult> generate(Engine& engine, GenerationRequest request, s
   auto id = engine.submit(std::move(request), [&](const TokenEvent& ev) {
     if (ev.token >= 0 && on_token) on_token(ev.token);
     std::lock_guard<std::mutex> lock(mu);
-    if (ev.token >= 0) {
-      result.tokens.push_back(ev.token);
-      result.logprobs.push_back(ev.logprob);
-    }
-    result.prompt_tokens = ev.prompt_tokens;
-    result.cached_tokens = ev.cached_tokens;
-    result.ttft_s = ev.ttft_s;
-    result.unchecked = result.unchecked || ev.unchecked;
-    if (ev.finish != FinishReason::kNone) {
-      result.finish = ev.finish;
-      result.error = ev.error;
-      result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (apply(result, ev, start)) {
       done = true;
       done_cv.notify_all();
     }
