@@ -4,7 +4,9 @@
 # folder:
 #   sdk-tests/run-node-sdk.sh BUILD_DIR SHARED_DIR openai-node     (sdk_openai_node_test)
 #   sdk-tests/run-node-sdk.sh BUILD_DIR SHARED_DIR anthropic-node  (sdk_anthropic_node_test)
-# openai-node: agent_api.mjs, the OpenAI Node SDK (issue 33's agent API). anthropic-node:
+#   sdk-tests/run-node-sdk.sh BUILD_DIR SHARED_DIR openai-responses (sdk_openai_responses_test)
+# openai-node: agent_api.mjs, the OpenAI Node SDK (issue 33's agent API). openai-responses:
+# openai-node/responses_api.mjs, the same SDK on the Responses API (issue 35). anthropic-node:
 # messages_api.mjs, the Anthropic TypeScript SDK (issue 35's Messages API and prompt caching), with
 # an API key the SDK sends as x-api-key. Each SDK is pinned by its folder's lockfile; a missing
 # install (scripts/install-deps.sh runs `npm ci` in each folder) is a failure, never a skip.
@@ -13,11 +15,12 @@ build=$(cd "$1" && pwd)
 shared=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 case "$3" in
-  openai-node) package=openai; script=agent_api.mjs; key=() ;;
-  anthropic-node) package=@anthropic-ai/sdk; script=messages_api.mjs; key=(--api-key sdk-test-key) ;;
-  *) echo "FAILED: unknown SDK test '$3' (openai-node, anthropic-node)" >&2; exit 1 ;;
+  openai-node) dir=openai-node; package=openai; script=agent_api.mjs; key=() ;;
+  openai-responses) dir=openai-node; package=openai; script=responses_api.mjs; key=() ;;
+  anthropic-node) dir=anthropic-node; package=@anthropic-ai/sdk; script=messages_api.mjs; key=(--api-key sdk-test-key) ;;
+  *) echo "FAILED: unknown SDK test '$3' (openai-node, openai-responses, anthropic-node)" >&2; exit 1 ;;
 esac
-sdk="$here/$3"
+sdk="$here/$dir"
 [ -f "$sdk/node_modules/$package/package.json" ] ||
   { echo "FAILED: the $package SDK is not installed in $sdk (run scripts/install-deps.sh)" >&2; exit 1; }
 work=$(mktemp -d)

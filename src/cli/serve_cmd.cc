@@ -413,6 +413,13 @@ int serve_main(int argc, char** argv) {
   app.add_option("--parallel", engine_options.max_running, "Sequences decoded together at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  std::string responses_ttl = "1h";
+  app.add_option("--responses-ttl", responses_ttl,
+                 "How long POST /v1/responses keeps a stored response for previous_response_id (its prompt's KV pinned as long, up to --pin-max-ttl)")
+      ->capture_default_str();
+  app.add_option("--responses-max", server_options.responses_max, "Stored responses at most (the oldest dropped past it)")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
   app.add_option("--max-n", server_options.max_n,
                  "Choices per request (OpenAI's n) at most; the running batch (--parallel) bounds it too")
       ->check(CLI::Range(1, 4096))
@@ -541,6 +548,12 @@ int serve_main(int argc, char** argv) {
   Expected<cache::StoreOptions> store_options = store_options_from(cache_flags, engine_options.block_size);
   if (!store_options) {
     std::fprintf(stderr, "serve: %s\n", store_options.status().message().c_str());
+    return 1;
+  }
+  if (auto ttl = cache::parse_duration(responses_ttl); ttl && ttl->count() > 0) {
+    server_options.responses_ttl = *ttl;
+  } else {
+    std::fprintf(stderr, "serve: --responses-ttl %s: a duration such as 3600, 30m, 1h, 7d (more than 0)\n", responses_ttl.c_str());
     return 1;
   }
   if (!chat_template_file.empty()) {

@@ -16,6 +16,7 @@
 
 #include "common/sha256.h"
 #include "server/anthropic_api.h"
+#include "server/responses_api.h"
 #include "server/chat_template.h"
 #include "server/embeddings_api.h"
 #include "server/tokenize_api.h"
@@ -47,6 +48,8 @@ std::string known_endpoint(const std::string& path) {
     if (path == p) return p;
   }
   if (starts_with(path, "/v1/models/")) return "/v1/models/{id}";  // one label, whatever the id
+  if (path == "/v1/responses") return path;
+  if (starts_with(path, "/v1/responses/")) return "/v1/responses/{id}";
   return "other";
 }
 
@@ -92,7 +95,8 @@ struct Server::Impl : http::Handler {
   bool keeper_stop = false;                                         // guarded by tasks_mutex
   std::thread time_keeper;
   std::unique_ptr<KvEventsApi> kv_events;  // set when options.kv_events is
-  std::unique_ptr<EmbeddingsApi> embeddings;  // POST /v1/embeddings (its own worker thread)
+  std::unique_ptr<EmbeddingsApi> embeddings;
+  std::unique_ptr<ResponseStore> responses;  // the Responses API's stored conversations  // POST /v1/embeddings (its own worker thread)
   // Parsing, rendering and tokenizing bodies (never on the I/O threads).
   std::unique_ptr<RequestWorkers> workers;
   PromptOptions prompt_options;
@@ -128,6 +132,7 @@ struct Server::Impl : http::Handler {
                                                 options.identity ? options.identity->public_key_hex() : "");
     }
     embeddings = std::make_unique<EmbeddingsApi>(backend, [this](const std::string& model) { return check_model(model); });
+    responses = std::make_unique<ResponseStore>(options.responses_ttl, options.responses_max);
   }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
@@ -137,6 +142,8 @@ struct Server::Impl : http::Handler {
   // runs as any other, its answer translated back; count_tokens answers the prompt's length.
   void handle_messages(bool count_only, http::Request req, std::shared_ptr<http::Exchange> exchange,
                        std::string cache_namespace);
+  // OpenAI's Responses API (responses_api.h): translated on a worker, its history from the store.
+  void handle_responses(http::Request req, std::shared_ptr<http::Exchange> exchange, std::string cache_namespace);
   // On a worker: parses, renders and tokenizes, then continues on the strand with admit().
   void prepare_generation(Endpoint endpoint, const http::Request& req, const std::shared_ptr<http::Exchange>& exchange,
                           const std::string& cache_namespace, Clock::time_point arrived);
@@ -320,6 +327,25 @@ void Server::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
       return handle_generation(endpoint, std::move(req), std::move(exchange), who ? who->cache_namespace : std::string());
     }
     allowed = "POST";
+  } else if (path == "/v1/responses" || starts_with(path, "/v1/responses/")) {
+    const std::string id = path.size() > 14 ? path.substr(14) : std::string();  // after "/v1/responses/"
+    const std::string tenant = who ? who->cache_namespace : std::string();
+    if (id.empty() && req.method == "POST") return handle_responses(std::move(req), std::move(exchange), tenant);
+    if (!id.empty() && (req.method == "GET" || req.method == "DELETE")) {
+      std::optional<StoredResponse> stored = responses->get(id, tenant);
+      if (!stored) {
+        return respond_error(*exchange, path, ApiError{404, "response '" + id + "' not found", "invalid_request_error", "", "not_found"});
+      }
+      http::Response r;
+      if (req.method == "GET") {
+        r.body = stored->response.dump();
+      } else {
+        responses->erase(id, tenant);
+        r.body = nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump();
+      }
+      return respond(*exchange, path, std::move(r));
+    }
+    allowed = id.empty() ? "POST" : "GET, DELETE";
   } else if (path == "/v1/messages" || path == "/v1/messages/count_tokens") {
     if (req.method == "POST") {
       const bool count_only = path == "/v1/messages/count_tokens";  // before `req` moves (`path` refers into it)
@@ -467,6 +493,22 @@ void Server::Impl::handle_messages(bool count_only, http::Request req, std::shar
     }
     shared_req->body = t.chat.dump();
     auto translated = std::make_shared<AnthropicExchange>(exchange, t.model, t.pin_messages > 0);
+    prepare_generation(Endpoint::kChatCompletions, *shared_req, translated, ns, arrived);
+  });
+}
+
+void Server::Impl::handle_responses(http::Request req, std::shared_ptr<http::Exchange> exchange, std::string cache_namespace) {
+  const std::string path = req.path;
+  auto shared_req = std::make_shared<http::Request>(std::move(req));
+  offload(exchange, path, [this, shared_req, exchange, path, ns = std::move(cache_namespace), arrived = Clock::now()] {
+    ResponsesTranslation t;
+    if (auto err = translate_responses_request(shared_req->body, *responses, ns, t)) {
+      const ApiError error{err->status, err->message, "invalid_request_error", err->param, err->status == 404 ? "not_found" : ""};
+      exchange->post([this, exchange, path, error] { respond_error(*exchange, path, error); });
+      return;
+    }
+    shared_req->body = t.chat.dump();
+    auto translated = std::make_shared<ResponsesExchange>(exchange, std::move(t), responses.get(), ns);
     prepare_generation(Endpoint::kChatCompletions, *shared_req, translated, ns, arrived);
   });
 }

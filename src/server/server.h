@@ -72,6 +72,10 @@ struct ServerOptions {
   // Choices per request (`n`) at most; more gets a 400 naming `n`. The engine also bounds it by
   // its running batch (--parallel). Default 8.
   int max_n = 8;
+  // The Responses API's stored responses (previous_response_id): kept this long, their prompts' KV
+  // pinned as long (cut to --pin-max-ttl), the oldest dropped past max entries.
+  std::chrono::seconds responses_ttl{3600};
+  std::size_t responses_max = 10000;
   // Non-empty (either list): every endpoint but /health, /ready, the peer endpoints (signed) and,
   // with public_metrics, /metrics needs "Authorization: Bearer KEY". Each key is its own cache
   // namespace (tenant isolation: the KV chunk keys', response cache's and semantic cache's salt)
