@@ -308,7 +308,9 @@ class SchedulerStressTest : public ::testing::Test {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
                   static_cast<long long>(compactions), static_cast<long long>(exact_seeds), n_seeds);
       EXPECT_GT(compactions, 0);
-      EXPECT_GE(exact_seeds * 2, n_seeds) << "too few seeds checked exactly";
+      // At least a third: forked choices (n > 1) fill the pool sooner, so more compacted sequences
+      // are preempted than before them (seeds 1-25: 10 exact; 1-100: 51).
+      EXPECT_GE(exact_seeds * 3, n_seeds) << "too few seeds checked exactly";
     } else {
       EXPECT_EQ(exact_seeds, n_seeds);
     }
