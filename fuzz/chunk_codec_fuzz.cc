@@ -53,6 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto view = kvstash::cache::decode_chunk(bytes, header->meta, &why);
   if (!view) return 0;
   if (!verified || view->payload.size() != view->header.payload_size) std::abort();
+  // A version-1 chunk has no provenance (trust unknown), which no writer may write: encode refuses
+  // it by design, so only provenance-bearing metas must encode again.
+  if (view->header.meta.provenance.trust == kvstash::cache::ChunkTrust::kUnknown) return 0;
   kvstash::cache::EncodeOptions options;
   options.compress = view->header.compressed();
   auto again = kvstash::cache::encode_chunk(view->header.meta, view->payload, options);
