@@ -1,8 +1,8 @@
 #include "server/anthropic_api.h"
 
-#include <atomic>
 #include <chrono>
-#include <cstdio>
+
+#include "server/response_json.h"
 
 namespace kvstash::server {
 namespace {
@@ -48,15 +48,6 @@ std::optional<MessagesError> text_of(const json& content, const std::string& whe
     }
   }
   return std::nullopt;
-}
-
-std::string new_id(const char* prefix) {
-  static std::atomic<std::uint64_t> counter{0};
-  const auto now = std::chrono::system_clock::now().time_since_epoch().count();
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s%016llx%06llx", prefix, static_cast<unsigned long long>(now),
-                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffff));
-  return buf;
 }
 
 std::string stop_reason_of(const std::string& finish_reason) {
@@ -282,12 +273,12 @@ json chat_to_message(const json& completion, const std::string& model, bool has_
         const json& fn = call.contains("function") ? call["function"] : json::object();
         json input = json::parse(fn.value("arguments", std::string("{}")), nullptr, false);
         if (input.is_discarded()) input = json::object();
-        content.push_back({{"type", "tool_use"}, {"id", call.value("id", new_id("toolu_"))},
+        content.push_back({{"type", "tool_use"}, {"id", call.value("id", new_response_id("toolu_"))},
                            {"name", fn.value("name", std::string())}, {"input", input}});
       }
     }
   }
-  return json{{"id", new_id("msg_")},
+  return json{{"id", new_response_id("msg_")},
               {"type", "message"},
               {"role", "assistant"},
               {"model", model},
@@ -376,7 +367,7 @@ bool AnthropicExchange::on_chunk(const std::string& data) {
   }
   if (!started_) {
     started_ = true;
-    json message = {{"id", new_id("msg_")}, {"type", "message"}, {"role", "assistant"}, {"model", model_},
+    json message = {{"id", new_response_id("msg_")}, {"type", "message"}, {"role", "assistant"}, {"model", model_},
                     {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
                     {"usage", {{"input_tokens", 0}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}}}};
     if (!send("message_start", {{"type", "message_start"}, {"message", message}})) return false;
@@ -411,7 +402,7 @@ bool AnthropicExchange::on_chunk(const std::string& data) {
           block_open_ = true;
           if (!send("content_block_start",
                     {{"type", "content_block_start"}, {"index", block_index_},
-                     {"content_block", {{"type", "tool_use"}, {"id", call.value("id", new_id("toolu_"))},
+                     {"content_block", {{"type", "tool_use"}, {"id", call.value("id", new_response_id("toolu_"))},
                                         {"name", fn.value("name", std::string())}, {"input", json::object()}}}})) {
             return false;
           }

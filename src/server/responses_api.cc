@@ -1,20 +1,11 @@
 #include "server/responses_api.h"
 
-#include <atomic>
-#include <random>
+#include "server/response_json.h"
 
 namespace kvstash::server {
 namespace {
 
 using nlohmann::json;
-
-std::string new_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* kHex = "0123456789abcdef";
-  std::string id = prefix;
-  for (int i = 0; i < 32; ++i) id += kHex[rng() & 15];
-  return id;
-}
 
 std::optional<ResponsesError> fail(std::string message, std::string param = "", int status = 400) {
   return ResponsesError{status, std::move(message), std::move(param)};
@@ -231,13 +222,13 @@ ResponsesExchange::ResponsesExchange(std::shared_ptr<http::Exchange> inner, Resp
       t_(std::move(translation)),
       store_(store),
       tenant_(std::move(tenant)),
-      id_(new_id("resp_")),
+      id_(new_response_id("resp_")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 json ResponsesExchange::response_object(const std::string& status) {
   json output = json::array();
   if (!text_.empty() || message_index_ >= 0) {
-    output.push_back({{"type", "message"}, {"id", message_id_.empty() ? new_id("msg_") : message_id_}, {"status", "completed"},
+    output.push_back({{"type", "message"}, {"id", message_id_.empty() ? new_response_id("msg_") : message_id_}, {"status", "completed"},
                       {"role", "assistant"},
                       {"content", json::array({{{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}}})}});
   }
@@ -300,7 +291,7 @@ void ResponsesExchange::respond(http::Response response) {
     if (msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
       for (const json& c : msg["tool_calls"]) {
         const json& fn = c.contains("function") ? c["function"] : json::object();
-        calls_.push_back({{"type", "function_call"}, {"id", new_id("fc_")}, {"call_id", c.value("id", new_id("call_"))},
+        calls_.push_back({{"type", "function_call"}, {"id", new_response_id("fc_")}, {"call_id", c.value("id", new_response_id("call_"))},
                           {"name", fn.value("name", std::string())}, {"arguments", fn.value("arguments", std::string("{}"))},
                           {"status", "completed"}});
       }
@@ -383,7 +374,7 @@ bool ResponsesExchange::on_chunk(const std::string& data) {
     if (delta.contains("content") && delta["content"].is_string() && !delta["content"].get<std::string>().empty()) {
       if (message_index_ < 0) {
         message_index_ = static_cast<int>(calls_.size());
-        message_id_ = new_id("msg_");
+        message_id_ = new_response_id("msg_");
         message_open_ = true;
         if (!send({{"type", "response.output_item.added"}, {"output_index", message_index_},
                    {"item", {{"type", "message"}, {"id", message_id_}, {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}}}}) ||
@@ -403,7 +394,7 @@ bool ResponsesExchange::on_chunk(const std::string& data) {
         const json& fn = c.contains("function") ? c["function"] : json::object();
         if (c.contains("id") || fn.contains("name")) {  // a new call
           if (!close_message() || !close_call()) return false;
-          calls_.push_back({{"type", "function_call"}, {"id", new_id("fc_")}, {"call_id", c.value("id", new_id("call_"))},
+          calls_.push_back({{"type", "function_call"}, {"id", new_response_id("fc_")}, {"call_id", c.value("id", new_response_id("call_"))},
                             {"name", fn.value("name", std::string())}, {"arguments", ""}, {"status", "in_progress"}});
           call_open_ = true;
           const int index = (message_index_ >= 0 ? 1 : 0) + static_cast<int>(calls_.size()) - 1;

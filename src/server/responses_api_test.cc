@@ -1,0 +1,82 @@
+// The Responses API translation: a request and its stored history into a chat request, and its bad
+// inputs refused by name (or 404 for a previous response that is not there, or another tenant's).
+#include "server/responses_api.h"
+
+#include <gtest/gtest.h>
+
+namespace kvstash::server {
+namespace {
+
+using nlohmann::json;
+
+std::optional<ResponsesError> translate(ResponseStore& store, const json& body, ResponsesTranslation& out,
+                                        const std::string& tenant = "") {
+  return translate_responses_request(body.dump(), store, tenant, out);
+}
+
+TEST(ResponsesApi, HistoryItemsAndInstructionsBecomeTheChatRequest) {
+  ResponseStore store(std::chrono::seconds(60), 10);
+  store.put("resp_1", StoredResponse{"t", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "hello"}}}), json::object(), {}});
+  ResponsesTranslation t;
+  const json body = {{"model", "m"}, {"instructions", "be brief"}, {"previous_response_id", "resp_1"}, {"max_output_tokens", 9},
+                     {"input", json::array({{{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{}"}},
+                                            {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "42"}},
+                                            {{"role", "developer"}, {"content", json::array({{{"type", "input_text"}, {"text", "x"}}})}}})}};
+  ASSERT_FALSE(translate(store, body, t, "t"));
+  const json& m = t.chat["messages"];
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_EQ(m[0], json({{"role", "system"}, {"content", "be brief"}}));
+  EXPECT_EQ(m[2]["content"], "hello");
+  EXPECT_EQ(m[3]["tool_calls"][0]["id"], "c1");
+  EXPECT_EQ(m[4], json({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}));
+  EXPECT_EQ(m[5], json({{"role", "system"}, {"content", "x"}}));
+  EXPECT_EQ(t.chat["max_tokens"], 9);
+  EXPECT_EQ(t.chat["prompt_cache_retention"], "60s");  // stored: its prompt pinned as long as it is kept
+  EXPECT_EQ(t.messages.size(), 5u);                    // stored without the instructions
+}
+
+TEST(ResponsesApi, BadInputsAreRefusedByName) {
+  ResponseStore store(std::chrono::seconds(60), 10);
+  store.put("resp_1", StoredResponse{"tenant-a", json::array({{{"role", "user"}, {"content", "hi"}}}), json::object(), {}});
+  auto refusal = [&](const json& body, const std::string& tenant = "") {
+    ResponsesTranslation t;
+    auto err = translate(store, body, t, tenant);
+    return err ? std::to_string(err->status) + " " + err->message : std::string("accepted");
+  };
+  const json base = {{"model", "m"}, {"input", "hi"}};
+  EXPECT_NE(refusal({{"input", "hi"}}).find("400 'model'"), std::string::npos);
+  EXPECT_NE(refusal({{"model", "m"}}).find("400 'input'"), std::string::npos);
+  json b = base;
+  b["background"] = true;
+  EXPECT_NE(refusal(b).find("'background' is not supported"), std::string::npos);
+  b = base;
+  b["tools"] = json::array({{{"type", "web_search"}}});
+  EXPECT_NE(refusal(b).find("'web_search' is not supported"), std::string::npos);
+  b = base;
+  b["input"] = json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}}})}}});
+  EXPECT_NE(refusal(b).find("'input_image' is not supported"), std::string::npos);
+  b = base;
+  b["text"] = {{"format", {{"type", "xml"}}}};
+  EXPECT_NE(refusal(b).find("'xml'"), std::string::npos);
+  b = base;
+  b["previous_response_id"] = "resp_1";
+  EXPECT_EQ(refusal(b, "tenant-a"), "accepted");
+  EXPECT_NE(refusal(b, "tenant-b").find("404"), std::string::npos) << "another tenant's response";
+  b["previous_response_id"] = "resp_none";
+  EXPECT_NE(refusal(b, "tenant-a").find("404"), std::string::npos);
+  EXPECT_TRUE(store.erase("resp_1", "tenant-a"));
+  b["previous_response_id"] = "resp_1";
+  EXPECT_NE(refusal(b, "tenant-a").find("404"), std::string::npos) << "a deleted response";
+}
+
+TEST(ResponsesApi, TheStoreDropsTheOldestPastItsBound) {
+  ResponseStore store(std::chrono::seconds(60), 2);
+  for (int i = 0; i < 3; ++i) store.put("r" + std::to_string(i), StoredResponse{"", json::array(), json::object(), {}});
+  EXPECT_FALSE(store.get("r0", ""));
+  EXPECT_TRUE(store.get("r1", ""));
+  EXPECT_TRUE(store.get("r2", ""));
+  EXPECT_EQ(store.size(), 2u);
+}
+
+}  // namespace
+}  // namespace kvstash::server
