@@ -15,6 +15,7 @@
 #include "cache/tiered_store.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "model/llama_cpp_golden.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -44,23 +45,8 @@ TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
   const nlohmann::json golden = nlohmann::json::parse(in);
   auto model = Model::load(testing::test_model_path(preset, gguf::TensorType::kF32));
   ASSERT_TRUE(model) << model.status().to_string();
-  // llama-server's ignore_eos never samples an end-of-generation token (model/golden_test.cc): the
-  // file's eos/eot ids and the spellings llama.cpp's vocabulary loader marks as such.
-  std::vector<TokenId> end_of_generation;
-  const gguf::File& file = (*model)->file();
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-    if (auto id = file.get_uint(key)) end_of_generation.push_back(static_cast<TokenId>(*id));
-  }
-  if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens")) {
-    const auto& items = std::get<gguf::Array>(tokens->data).items;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const std::string& t = std::get<std::string>(items[i].data);
-      for (const char* eog : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-                              "<|endoftext|>", "</s>", "<|eom_id|>", "<|end_of_text|>", "<eos>"}) {
-        if (t == eog) end_of_generation.push_back(static_cast<TokenId>(i));
-      }
-    }
-  }
+  // llama-server's ignore_eos never samples an end-of-generation token (model/golden_test.cc).
+  const std::vector<TokenId> end_of_generation = testing::llama_cpp_end_of_generation_ids((*model)->file());
   const fs::path dir = fs::path(KVSTASH_BINARY_DIR) / "golden-test" / preset;
   fs::remove_all(dir);
 

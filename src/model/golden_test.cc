@@ -17,6 +17,7 @@
 
 #include "common/sha256.h"
 #include "model/model.h"
+#include "model/llama_cpp_golden.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -69,21 +70,9 @@ TEST_P(Golden, GreedyTokensAndTop5LogprobsMatchLlamaCpp) {
   ThreadPool threads(2);
   std::vector<bool> banned(static_cast<std::size_t>(nv));
   for (const auto& id : golden["banned"]) banned.at(id.get<std::size_t>()) = true;
-  // ignore_eos: llama-server also never samples an end-of-generation token: the file's eos/eot ids
-  // and the spellings llama.cpp's vocabulary loader marks as such (phi3's "</s>", "<|end|>", ...).
-  const gguf::File& file = (*model)->file();
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-    if (auto id = file.get_uint(key); id && *id < static_cast<std::uint64_t>(nv)) banned[static_cast<std::size_t>(*id)] = true;
-  }
-  if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens")) {
-    const auto& items = std::get<gguf::Array>(tokens->data).items;
-    for (std::size_t i = 0; i < items.size() && i < banned.size(); ++i) {
-      const std::string& t = std::get<std::string>(items[i].data);
-      for (const char* eog : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-                              "<|endoftext|>", "</s>", "<|eom_id|>", "<|end_of_text|>", "<eos>"}) {
-        if (t == eog) banned[i] = true;
-      }
-    }
+  // ignore_eos: llama-server also never samples an end-of-generation token.
+  for (std::int32_t id : testing::llama_cpp_end_of_generation_ids((*model)->file())) {
+    if (id >= 0 && id < nv) banned[static_cast<std::size_t>(id)] = true;
   }
   ASSERT_EQ(golden["prompts"].size(), 5u);
   double worst_overall = 0;
