@@ -23,7 +23,7 @@ if [ ! -f "$model" ]; then
 fi
 
 flags=(-m "$model" --host 127.0.0.1 --port 0 --ctx 4352 --parallel 1 --kv-pool-tokens 8192 --threads 2
-       --cache-ram 1GiB --dht-port 0 --kv-load-timeout-ms 20000)
+       --cache-ram 1GiB --dht-port 0 --kv-load-timeout-ms 20000 --alias bench)
 # Waits (bounded) for "pattern" in a log; prints what follows it.
 wait_log() {
   for _ in $(seq 600); do
@@ -49,7 +49,7 @@ n = int(sys.argv[1]) + int(sys.argv[2]); x = 12345; ids = []
 for _ in range(n):
     x = (x * 1664525 + 1013904223) % 2**32
     ids.append(3 + (x >> 8) % 400)
-print(json.dumps({"prompt": ids, "max_tokens": 1, "temperature": 0}))
+print(json.dumps({"model": "bench", "prompt": ids, "max_tokens": 1, "temperature": 0}))
 EOF
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 ttft() { grep -o "ttft=[0-9.]*s" "$1" | tail -1 | tr -d 'ttft=s'; }

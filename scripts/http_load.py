@@ -19,6 +19,7 @@ import json
 import resource
 import statistics
 import time
+import urllib.request
 
 HOST = "127.0.0.1"
 
@@ -36,7 +37,12 @@ def rss_kib(pid):
     return -1
 
 
+MODEL = None  # the id the server serves (GET /v1/models), set in main(): generation requests name it
+
+
 def post(path, body, close=False):
+    if path.startswith("/v1/") and MODEL is not None:
+        body = {"model": MODEL, **body}
     data = json.dumps(body).encode()
     head = (f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n")
@@ -211,6 +217,9 @@ def main():
     s.add_argument("--requests", type=int, default=500)
     args = p.parse_args()
     raise_fd_limit()
+    global MODEL
+    with urllib.request.urlopen(f"http://{HOST}:{args.port}/v1/models", timeout=args.timeout) as r:
+        MODEL = json.load(r)["data"][0]["id"]
     asyncio.run({"half-headers": half_headers, "idle": idle, "sse": sse, "overhead": overhead}[args.mode](args))
 
 

@@ -36,7 +36,8 @@ def main():
     a = ap.parse_args()
     sent = []  # (kind, cache header, id)
     for q in QUESTIONS:
-        body = lambda text: {"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": a.max_tokens}
+        model = json.load(urllib.request.urlopen(a.url + "/v1/models"))["data"][0]["id"]
+        body = lambda text: {"model": model, "messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": a.max_tokens}
         sent.append(("miss",) + post(a.url, body(q)))
         time.sleep(0.2)  # the record's write-behind and indexing
         sent.append(("exact",) + post(a.url, body(q)))

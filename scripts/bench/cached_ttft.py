@@ -17,6 +17,17 @@ import statistics
 import sys
 import time
 import urllib.parse
+import urllib.request
+
+_served = {}
+
+
+def served_model(url):
+    """The id the server at url serves (its first GET /v1/models entry): requests must name it."""
+    if url not in _served:
+        with urllib.request.urlopen(url + "/v1/models", timeout=60) as r:
+            _served[url] = json.load(r)["data"][0]["id"]
+    return _served[url]
 
 
 def stream_ttft(url, prompt, max_tokens=2, want_tokens=False):
@@ -24,7 +35,7 @@ def stream_ttft(url, prompt, max_tokens=2, want_tokens=False):
     want_tokens."""
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
+    body = json.dumps({"model": served_model(url), "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
                        "stream": True, "stream_options": {"include_usage": True}})
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})

@@ -39,13 +39,13 @@ start_once() {
   done
   t1=$(now)
   curl -sf -o /dev/null "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Hello","max_tokens":1,"temperature":0}'
+    -d '{"model":"bench","prompt":"Hello","max_tokens":1,"temperature":0}'
   t2=$(now)
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
   echo "$t0 $t1 $t2" | awk '{printf "%.3f %.3f\n", $2 - $1, $3 - $2}'
 }
 
-kvstash=("$build/kvstash" serve -m "$model" --host 127.0.0.1 --port "$port" --no-kv-store --ctx 4096 --parallel 1)
+kvstash=("$build/kvstash" serve -m "$model" --host 127.0.0.1 --port "$port" --no-kv-store --ctx 4096 --parallel 1 --alias bench)
 cache_dir="$work/weights"
 declare -A cmd
 cmd[prepared]="${kvstash[*]} --weights-cache $cache_dir"

@@ -6,10 +6,10 @@ set -e
 K=${KVSTASH:-build/kvstash}; K=$(realpath $K)
 M=$(realpath ${1:?usage: $0 MODEL.gguf})
 W=$(mktemp -d); cd $W
-$K serve -m $M --port 0 --threads 2 --response-cache 256MiB --no-kv-store --log-format json --identity ./a.key > hit.log 2>&1 &
+$K serve -m $M --port 0 --threads 2 --response-cache 256MiB --no-kv-store --log-format json --identity ./a.key --alias bench > hit.log 2>&1 &
 PID=$!
 for i in $(seq 200); do PORT=$(grep -o 'on http://127.0.0.1:[0-9]*' hit.log | grep -o '[0-9]*$' || true); [ -n "$PORT" ] && break; sleep 0.5; done
-BODY='{"messages":[{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0,"max_tokens":32}'
+BODY='{"model":"bench","messages":[{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0,"max_tokens":32}'
 curl -s -o /dev/null -D - localhost:$PORT/v1/chat/completions -d "$BODY" | grep -i x-kvstash-cache:
 for i in $(seq 500); do curl -s -o /dev/null -w '%{time_total}\n' localhost:$PORT/v1/chat/completions -d "$BODY"; done > client_times.txt
 kill $PID; wait $PID || true

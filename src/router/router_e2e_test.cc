@@ -194,6 +194,54 @@ TEST_F(RouterE2E, PromptCacheKeyKeepsEachKeyOnOneWorker) {
   EXPECT_EQ(by_key, 40) << router->metrics_text();
 }
 
+// The Responses API through the router: each stored response lives on one worker, and its id
+// names that worker's key, so every next turn (previous_response_id) and every GET/DELETE of it
+// reaches that worker, whichever the router would otherwise pick.
+TEST_F(RouterE2E, ResponsesConversationsStayOnTheWorkerThatStoresThem) {
+  start_workers(2);
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(wait_until([&] {
+    for (const auto& w : workers_) {
+      if (!status_of(*router, worker_url(*w)).kv_info_known) return false;
+    }
+    return true;
+  }));
+  std::set<std::string> used;
+  for (int user = 0; user < 4; ++user) {
+    std::string previous, worker;
+    for (int turn = 0; turn < 3; ++turn) {
+      json body = {{"model", kTinyModelId}, {"input", "user " + std::to_string(user) + " says thing number " + std::to_string(turn)},
+                   {"max_output_tokens", 3}, {"temperature", 0}};
+      if (!previous.empty()) body["previous_response_id"] = previous;
+      Answer a = post(router->port(), "/v1/responses", body);
+      ASSERT_EQ(a.status, 200) << "user " << user << " turn " << turn << ": " << a.body;
+      const json r = a.json_body();
+      if (turn == 0) {
+        worker = a.worker;
+        used.insert(worker);
+      } else {
+        EXPECT_EQ(a.worker, worker) << "user " << user << " turn " << turn << " left its worker";
+        EXPECT_GT(r["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), 0) << a.body;
+      }
+      previous = r["id"].get<std::string>();
+    }
+    httplib::Client c("127.0.0.1", router->port());
+    auto got = c.Get("/v1/responses/" + previous);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->status, 200) << got->body;
+    EXPECT_EQ(got->get_header_value("x-kvstash-worker"), worker);
+    auto deleted = c.Delete("/v1/responses/" + previous);
+    ASSERT_TRUE(deleted);
+    EXPECT_EQ(deleted->status, 200) << deleted->body;
+  }
+  EXPECT_EQ(used.size(), 2u) << "4 conversations all started on one of 2 idle workers";
+  EXPECT_EQ(metric(*router, "kvstash_router_requests_total{worker=\"" + worker_url(*workers_[0]) + "\",decision=\"response_owner\"}") +
+                metric(*router, "kvstash_router_requests_total{worker=\"" + worker_url(*workers_[1]) + "\",decision=\"response_owner\"}"),
+            4 * (2 + 2))
+      << router->metrics_text();
+}
+
 TEST_F(RouterE2E, SaltedRequestsOnlyMatchTheirSaltsKeys) {
   start_workers(2);
   auto router = start_router();
@@ -248,7 +296,7 @@ TEST_F(RouterE2E, StreamsAndErrorsFromARealWorkerPassThrough) {
   auto fetch = [&](int port, const json& b, std::string* worker, std::string* head = nullptr) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(60, 0);
-    auto r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+    auto r = c.Post("/v1/chat/completions", server::testing::naming_model(b.dump(), kTinyModelId), "application/json");
     if (!r) return std::string("<no answer>");
     if (worker) *worker = r->get_header_value("x-kvstash-worker");
     if (head) *head = std::to_string(r->status) + " " + r->get_header_value("Content-Type");
@@ -431,7 +479,8 @@ TEST_F(RouterE2E, ConcurrentStreamsPassThroughByteForByte) {
     clients.emplace_back([&] {
       httplib::Client c("127.0.0.1", router->port());
       for (int i = 0; i < 5; ++i) {
-        auto r = c.Post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}}.dump(),
+        auto r = c.Post("/v1/chat/completions",
+                        json{{"model", kTinyModelId}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}}.dump(),
                         "application/json");
         if (r && r->status == 200 && r->body == expected) ++exact;
       }

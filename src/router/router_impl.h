@@ -108,6 +108,9 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
     std::string cache_salt;
     int max_tokens = 0;
     std::string cache_key;  // OpenAI's prompt_cache_key: one key, one worker while it is up
+    // The Responses API: the node tag of the response the request continues (previous_response_id)
+    // or addresses (GET/DELETE /v1/responses/{id}); it goes to the worker that stores it.
+    std::string owner_tag;
   };
   Prompt tokenize(const http::Request& req) const;
   // One proxied request, from handle() to its answer's last byte (router_proxy.cc).

@@ -13,6 +13,7 @@
 #include "server/log.h"
 #include "server/prompt_builder.h"
 #include "server/request_parser.h"
+#include "server/responses_api.h"
 
 namespace kvstash::router {
 namespace {
@@ -184,13 +185,23 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       candidates.push_back(std::move(c));
     }
     if (!hashed && prompt.tokenized) prefix_hash = prefix_hash_of({}, prompt.tokens, prompt.cache_salt);
+    // A stored response lives on one worker: its conversation goes there while it is eligible
+    // (elsewhere it would be a 404; when its worker is gone, the worker chosen says so).
+    std::optional<std::size_t> owner;
+    if (!prompt.owner_tag.empty()) {
+      for (std::size_t i = 0; i < eligible.size() && !owner; ++i) {
+        if (eligible[i]->node_tag() == prompt.owner_tag) owner = i;
+      }
+    }
     // A prompt_cache_key decides alone: rendezvous hashing of the key (and the tenant's salt) over
     // the workers that may take it, so one key stays on one worker while that worker is up.
     const bool by_key = !prompt.cache_key.empty();
-    Choice choice = by_key ? choose_worker(Policy::kPrefixHash, r.options.weights, candidates, r.turn.fetch_add(1),
-                                           cache_key_hash(prompt.cache_key, prompt.cache_salt))
-                           : choose_worker(policy, r.options.weights, candidates, r.turn.fetch_add(1), prefix_hash);
-    if (by_key) choice.decision = "cache_key";
+    Choice choice = owner ? Choice{*owner, 0, "response_owner"}
+                    : by_key
+                        ? choose_worker(Policy::kPrefixHash, r.options.weights, candidates, r.turn.fetch_add(1),
+                                        cache_key_hash(prompt.cache_key, prompt.cache_salt))
+                        : choose_worker(policy, r.options.weights, candidates, r.turn.fetch_add(1), prefix_hash);
+    if (by_key && !owner) choice.decision = "cache_key";
     worker = eligible[choice.index];
     const Candidate& chosen = candidates[choice.index];
     predicted_cached = chosen.match.total();
@@ -299,6 +310,41 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   }
 };
 
+namespace {
+
+// The response a Responses API request continues or addresses: POST /v1/responses's
+// previous_response_id (found in the body's text, not parsed: the body may be long and this runs
+// on an I/O thread; a look-alike inside a string only misroutes, the worker still checks), or the
+// {id} of GET/DELETE /v1/responses/{id}[/...]. "" when none.
+std::string addressed_response(const http::Request& req) {
+  constexpr std::string_view kPath = "/v1/responses";
+  const std::string_view path = req.path;
+  if (path.substr(0, kPath.size()) != kPath) return "";
+  if (path.size() > kPath.size()) {
+    if (path[kPath.size()] != '/') return "";
+    const std::string_view rest = path.substr(kPath.size() + 1);
+    return std::string(rest.substr(0, rest.find('/')));
+  }
+  if (req.method != "POST") return "";
+  constexpr std::string_view kKey = "\"previous_response_id\"";
+  const std::string_view body = req.body;
+  std::size_t at = body.find(kKey);
+  if (at == std::string_view::npos) return "";
+  at += kKey.size();
+  auto skip = [&] {
+    while (at < body.size() && (body[at] == ' ' || body[at] == '\t' || body[at] == '\r' || body[at] == '\n')) ++at;
+  };
+  skip();
+  if (at >= body.size() || body[at] != ':') return "";
+  ++at;
+  skip();
+  if (at >= body.size() || body[at] != '"') return "";
+  const std::size_t end = body.find('"', at + 1);
+  return end == std::string_view::npos ? "" : std::string(body.substr(at + 1, end - at - 1));
+}
+
+}  // namespace
+
 void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, Clock::time_point arrived) {
   auto p = std::make_shared<Proxied>();
   p->router = shared_from_this();
@@ -307,6 +353,7 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
   const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
   p->policy = generation ? options.policy : Policy::kLeastLoaded;
   p->req = std::move(req);
+  p->prompt.owner_tag = server::response_owner_tag(addressed_response(p->req));
   ex->on_close([weak = std::weak_ptr<Proxied>(p)] {
     if (auto alive = weak.lock()) alive->client_gone();
   });
@@ -316,7 +363,7 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
     // A long prompt: tokenized on a job thread, so that this I/O thread serves other connections meanwhile.
     jobs->push([p] {
       p->router->metrics.observe_queue(seconds(Clock::now() - p->arrived));
-      p->prompt = p->router->tokenize(p->req);
+      p->prompt = p->router->tokenize(p->req);  // (a generation request: no owner_tag to keep)
       p->build_upstream_request(p->router->options);
       p->ex->post([p] { p->next(); });
     });

@@ -22,6 +22,10 @@
 
 namespace kvstash::router::testing {
 
+// The id the workers serve: the generated models' general.name ("kvstash-random " + preset).
+inline const std::string kTinyModelId = "kvstash-random tiny";
+
+
 using nlohmann::json;
 
 // Reads GET /v1/kv/events?QUERY from a node, one JSON data object per SSE message, until `done`
@@ -77,7 +81,7 @@ inline WorkerKvInfo kv_info_of(int port) {
 // (the prompt builder adds BOS where the model wants one).
 inline RequestKeys keys_of(const RouterModel& model, const WorkerKvInfo& info, const std::vector<int>& prompt,
                            const std::string& salt = "") {
-  json body = {{"prompt", prompt}, {"max_tokens", 4}};
+  json body = {{"model", kTinyModelId}, {"prompt", prompt}, {"max_tokens", 4}};
   if (!salt.empty()) body["cache_salt"] = salt;
   server::ParsedRequest parsed;
   EXPECT_FALSE(server::parse_request(server::Endpoint::kCompletions, body.dump(), parsed));
@@ -167,11 +171,13 @@ struct Answer {
   }
 };
 
+// body to path, naming kTinyModelId when path is an API request without a model.
 inline Answer post(int port, const std::string& path, const json& body) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
   const auto start = std::chrono::steady_clock::now();
-  auto r = c.Post(path, body.dump(), "application/json");
+  auto r = c.Post(path, path.rfind("/v1/", 0) == 0 ? server::testing::naming_model(body.dump(), kTinyModelId) : body.dump(),
+                  "application/json");
   Answer a;
   a.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!r) return a;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/sse.h"
+#include "server/responses_api.h"
 
 namespace kvstash::router {
 namespace {
@@ -126,6 +127,11 @@ std::optional<WorkerKvInfo> Worker::kv_info() const {
   return kv_info_;
 }
 
+std::string Worker::node_tag() const {
+  std::lock_guard lock(mu_);
+  return node_tag_;
+}
+
 WorkerStatus Worker::status() const {
   WorkerStatus s;
   s.url = url_;
@@ -162,8 +168,12 @@ bool Worker::fetch_kv_info(httplib::Client& client) {
   if (info.block_size <= 0 || info.chunk_tokens < 0 || (info.chunk_tokens > 0 && info.chunk_tokens % info.block_size != 0)) {
     return false;
   }
+  const std::string tag = j.contains("public_key") && j["public_key"].is_string()
+                              ? server::response_node_tag(j["public_key"].get<std::string>())
+                              : "";
   std::lock_guard lock(mu_);
   kv_info_ = info;
+  node_tag_ = tag;
   return true;
 }
 

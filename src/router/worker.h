@@ -90,6 +90,9 @@ class Worker {
   std::int64_t load_tokens() const { return load_tokens_.load(); }
 
   std::optional<WorkerKvInfo> kv_info() const;
+  // The tag of the worker's public key (server/responses_api.h: its response ids carry it); "" until
+  // /v1/kv/info answered with one.
+  std::string node_tag() const;
   const PrefixIndex& index() const { return index_; }
   WorkerStatus status() const;
 
@@ -118,6 +121,7 @@ class Worker {
   std::condition_variable stop_cv_;
   bool stopping_ = false;                           // guarded by mu_
   std::optional<WorkerKvInfo> kv_info_;             // guarded by mu_
+  std::string node_tag_;                            // guarded by mu_
   std::string epoch_;                               // guarded by mu_
   std::uint64_t last_seq_ = 0;                      // guarded by mu_
   std::uint64_t applied_ = 0, gaps_ = 0;            // guarded by mu_

@@ -78,11 +78,9 @@ std::optional<ApiError> embeddings_request(const std::string& body, GenerationBa
                                            std::string* response) {
   const json request = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded() || !request.is_object()) return bad_request("the body is not a JSON object");
-  std::string model;
-  if (request.contains("model")) {
-    if (!request["model"].is_string()) return bad_request("'model' must be a string", "model");
-    model = request["model"].get<std::string>();
-  }
+  if (!request.contains("model")) return bad_request("'model' is required (the id from GET /v1/models)", "model");
+  if (!request["model"].is_string()) return bad_request("'model' must be a string", "model");
+  const std::string model = request["model"].get<std::string>();
   if (auto err = check_model(model)) return err;
   std::string format = "float";
   if (request.contains("encoding_format") && !request["encoding_format"].is_null()) {

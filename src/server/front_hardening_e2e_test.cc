@@ -44,7 +44,7 @@ class FrontHardeningE2ETest : public ::testing::Test {
   }
 
   std::unique_ptr<ServeProcess> serve(const std::string& name, std::vector<std::string> args) {
-    std::vector<std::string> all = {"--identity", dir_.path() + "/" + name + ".key"};
+    std::vector<std::string> all = {"--identity", dir_.path() + "/" + name + ".key", "--alias", "tiny"};
     all.insert(all.end(), args.begin(), args.end());
     auto p = std::make_unique<ServeProcess>(*model_, all, dir_.path() + "/" + name + ".log");
     EXPECT_TRUE(p->ready()) << p->log();
@@ -61,7 +61,7 @@ class FrontHardeningE2ETest : public ::testing::Test {
     Answer a;
     httplib::Headers headers;
     if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
-    auto r = s.client(120)->Post(path, headers, body.dump(), "application/json");
+    auto r = s.client(120)->Post(path, headers, s.named(path, body.dump()), "application/json");
     if (!r) return a;
     a.status = r->status;
     a.cache = r->get_header_value("x-kvstash-cache");
@@ -185,7 +185,7 @@ TEST_F(FrontHardeningE2ETest, HealthStaysFastWhileLargeBodiesAreProcessed) {
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&] {
       for (int i = 0; i < kBodiesEach; ++i) {
-        auto r = s->client(300)->Post("/v1/chat/completions", body, "application/json");
+        auto r = s->client(300)->Post("/v1/chat/completions", s->named("/v1/chat/completions", body), "application/json");
         // Far longer than the context: a 400 once tokenized (or 503 when the workers' queue is full).
         if (r && (r->status == 400 || r->status == 503)) answered.fetch_add(1);
       }

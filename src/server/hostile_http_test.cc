@@ -71,7 +71,7 @@ class HostileHttpTest : public ::testing::Test {
     auto engine = Engine::create(*model_, eo);
     ASSERT_TRUE(engine) << engine.status().to_string();
     engine_ = std::move(*engine);
-    backend_ = make_engine_backend(*engine_, "");
+    backend_ = make_engine_backend(*engine_, "tiny");
     ServerOptions o;
     o.port = 0;
     o.log_requests = false;
@@ -97,7 +97,7 @@ class HostileHttpTest : public ::testing::Test {
   // A normal greedy completion on a fresh connection succeeds.
   void expect_still_serving() {
     RawHttpClient c(port());
-    ASSERT_TRUE(c.send(RawHttpClient::post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2, "temperature": 0})")));
+    ASSERT_TRUE(c.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "ok", "max_tokens": 2, "temperature": 0})")));
     RawResponse r = c.read_response();
     EXPECT_EQ(r.status, 200) << r.head << r.body;
     EXPECT_NE(r.body.find("\"text_completion\""), std::string::npos) << r.body;
@@ -130,19 +130,20 @@ Model* HostileHttpTest::model_ = nullptr;
 
 TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
   const std::pair<std::string, std::string> cases[] = {
-      {"{\"prompt\": \"a\"", "malformed JSON"},
+      {"{\"model\": \"tiny\", \"prompt\": \"a\"", "malformed JSON"},
       {"[1, 2]", "JSON object"},
-      {R"({"prompt": 7})", "'prompt'"},
-      {R"({"prompt": "a", "max_tokens": "many"})", "max_tokens"},
-      {R"({"prompt": "a", "temperature": 1e400})", "number overflow"},  // where and why, not the library's error number
-      {R"({"prompt": "a", "max_tokens": 1e400})", "number overflow"},  // where and why, not the library's error number
-      {R"({"prompt": "a", "seed": 123456789012345678901234567890})", "seed"},
-      {"{\"prompt\": \"a\xC3\"}", "UTF-8"},
-      {"{\"prompt\": \"\\ud800\"}", "UTF-8"},
-      {R"({"prompt": "a", "tools": [{"type": "function"}]})", "unsupported_parameter"},
-      {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
-      {R"({"prompt": "a", "mirostat": 2})", "mirostat"},
+      {R"({"model": "tiny", "prompt": 7})", "'prompt'"},
+      {R"({"model": "tiny", "prompt": "a", "max_tokens": "many"})", "max_tokens"},
+      {R"({"model": "tiny", "prompt": "a", "temperature": 1e400})", "number overflow"},  // where and why, not the library's error number
+      {R"({"model": "tiny", "prompt": "a", "max_tokens": 1e400})", "number overflow"},  // where and why, not the library's error number
+      {R"({"model": "tiny", "prompt": "a", "seed": 123456789012345678901234567890})", "seed"},
+      {"{\"model\": \"tiny\", \"prompt\": \"a\xC3\"}", "UTF-8"},
+      {"{\"model\": \"tiny\", \"prompt\": \"\\ud800\"}", "UTF-8"},
+      {R"({"model": "tiny", "prompt": "a", "tools": [{"type": "function"}]})", "unsupported_parameter"},
+      {R"({"model": "tiny", "prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
+      {R"({"model": "tiny", "prompt": "a", "mirostat": 2})", "mirostat"},
       {R"({"prompt": "a", "model": "no-such-model"})", "model_not_found"},
+      {R"({"prompt": "a"})", "'model' is required"},  // OpenAI requires it
   };
   for (const auto& [body, mentions] : cases) {
     SCOPED_TRACE(body);
@@ -154,7 +155,7 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
   // Nulls of optional fields are absent, as OpenAI's clients send them; penalties of 0 are "off".
   RawHttpClient c(port());
   c.send(RawHttpClient::post("/v1/completions",
-                             R"({"prompt": "a", "max_tokens": 2, "stop": null, "seed": null, "tools": null,
+                             R"({"model": "tiny", "prompt": "a", "max_tokens": 2, "stop": null, "seed": null, "tools": null,
                                  "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}})"));
   EXPECT_EQ(c.read_response().status, 200);
   expect_still_serving();
@@ -163,7 +164,7 @@ TEST_F(HostileHttpTest, BadJsonWrongTypesHugeNumbersInvalidUtf8) {
 TEST_F(HostileHttpTest, ContentTypes) {
   // curl -d's form type with a JSON body over 8 KiB: parsed as JSON, no false 413.
   // (The bulk is in "user", a field the server ignores, so the test does not time a long prefill.)
-  const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}, {"user", std::string(10000, 'u')}}.dump();
+  const std::string body = json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 1}, {"user", std::string(10000, 'u')}}.dump();
   RawHttpClient c(port());
   c.send(RawHttpClient::post("/v1/completions", body, "Content-Type: application/x-www-form-urlencoded\r\n"));
   EXPECT_EQ(c.read_response().status, 200);
@@ -217,7 +218,7 @@ TEST_F(HostileHttpTest, OversizedBodyIs413ByEveryFraming) {
   // Expect: 100-continue within the limit: "100 Continue", then the answer.
   {
     RawHttpClient c(port());
-    const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+    const std::string body = R"({"model": "tiny", "prompt": "a", "max_tokens": 1})";
     c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n");
     char buf[64] = {};
@@ -230,7 +231,7 @@ TEST_F(HostileHttpTest, OversizedBodyIs413ByEveryFraming) {
 }
 
 TEST_F(HostileHttpTest, SmugglingFramingsAre400AndClose) {
-  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  const std::string body = R"({"model": "tiny", "prompt": "a", "max_tokens": 1})";
   const std::string cl = std::to_string(body.size());
   const std::string framings[] = {
       "Content-Length: " + cl + "\r\nContent-Length: " + std::to_string(body.size() + 1) + "\r\n",  // differing CLs
@@ -263,8 +264,8 @@ TEST_F(HostileHttpTest, SmugglingFramingsAre400AndClose) {
 
 TEST_F(HostileHttpTest, PipelinedRequestsAreAnsweredInOrder) {
   RawHttpClient c(port());
-  const std::string slow = R"({"prompt": "x", "max_tokens": 64, "ignore_eos": true, "temperature": 0})";
-  const std::string fast = R"({"prompt": "y", "max_tokens": 1, "temperature": 0})";
+  const std::string slow = R"({"model": "tiny", "prompt": "x", "max_tokens": 64, "ignore_eos": true, "temperature": 0})";
+  const std::string fast = R"({"model": "tiny", "prompt": "y", "max_tokens": 1, "temperature": 0})";
   ASSERT_TRUE(c.send(RawHttpClient::post("/v1/completions", slow) + RawHttpClient::get("/health") +
                      RawHttpClient::post("/v1/completions", fast) + RawHttpClient::get("/v1/models")));
   RawResponse first = c.read_response(), second = c.read_response(), third = c.read_response(), fourth = c.read_response();
@@ -349,7 +350,7 @@ TEST_F(HostileHttpTest, ConnectionCapsAnswer503WithRetryAfter) {
 }
 
 TEST_F(HostileHttpTest, AbruptDisconnectsMidStreamAndMidRequestCancel) {
-  const std::string body = R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})";
+  const std::string body = R"({"model": "tiny", "prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})";
   {
     RawHttpClient c(port());
     c.send(RawHttpClient::post("/v1/completions", body));
@@ -360,7 +361,7 @@ TEST_F(HostileHttpTest, AbruptDisconnectsMidStreamAndMidRequestCancel) {
   EXPECT_LT(engine_->stats().generated_tokens, 8000);
   {
     RawHttpClient c(port());
-    c.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
+    c.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
     ASSERT_TRUE(eventually([&] { return engine_->stats().running > 0; }));
   }  // hangs up while the non-streaming answer is being made
   EXPECT_TRUE(eventually([&] { return engine_idle(); }));
@@ -378,10 +379,10 @@ TEST_F(HostileHttpTest, ASlowReaderIsCutAndNeverBlocksTheEngine) {
     o.http.socket_send_buffer = 16 << 10;
   });
   RawHttpClient reader(port(), 20, /*receive_buffer=*/4096);
-  reader.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
+  reader.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
   // The reader reads nothing. Meanwhile another request is served to completion.
   RawHttpClient other(port());
-  other.send(RawHttpClient::post("/v1/completions", R"({"prompt": "y", "max_tokens": 200, "ignore_eos": true})"));
+  other.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "y", "max_tokens": 200, "ignore_eos": true})"));
   RawResponse r = other.read_response();
   EXPECT_EQ(r.status, 200);
   // The stream's buffer passes its bound: cut, counted, cancelled in the engine.
@@ -395,13 +396,13 @@ TEST_F(HostileHttpTest, ASlowReaderIsCutAndNeverBlocksTheEngine) {
 TEST_F(HostileHttpTest, RequestTimeLimitEndsWithAnError) {
   start([](ServerOptions& o) { o.request_timeout_s = 0.3; });
   RawHttpClient whole(port());
-  whole.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
+  whole.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 8000, "ignore_eos": true})"));
   RawResponse r = whole.read_response();
   // A cut answer is an error (OpenAI has no finish_reason for it), never one that reads as whole.
   ASSERT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(json::parse(r.body)["error"]["code"], "request_timeout") << r.body;
   RawHttpClient stream(port());
-  stream.send(RawHttpClient::post("/v1/completions", R"({"prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
+  stream.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 8000, "ignore_eos": true, "stream": true})"));
   RawResponse s = stream.read_response();
   EXPECT_NE(s.body.find("\"code\":\"request_timeout\""), std::string::npos) << s.body.substr(s.body.size() - 500);
   EXPECT_EQ(s.body.find("\"finish_reason\":\"length\""), std::string::npos);
@@ -414,7 +415,7 @@ TEST_F(HostileHttpTest, ApiKeyCorsAndReadiness) {
     o.cors_origin = "https://app.example";
   });
   RawHttpClient no_key(port());
-  no_key.send(RawHttpClient::post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})"));
+  no_key.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "a", "max_tokens": 1})"));
   RawResponse r = no_key.read_response();
   expect_openai_error(r, 401, "API key");
   EXPECT_EQ(r.header("Access-Control-Allow-Origin"), "https://app.example");
@@ -423,7 +424,7 @@ TEST_F(HostileHttpTest, ApiKeyCorsAndReadiness) {
                                                                   "Authorization: Bearer nope\r\n"));
   expect_openai_error(wrong.read_response(), 401);
   RawHttpClient ok(port());
-  ok.send(RawHttpClient::post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})",
+  ok.send(RawHttpClient::post("/v1/completions", R"({"model": "tiny", "prompt": "a", "max_tokens": 1})",
                               "Authorization: Bearer sk-test\r\nContent-Type: application/json\r\n"));
   EXPECT_EQ(ok.read_response().status, 200);
   RawHttpClient preflight(port());

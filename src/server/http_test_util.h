@@ -21,6 +21,18 @@ namespace kvstash::server::testing {
 
 using nlohmann::json;
 
+// OpenAI requires `model` in generation requests; tests that are not about it name the served
+// model through this. A body that is not a JSON object, or already names a model, is sent as written.
+// The field goes in as text, in front: the rest keeps its key order (a schema's property order is
+// the order of generation, and json would sort it).
+inline std::string naming_model(const std::string& body, const std::string& model) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.contains("model")) return body;
+  const std::size_t open = body.find('{');
+  const std::string field = "\"model\":" + json(model).dump();
+  return body.substr(0, open + 1) + field + (j.empty() ? "" : ",") + body.substr(open + 1);
+}
+
 // Splits an SSE body into its `data:` payloads; "[DONE]" is kept as the string "[DONE]".
 inline std::vector<json> parse_sse(const std::string& body, bool* saw_done) {
   std::vector<json> events;

@@ -58,7 +58,7 @@ class NChoicesE2ETest : public ::testing::Test {
   httplib::Result post(const std::string& path, const json& body) {
     httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(120, 0);
-    return c.Post(path, body.dump(), "application/json");
+    return c.Post(path, testing::naming_model(body.dump(), "tiny"), "application/json");
   }
   static json chat(int n, double temperature, int seed, int max_tokens = 12) {
     return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Say something."}}}}, {"n", n},

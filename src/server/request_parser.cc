@@ -488,6 +488,8 @@ std::optional<ApiError> parse_prompt_caching(const json& body, ParsedRequest& ou
 
 std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   if (auto err = reject_unsupported(body, out.endpoint)) return err;
+  // OpenAI requires `model` on both endpoints; a client that leaves it out is told, not guessed for.
+  if (!field(body, "model")) return bad_request("'model' is required (the id from GET /v1/models)", "model", "missing_required_parameter");
   if (auto err = get_string(body, "model", out.model)) return err;
   if (out.endpoint == Endpoint::kChatCompletions) {
     if (auto err = parse_messages(body, out)) return err;

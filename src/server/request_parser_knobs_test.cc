@@ -4,9 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "server/request_parser.h"
+#include "server/http_test_util.h"
 
 namespace kvstash::server {
 namespace {
+
+// OpenAI requires `model`: the tests not about it name one (testing::naming_model).
+std::optional<ApiError> parse_named(Endpoint endpoint, const std::string& body, ParsedRequest& out) {
+  return parse_request(endpoint, testing::naming_model(body, "m"), out);
+}
 
 constexpr Endpoint kChat = Endpoint::kChatCompletions;
 
@@ -16,14 +22,14 @@ std::string chat(const std::string& extra) {
 
 ApiError error_of(const std::string& body) {
   ParsedRequest r;
-  std::optional<ApiError> err = parse_request(kChat, body, r);
+  std::optional<ApiError> err = parse_named(kChat, body, r);
   EXPECT_TRUE(err.has_value()) << body;
   return err.value_or(ApiError{});
 }
 
 TEST(RequestParserKnobs, ParsesEveryKnob) {
   ParsedRequest r;
-  auto err = parse_request(kChat, chat(R"("logit_bias": {"50": -100, "7": 2.5, "1000": 100}, "presence_penalty": 0.5,
+  auto err = parse_named(kChat, chat(R"("logit_bias": {"50": -100, "7": 2.5, "1000": 100}, "presence_penalty": 0.5,
       "frequency_penalty": -1, "repetition_penalty": 1.1, "repeat_last_n": 32, "min_p": 0.05, "typical_p": 0.9, "top_n_sigma": 1.5,
       "user": "u1", "metadata": {"a": "b"}, "store": false, "foo_bar": 3, "mirostat": 0)"), r);
   ASSERT_FALSE(err) << err->message;
@@ -37,11 +43,11 @@ TEST(RequestParserKnobs, ParsesEveryKnob) {
   EXPECT_FLOAT_EQ(s.typical_p, 0.9f);
   EXPECT_FLOAT_EQ(s.top_n_sigma, 1.5f);
   // llama-server's spellings: [[id, bias]] with false as a ban, repeat_penalty.
-  ASSERT_FALSE(parse_request(kChat, chat(R"("logit_bias": [[3, false], [9, 1.5]], "repeat_penalty": 1.2)"), r));
+  ASSERT_FALSE(parse_named(kChat, chat(R"("logit_bias": [[3, false], [9, 1.5]], "repeat_penalty": 1.2)"), r));
   EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<TokenId, float>>{{3, -100.0f}, {9, 1.5f}}));
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.2f);
   // Defaults: every knob off.
-  ASSERT_FALSE(parse_request(kChat, chat(R"("seed": 1)"), r));
+  ASSERT_FALSE(parse_named(kChat, chat(R"("seed": 1)"), r));
   EXPECT_TRUE(r.sampling.logit_bias.empty());
   EXPECT_EQ(r.sampling.presence_penalty, 0.0f);
   EXPECT_EQ(r.sampling.repetition_penalty, 1.0f);
@@ -83,7 +89,7 @@ TEST(RequestParserKnobs, UnimplementedSamplersAreRefusedByName) {
   }
   // Their "off" values change nothing and are accepted.
   ParsedRequest r;
-  EXPECT_FALSE(parse_request(kChat, chat(R"("mirostat": 0, "dry_multiplier": 0, "top_n_sigma": -1, "samplers": [])"), r));
+  EXPECT_FALSE(parse_named(kChat, chat(R"("mirostat": 0, "dry_multiplier": 0, "top_n_sigma": -1, "samplers": [])"), r));
   EXPECT_LT(r.sampling.top_n_sigma, 0.0f);
 }
 

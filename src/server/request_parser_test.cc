@@ -6,15 +6,21 @@
 #include <memory>
 
 #include "gguf/gguf.h"
+#include "server/http_test_util.h"
 #include "server/prompt_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvstash::server {
 namespace {
 
+// OpenAI requires `model`: the tests not about it name one (testing::naming_model).
+std::optional<ApiError> parse_named(Endpoint endpoint, const std::string& body, ParsedRequest& out) {
+  return parse_request(endpoint, testing::naming_model(body, "m"), out);
+}
+
 ApiError expect_error(Endpoint ep, const std::string& body) {
   ParsedRequest r;
-  std::optional<ApiError> err = parse_request(ep, body, r);
+  std::optional<ApiError> err = parse_named(ep, body, r);
   EXPECT_TRUE(err.has_value()) << body;
   return err.value_or(ApiError{});
 }
@@ -24,7 +30,7 @@ constexpr Endpoint kText = Endpoint::kCompletions;
 
 TEST(RequestParser, ParsesAFullChatRequest) {
   ParsedRequest r;
-  auto err = parse_request(kChat, R"({
+  auto err = parse_named(kChat, R"({
     "model": "m", "messages": [{"role": "system", "content": "S"},
                                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
     "max_completion_tokens": 7, "max_tokens": 99, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3,
@@ -45,18 +51,18 @@ TEST(RequestParser, ParsesAFullChatRequest) {
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.cache_salt, "tenant");
   EXPECT_FALSE(r.ignore_eos);
-  ASSERT_FALSE(parse_request(kChat, R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true})", r));
+  ASSERT_FALSE(parse_named(kChat, R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true})", r));
   EXPECT_TRUE(r.ignore_eos);
 }
 
 TEST(RequestParser, ParsesCompletionPrompts) {
   ParsedRequest r;
-  ASSERT_FALSE(parse_request(kText, R"({"prompt": "hello", "stop": "\n", "logprobs": 3})", r));
+  ASSERT_FALSE(parse_named(kText, R"({"prompt": "hello", "stop": "\n", "logprobs": 3})", r));
   EXPECT_EQ(r.prompt_text, "hello");
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 3);
-  ASSERT_FALSE(parse_request(kText, R"({"prompt": [1, 2, 3]})", r));
+  ASSERT_FALSE(parse_named(kText, R"({"prompt": [1, 2, 3]})", r));
   EXPECT_TRUE(r.prompt_is_tokens);
   EXPECT_EQ(r.prompt_tokens, (std::vector<TokenId>{1, 2, 3}));
 }
@@ -138,7 +144,7 @@ TEST(RequestParser, RejectsBadValues) {
 
 TEST(RequestParser, NullMeansAbsent) {
   ParsedRequest r;
-  ASSERT_FALSE(parse_request(kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null,
+  ASSERT_FALSE(parse_named(kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null,
                                         "stop": null, "temperature": null})", r));
   EXPECT_FALSE(r.max_tokens.has_value());
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);  // OpenAI's default
@@ -147,11 +153,11 @@ TEST(RequestParser, NullMeansAbsent) {
 TEST(RequestParser, OpenAISamplingDefaults) {
   ParsedRequest a, b, seeded;
   const char* body = R"({"prompt": "x"})";
-  ASSERT_FALSE(parse_request(kText, body, a));
-  ASSERT_FALSE(parse_request(kText, body, b));
+  ASSERT_FALSE(parse_named(kText, body, a));
+  ASSERT_FALSE(parse_named(kText, body, b));
   EXPECT_FLOAT_EQ(a.sampling.temperature, 1.0f);
   EXPECT_NE(a.sampling.seed, b.sampling.seed);  // each unseeded request draws its own
-  ASSERT_FALSE(parse_request(kText, R"({"prompt": "x", "seed": 42})", seeded));
+  ASSERT_FALSE(parse_named(kText, R"({"prompt": "x", "seed": 42})", seeded));
   EXPECT_EQ(seeded.sampling.seed, 42u);
 }
 
@@ -182,7 +188,7 @@ class PromptBuilderTest : public ::testing::Test {
 
   std::optional<ApiError> build(Endpoint ep, const std::string& body, GenerationRequest& out) {
     ParsedRequest r;
-    auto err = parse_request(ep, body, r);
+    auto err = parse_named(ep, body, r);
     EXPECT_FALSE(err) << body;
     return build_generation_request(r, info, ChatTemplateKind::kChatML, out);
   }
@@ -273,6 +279,20 @@ TEST_F(PromptBuilderTest, IgnoreEosGeneratesThroughEndTokens) {
   EXPECT_TRUE(g.stop_at_end_of_generation);
 }
 
+TEST(RequestParserTest, ModelIsRequiredAsOpenAIRequiresIt) {
+  for (Endpoint ep : {kChat, kText}) {
+    ParsedRequest r;
+    const std::string body = ep == kChat ? R"({"messages": [{"role": "user", "content": "x"}]})" : R"({"prompt": "x"})";
+    auto err = parse_request(ep, body, r);
+    ASSERT_TRUE(err);
+    EXPECT_EQ(err->http_status, 400);
+    EXPECT_EQ(err->param, "model");
+    EXPECT_NE(err->message.find("'model' is required"), std::string::npos) << err->message;
+    EXPECT_FALSE(parse_request(ep, testing::naming_model(body, "any-name"), r));  // the server checks the name
+    EXPECT_EQ(r.model, "any-name");
+  }
+}
+
 TEST_F(PromptBuilderTest, KvBudgetFieldIsPassedOnAndRangeChecked) {
   GenerationRequest g;
   ASSERT_FALSE(build(kText, R"({"prompt": "x", "kv_budget": 512})", g));
@@ -280,10 +300,10 @@ TEST_F(PromptBuilderTest, KvBudgetFieldIsPassedOnAndRangeChecked) {
   ASSERT_FALSE(build(kText, R"({"prompt": "x"})", g));
   EXPECT_EQ(g.kv_budget, -1);
   ParsedRequest r;
-  auto bad = parse_request(kText, R"({"prompt": "x", "kv_budget": -5})", r);
+  auto bad = parse_named(kText, R"({"prompt": "x", "kv_budget": -5})", r);
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->param, "kv_budget");
-  EXPECT_TRUE(parse_request(kText, R"({"prompt": "x", "kv_budget": "lots"})", r));
+  EXPECT_TRUE(parse_named(kText, R"({"prompt": "x", "kv_budget": "lots"})", r));
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ class ResponseCacheE2ETest : public ::testing::Test {
 
   static Answer post(const ServeProcess& s, const std::string& path, const json& body, httplib::Headers headers = {}) {
     Answer a;
-    auto r = s.client()->Post(path, headers, body.dump(), "application/json");
+    auto r = s.client()->Post(path, headers, s.named(path, body.dump()), "application/json");
     if (!r) return a;
     a.status = r->status;
     a.cache = r->get_header_value("x-kvstash-cache");

@@ -1,5 +1,8 @@
 #include "server/responses_api.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "server/response_json.h"
 
 namespace kvstash::server {
@@ -59,6 +62,29 @@ std::optional<StoredResponse> ResponseStore::get(const std::string& id, const st
   return it->second;
 }
 
+std::string ResponseStore::new_id() const { return new_response_id("resp_" + node_tag_); }
+
+namespace {
+constexpr std::size_t kTagDigits = 8, kRandomDigits = 24;  // new_response_id makes 24
+bool all_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+}  // namespace
+
+std::string response_owner_tag(std::string_view id) {
+  constexpr std::string_view kPrefix = "resp_";
+  if (id.size() != kPrefix.size() + kTagDigits + kRandomDigits || id.substr(0, kPrefix.size()) != kPrefix) return "";
+  const std::string_view digits = id.substr(kPrefix.size());
+  return all_hex(digits) ? std::string(digits.substr(0, kTagDigits)) : "";
+}
+
+std::string response_node_tag(std::string_view public_key_hex) {
+  if (public_key_hex.size() < kTagDigits) return "";
+  std::string tag(public_key_hex.substr(0, kTagDigits));
+  std::transform(tag.begin(), tag.end(), tag.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return all_hex(tag) ? tag : "";
+}
+
 bool ResponseStore::erase(const std::string& id, const std::string& tenant) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
@@ -88,7 +114,7 @@ std::optional<ResponsesError> translate_responses_request(const std::string& bod
   out.model = req["model"].get<std::string>();
   json chat = {{"model", out.model}};
   if (req.contains("max_output_tokens") && !req["max_output_tokens"].is_null()) chat["max_tokens"] = req["max_output_tokens"];
-  for (const char* k : {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user", "seed"}) {
+  for (const char* k : {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user", "seed", "ignore_eos"}) {
     if (req.contains(k) && !req[k].is_null()) chat[k] = req[k];
   }
   if (req.contains("stream") && req["stream"].is_boolean() && req["stream"].get<bool>()) {
@@ -222,7 +248,7 @@ ResponsesExchange::ResponsesExchange(std::shared_ptr<http::Exchange> inner, Resp
       t_(std::move(translation)),
       store_(store),
       tenant_(std::move(tenant)),
-      id_(new_response_id("resp_")),
+      id_(store_ ? store_->new_id() : new_response_id("resp_")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 json ResponsesExchange::response_object(const std::string& status) {

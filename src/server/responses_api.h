@@ -15,6 +15,11 @@
 // and its prompt's KV is pinned for as long (prompt_cache_retention, docs/prompt-caching.md). A
 // previous_response_id that is unknown, expired, or another tenant's is a 404.
 //
+// A response's id names the node that stores it: "resp_" + the first 8 hex digits of the node's
+// public key + 24 random hex digits (response_owner_tag). `kvstash route` sends previous_response_id
+// requests, and GET/DELETE of a response, to the worker whose /v1/kv/info key has that tag, so a
+// conversation works through the router without shared state.
+//
 // Thread safety: ResponseStore is safe from any thread; the translation is pure; a
 // ResponsesExchange is used on its exchange's strand.
 #pragma once
@@ -25,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -42,9 +48,13 @@ struct StoredResponse {
 
 class ResponseStore {
  public:
-  // ttl: how long a response is kept (and its prompt's KV pinned); max_entries: oldest dropped past it.
-  ResponseStore(std::chrono::seconds ttl, std::size_t max_entries) : ttl_(ttl), max_entries_(max_entries) {}
+  // ttl: how long a response is kept (and its prompt's KV pinned); max_entries: oldest dropped past
+  // it; node_tag: 8 hex digits of the node's public key ("" = no identity: untagged ids).
+  ResponseStore(std::chrono::seconds ttl, std::size_t max_entries, std::string node_tag = "")
+      : ttl_(ttl), max_entries_(max_entries), node_tag_(std::move(node_tag)) {}
   std::chrono::seconds ttl() const { return ttl_; }
+  // A new response id, with this node's tag.
+  std::string new_id() const;
   void put(const std::string& id, StoredResponse entry);
   // The entry if it exists, has not expired and is `tenant`'s.
   std::optional<StoredResponse> get(const std::string& id, const std::string& tenant);
@@ -55,6 +65,7 @@ class ResponseStore {
   void expire_locked(std::chrono::steady_clock::time_point now);
   const std::chrono::seconds ttl_;
   const std::size_t max_entries_;
+  const std::string node_tag_;
   std::mutex mu_;
   std::unordered_map<std::string, StoredResponse> entries_;  // guarded by mu_
   std::deque<std::string> order_;                            // guarded by mu_: oldest first
@@ -75,6 +86,11 @@ struct ResponsesError {
   std::string message;
   std::string param;
 };
+
+// The node tag of a response id made by ResponseStore::new_id ("" for an id without one).
+std::string response_owner_tag(std::string_view id);
+// The tag of a node whose public key is `public_key_hex` (its first 8 hex digits, lowercase).
+std::string response_node_tag(std::string_view public_key_hex);
 
 // Translates a Responses request, its previous_response_id looked up in `store` for `tenant`.
 std::optional<ResponsesError> translate_responses_request(const std::string& body, ResponseStore& store,

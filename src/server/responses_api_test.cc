@@ -78,5 +78,24 @@ TEST(ResponsesApi, TheStoreDropsTheOldestPastItsBound) {
   EXPECT_EQ(store.size(), 2u);
 }
 
+TEST(ResponsesApi, IdsNameTheNodeThatStoresThem) {
+  const std::string key = "0A1b2C3d" + std::string(56, 'e');  // a public key, hex
+  const std::string tag = response_node_tag(key);
+  EXPECT_EQ(tag, "0a1b2c3d");
+  ResponseStore store(std::chrono::seconds(60), 8, tag);
+  const std::string id = store.new_id();
+  EXPECT_EQ(id.rfind("resp_0a1b2c3d", 0), 0u) << id;
+  EXPECT_EQ(response_owner_tag(id), tag);
+  EXPECT_NE(store.new_id(), id);
+  // Untagged (a node without an identity), foreign or malformed ids name no node.
+  ResponseStore untagged(std::chrono::seconds(60), 8);
+  EXPECT_EQ(response_owner_tag(untagged.new_id()), "");
+  EXPECT_EQ(response_owner_tag("resp_1"), "");
+  EXPECT_EQ(response_owner_tag("msg_0a1b2c3d" + std::string(24, '0')), "");
+  EXPECT_EQ(response_owner_tag("resp_0a1b2c3d" + std::string(23, '0') + "g"), "");
+  EXPECT_EQ(response_node_tag("abc"), "");
+  EXPECT_EQ(response_node_tag("zzzzzzzz"), "");
+}
+
 }  // namespace
 }  // namespace kvstash::server

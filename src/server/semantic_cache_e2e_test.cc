@@ -52,7 +52,7 @@ class SemanticCacheE2ETest : public ::testing::Test {
 
   static Answer post(const ServeProcess& s, const std::string& path, const json& body) {
     Answer a;
-    auto r = s.client()->Post(path, body.dump(), "application/json");
+    auto r = s.client()->Post(path, s.named(path, body.dump()), "application/json");
     if (!r) return a;
     a.status = r->status;
     a.cache = r->get_header_value("x-kvstash-cache");
@@ -148,7 +148,7 @@ TEST_F(SemanticCacheE2ETest, EmbeddingsAreNormalisedDeterministicAndBatchEqualsS
   ASSERT_EQ(by_ids.size(), 1u);
   for (std::size_t k = 0; k < by_ids[0].size(); ++k) EXPECT_NEAR(by_ids[0][k], batch[0][k], 1e-6);
   // OpenAI's shape.
-  Answer a = post(*s, "/v1/embeddings", {{"input", "hi there"}, {"model", ""}});
+  Answer a = post(*s, "/v1/embeddings", {{"input", "hi there"}, {"model", s->model_id()}});
   ASSERT_EQ(a.status, 200);
   EXPECT_EQ(a.body["object"], "list");
   EXPECT_EQ(a.body["data"][0]["object"], "embedding");
@@ -166,6 +166,9 @@ TEST_F(SemanticCacheE2ETest, EmbeddingsAreNormalisedDeterministicAndBatchEqualsS
   EXPECT_EQ(post(*s, "/v1/embeddings", {{"input", json::array({-1})}}).status, 400);
   EXPECT_EQ(post(*s, "/v1/embeddings", {{"input", "a"}, {"encoding_format", "int8"}}).status, 400);
   EXPECT_EQ(post(*s, "/v1/embeddings", {{"input", "a"}, {"model", "gpt-4"}}).status, 404);
+  auto unnamed = s->client()->Post("/v1/embeddings", R"({"input": "a"})", "application/json");  // OpenAI requires `model`
+  ASSERT_TRUE(unnamed);
+  EXPECT_EQ(unnamed->status, 400) << unnamed->body;
   Answer long_input = post(*s, "/v1/embeddings", {{"input", std::vector<int>(5000, 1)}});
   EXPECT_EQ(long_input.status, 400);
   EXPECT_EQ(long_input.body["error"]["code"], "context_length_exceeded");
@@ -187,7 +190,8 @@ TEST_F(SemanticCacheE2ETest, NearDuplicateIsASemanticHitWithItsOwnUsage) {
   // Streamed: the same answer as SSE, usage at the end with this request's prompt.
   auto sse = s->client()->Post(
       "/v1/chat/completions",
-      chat("What is 2+3", {{"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump(), "application/json");
+      s->named("/v1/chat/completions", chat("What is 2+3", {{"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump()),
+      "application/json");
   ASSERT_TRUE(sse);
   EXPECT_EQ(sse->get_header_value("x-kvstash-cache"), "semantic-hit");
   EXPECT_NE(sse->body.find("\"prompt_tokens\":" + engine.body["usage"]["prompt_tokens"].dump()), std::string::npos);

@@ -16,14 +16,19 @@ class ServeE2ETest : public ::testing::Test {
     model_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
     ASSERT_FALSE(model_.empty());
   }
+  // Requests name the model "tiny" (OpenAI requires a model).
+  static std::vector<std::string> with_alias(std::vector<std::string> args) {
+    args.insert(args.end(), {"--alias", "tiny"});
+    return args;
+  }
   std::unique_ptr<ServeProcess> serve(const std::string& name, std::vector<std::string> args) {
-    auto p = std::make_unique<ServeProcess>(model_, args, dir_.path() + "/" + name + ".log");
+    auto p = std::make_unique<ServeProcess>(model_, with_alias(std::move(args)), dir_.path() + "/" + name + ".log");
     EXPECT_TRUE(p->ready()) << "kvstash serve did not start: " << p->log();
     return p;
   }
   // A long greedy completion that runs until the test ends it.
   static std::string long_request(bool stream) {
-    return json{{"prompt", "x"}, {"max_tokens", 7000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", stream}}
+    return json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 7000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", stream}}
         .dump();
   }
 
@@ -74,7 +79,7 @@ TEST_F(ServeE2ETest, SigtermDrainsInFlightRequestsThenExits) {
   auto s = serve("drain", {"--ctx", "8192", "--no-kv-store", "--drain-seconds", "60"});
   ASSERT_TRUE(s->ready());
   const std::string body =
-      json{{"prompt", "x"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}}.dump();
+      json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}}.dump();
   RawRequest stream(s->port(), "/v1/completions", body);
   ASSERT_NE(stream.read_at_least(1).find("HTTP/1.1 200"), std::string::npos);
   s->terminate();
@@ -94,11 +99,11 @@ TEST_F(ServeE2ETest, QueueZeroFillsTheBatchAndRefusesTheNext) {
     RawRequest second(s->port(), "/v1/completions", long_request(true));
     ASSERT_NE(first.read_at_least(1).find("HTTP/1.1 200"), std::string::npos) << first.read_at_least(1);
     ASSERT_NE(second.read_at_least(1).find("HTTP/1.1 200"), std::string::npos) << second.read_at_least(1);
-    auto r = s->client()->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+    auto r = s->client()->Post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 2})", "application/json");
     expect_api_error(r, 429, "capacity");
   }  // both hang up: their slots free
   EXPECT_TRUE(eventually([&] {
-    auto r = s->client()->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+    auto r = s->client()->Post("/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 2})", "application/json");
     return r && r->status == 200;
   }));
 }

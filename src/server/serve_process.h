@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/http_test_util.h"
+
 namespace kvstash::server::testing {
 
 using nlohmann::json;
@@ -73,6 +75,16 @@ class ServeProcess {
         port_ = std::atoi(log.c_str() + at + std::string(" on http://127.0.0.1:").size());
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+    }
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--alias") model_id_ = args[i + 1];
+    }
+    if (port_ > 0 && model_id_.empty()) {
+      auto r = client(60)->Get("/v1/models");
+      const json models = r && r->status == 200 ? json::parse(r->body, nullptr, /*allow_exceptions=*/false) : json();
+      if (models.is_object() && models.contains("data") && models["data"].is_array() && !models["data"].empty()) {
+        model_id_ = models["data"][0].value("id", "");
       }
     }
   }
@@ -136,11 +148,21 @@ class ServeProcess {
     return c;
   }
 
+  // The id the server serves (its first --alias, or its GET /v1/models asked once it listens:
+  // give a server with API keys an --alias), which generation requests must name; "" when the
+  // server did not answer.
+  const std::string& model_id() const { return model_id_; }
+
+  // body as a generation request to this server sends it: naming its model (see naming_model).
+  std::string named(const std::string& path, const std::string& body) const {
+    return path.rfind("/v1/", 0) == 0 ? naming_model(body, model_id_) : body;
+  }
+
   // A greedy /v1/completions over token ids; the parsed body, or null json on failure. The read
   // timeout is generous: a sanitizer build prefilling thousands of tokens on scalar kernels
   // (share_spot_check_e2e_test's node A) took over 30 s on a loaded 2-core machine.
   json complete(const std::vector<int>& prompt, int max_tokens, const std::string& salt = "") const {
-    json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logprobs", 1}};
+    json body = {{"model", model_id()}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logprobs", 1}};
     if (!salt.empty()) body["cache_salt"] = salt;
     auto r = client(180)->Post("/v1/completions", body.dump(), "application/json");
     if (!r || r->status != 200) {
@@ -192,6 +214,7 @@ class ServeProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_code_ = -1;
+  std::string model_id_;
   mutable std::mutex error_mutex_;
   mutable std::string last_error_;
 };

@@ -132,7 +132,8 @@ struct Server::Impl : http::Handler {
                                                 options.identity ? options.identity->public_key_hex() : "");
     }
     embeddings = std::make_unique<EmbeddingsApi>(backend, [this](const std::string& model) { return check_model(model); });
-    responses = std::make_unique<ResponseStore>(options.responses_ttl, options.responses_max);
+    responses = std::make_unique<ResponseStore>(options.responses_ttl, options.responses_max,
+                                                options.identity ? response_node_tag(options.identity->public_key_hex()) : "");
   }
 
   void handle(http::Request request, std::shared_ptr<http::Exchange> exchange) override;
@@ -278,7 +279,7 @@ void Server::Impl::offload(const std::shared_ptr<http::Exchange>& exchange, cons
 }
 
 std::optional<ApiError> Server::Impl::check_model(const std::string& requested) const {
-  if (requested.empty() || requested == backend.model_info().id) return std::nullopt;
+  if (requested == backend.model_info().id) return std::nullopt;
   if (std::find(options.aliases.begin(), options.aliases.end(), requested) != options.aliases.end()) return std::nullopt;
   return ApiError{404, "The model '" + requested + "' does not exist (this server serves '" + backend.model_info().id + "')",
                   "invalid_request_error", "model", "model_not_found"};

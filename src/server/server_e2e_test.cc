@@ -82,7 +82,7 @@ class ServerE2ETest : public ::testing::Test {
     return c;
   }
   json post_ok(const std::string& path, const json& body) {
-    auto r = client()->Post(path.c_str(), body.dump(), "application/json");
+    auto r = client()->Post(path.c_str(), testing::naming_model(body.dump(), "tiny-test"), "application/json");
     EXPECT_TRUE(r);
     if (!r) return {};
     EXPECT_EQ(r->status, 200) << r->body;
@@ -109,7 +109,7 @@ TEST_F(ServerE2ETest, BadInputsThenAGoodRequest) {
   auto c = client();
   using testing::expect_api_error;
   auto post = [&](const std::string& path, const std::string& body) {
-    return c->Post(path.c_str(), body, "application/json");
+    return c->Post(path.c_str(), testing::naming_model(body, "tiny-test"), "application/json");
   };
   expect_api_error(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\""), 400, "malformed JSON");
   expect_api_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": 1}]})"), 400,
@@ -137,7 +137,7 @@ TEST_F(ServerE2ETest, StreamingAndNonStreamingAgree) {
   json whole = post_ok("/v1/chat/completions", body);
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
-  auto r = client()->Post("/v1/chat/completions", body.dump(), "application/json");
+  auto r = client()->Post("/v1/chat/completions", testing::naming_model(body.dump(), "tiny-test"), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
   bool done = false;
@@ -212,7 +212,7 @@ TEST_F(ServerE2ETest, StopStringCutsTheGreedyOutput) {
   EXPECT_EQ(text_of(cut), full.substr(0, full.find(stop)));
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
   body["stream"] = true;
-  auto r = client()->Post("/v1/completions", body.dump(), "application/json");
+  auto r = client()->Post("/v1/completions", testing::naming_model(body.dump(), "tiny-test"), "application/json");
   ASSERT_TRUE(r);
   bool done = false;
   std::string streamed;
@@ -223,7 +223,7 @@ TEST_F(ServerE2ETest, StopStringCutsTheGreedyOutput) {
 
 TEST_F(ServerE2ETest, DisconnectingStreamIsCancelled) {
   json body = {{"prompt", long_prompt("disconnect")}, {"max_tokens", kCtx - 200}, {"stream", true}};
-  std::string got = testing::post_and_hang_up(server_->port(), "/v1/completions", body.dump(), 300);
+  std::string got = testing::post_and_hang_up(server_->port(), "/v1/completions", testing::naming_model(body.dump(), "tiny-test"), 300);
   EXPECT_NE(got.find("data: "), std::string::npos);
   bool idle = false;
   // Bounded: at most ~60 s. The server learns of the hang-up from a failed write, the second after

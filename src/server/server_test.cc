@@ -93,8 +93,9 @@ class ServerTest : public ::testing::Test {
     j["temperature"] = 0;
     return j.dump();
   }
+  // greedy(), naming the served model (post_as_is sends the body as written).
   httplib::Result post(const std::string& path, const std::string& body) {
-    return post_as_is(path, greedy(body));
+    return post_as_is(path, testing::naming_model(greedy(body), model_->config().name));
   }
   httplib::Result post_as_is(const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), body, "application/json");
@@ -112,7 +113,7 @@ class ServerTest : public ::testing::Test {
   Reference reference(Endpoint endpoint, const json& body) {
     Reference ref;
     ParsedRequest parsed;
-    auto err = parse_request(endpoint, greedy(body.dump()), parsed);
+    auto err = parse_request(endpoint, testing::naming_model(greedy(body.dump()), model_->config().name), parsed);
     EXPECT_FALSE(err) << body.dump();
     GenerationRequest request;
     // The template the server picks: the model's own (its GGUF tokenizer.chat_template).
@@ -225,7 +226,7 @@ TEST_F(ServerTest, ChatCompletionShape) {
 TEST_F(ServerTest, SamplingDefaultsAreOpenAIs) {
   start();
   // No temperature (1 by default) and no seed: each request draws its own seed.
-  const json body = {{"prompt", "x"}, {"max_tokens", 24}, {"ignore_eos", true}};
+  const json body = {{"model", model_->config().name}, {"prompt", "x"}, {"max_tokens", 24}, {"ignore_eos", true}};
   auto text = [&](const json& b) {
     auto r = post_as_is(kText, b.dump());
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
@@ -403,6 +404,11 @@ TEST_F(ServerTest, BadInputsGetOpenAIErrorsAndServingContinues) {
   expect_api_error(post(kChat, R"({"messages": "x"})"), 400, "messages");
   expect_api_error(post(kChat, R"({"messages": [{"role": "king", "content": "x"}]})"), 400, "king");
   expect_api_error(post(kChat, R"({"messages": []})"), 400, "messages");
+  // `model` is required, as in OpenAI's API; a name the server does not serve is a 404.
+  expect_api_error(post_as_is(kChat, R"({"messages": [{"role": "user", "content": "x"}]})"), 400, "'model' is required");
+  expect_api_error(post_as_is(kText, R"({"prompt": "x"})"), 400, "'model' is required");
+  expect_api_error(post_as_is(kText, R"({"model": "", "prompt": "x"})"), 404, "does not exist");
+  expect_api_error(post_as_is(kText, R"({"model": 7, "prompt": "x"})"), 400, "model");
   expect_api_error(post(kText, "{\"prompt\": \"\xFF\xFE\"}"), 400, "UTF-8");
   int vocab = backend_->model_info().n_vocab;
   expect_api_error(post(kText, json{{"prompt", {5, vocab}}}.dump()), 400, std::to_string(vocab));
@@ -429,7 +435,7 @@ TEST_F(ServerTest, QueueZeroFillsTheBatchThenAnswers429) {
   {
     testing::RawRequest running(
         server_->port(), kText,
-        json{{"prompt", "x"}, {"stream", true}, {"max_tokens", 1900}, {"ignore_eos", true}}.dump());
+        json{{"model", model_->config().name}, {"prompt", "x"}, {"stream", true}, {"max_tokens", 1900}, {"ignore_eos", true}}.dump());
     ASSERT_TRUE(eventually([&] { return engine_->stats().generated_tokens > 0; }));
     testing::expect_api_error(post(kText, R"({"prompt": "x"})"), 429, "capacity");
     testing::expect_api_error(post(kChat, chat_body("x", 4).dump()), 429, "capacity");
@@ -448,7 +454,7 @@ TEST_F(ServerTest, DisconnectedStreamIsCancelled) {
   start();
   const int max_tokens = 1900;
   std::string got = testing::post_and_hang_up(
-      server_->port(), kText, json{{"prompt", "x"}, {"stream", true}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump(),
+      server_->port(), kText, json{{"model", model_->config().name}, {"prompt", "x"}, {"stream", true}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump(),
       300);
   EXPECT_NE(got.find("data: "), std::string::npos);
   // Bounded wait: the server notices on its next write and cancels.
@@ -462,7 +468,7 @@ TEST_F(ServerTest, DisconnectedNonStreamingRequestIsCancelled) {
   const int max_tokens = 1900;
   {
     testing::RawRequest request(server_->port(), kText,
-                                json{{"prompt", "x"}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump());
+                                json{{"model", model_->config().name}, {"prompt", "x"}, {"max_tokens", max_tokens}, {"ignore_eos", true}}.dump());
     // Hang up once the engine is working on it: nothing has been written back yet.
     ASSERT_TRUE(eventually([&] { return engine_->stats().generated_tokens > 0; }));
   }

@@ -61,7 +61,7 @@ void expect_chat_completion(const ServeProcess& server, int prompt_tokens) {
                                                {{"role", "user"}, {"content", "Why is the sky blue?"}}})},
                      {"max_tokens", 8},
                      {"temperature", 0}};
-  auto r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  auto r = client.Post("/v1/chat/completions", server.named("/v1/chat/completions", body.dump()), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json reply = json::parse(r->body);
@@ -72,7 +72,7 @@ void expect_chat_completion(const ServeProcess& server, int prompt_tokens) {
   // Mistral refuses a conversation whose roles do not alternate: a 400 naming the template's words.
   const json bad = {{"messages", json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}})},
                     {"max_tokens", 2}};
-  auto refused = client.Post("/v1/chat/completions", bad.dump(), "application/json");
+  auto refused = client.Post("/v1/chat/completions", server.named("/v1/chat/completions", bad.dump()), "application/json");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400) << refused->body;
   EXPECT_NE(refused->body.find("alternate"), std::string::npos) << refused->body;

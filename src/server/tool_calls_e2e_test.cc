@@ -151,7 +151,7 @@ class ToolCallsE2ETest : public ::testing::Test {
   httplib::Result post(const ojson& body) {
     httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(30, 0);
-    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+    return c.Post("/v1/chat/completions", testing::naming_model(body.dump(), backend_->model_info().id), "application/json");
   }
   json post_ok(const ojson& body) {
     auto r = post(body);
@@ -376,9 +376,9 @@ TEST(ToolCallsEngineE2E, GeneratedModelWithToolsDeclared) {
   c.set_read_timeout(60, 0);
   ojson body = {{"messages", ojson::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
                {"max_tokens", 8}, {"temperature", 0}};
-  auto plain = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  auto plain = c.Post("/v1/chat/completions", testing::naming_model(body.dump(), "tiny-tools"), "application/json");
   body["tools"] = kTools;
-  auto with_tools = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  auto with_tools = c.Post("/v1/chat/completions", testing::naming_model(body.dump(), "tiny-tools"), "application/json");
   ASSERT_TRUE(plain && with_tools);
   ASSERT_EQ(plain->status, 200) << plain->body;
   ASSERT_EQ(with_tools->status, 200) << with_tools->body;

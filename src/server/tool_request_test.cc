@@ -8,10 +8,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/http_test_util.h"
 #include "server/request_parser.h"
 
 namespace kvstash::server {
 namespace {
+
+// OpenAI requires `model`: the tests not about it name one (testing::naming_model).
+std::optional<ApiError> parse_named(Endpoint endpoint, const std::string& body, ParsedRequest& out) {
+  return parse_request(endpoint, testing::naming_model(body, "m"), out);
+}
 
 using nlohmann::json;
 
@@ -25,14 +31,14 @@ std::string chat_body(const std::string& extra, const std::string& messages = R"
 
 ParsedRequest parse_ok(const std::string& body) {
   ParsedRequest r;
-  std::optional<ApiError> err = parse_request(Endpoint::kChatCompletions, body, r);
+  std::optional<ApiError> err = parse_named(Endpoint::kChatCompletions, body, r);
   EXPECT_FALSE(err) << body << " -> " << (err ? err->message : "");
   return r;
 }
 
 ApiError parse_fails(const std::string& body, Endpoint endpoint = Endpoint::kChatCompletions) {
   ParsedRequest r;
-  std::optional<ApiError> err = parse_request(endpoint, body, r);
+  std::optional<ApiError> err = parse_named(endpoint, body, r);
   EXPECT_TRUE(err) << body;
   return err.value_or(ApiError{});
 }

@@ -161,7 +161,7 @@ TEST_F(HostilePeerE2ETest, AStallingPeerNeverSlowsALocalResponseCacheHit) {
     return q;
   };
   auto ask = [](ServeProcess& s, const std::vector<int>& prompt) -> std::pair<std::string, double> {
-    json body = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+    json body = {{"model", s.model_id()}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
     const auto start = Clock::now();
     auto r = s.client()->Post("/v1/completions", body.dump(), "application/json");
     const double ms = ms_since(start);

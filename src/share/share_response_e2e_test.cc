@@ -19,7 +19,7 @@ struct Answer {
 };
 
 Answer post(const ServeProcess& s, const std::vector<int>& prompt, const std::string& salt = "") {
-  json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}};
+  json body = {{"model", s.model_id()}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}};
   if (!salt.empty()) body["cache_salt"] = salt;
   Answer a;
   auto r = s.client()->Post("/v1/completions", body.dump(), "application/json");
