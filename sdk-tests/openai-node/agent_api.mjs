@@ -4,13 +4,18 @@
 // json_schema and json_object, n: 3 (whole and streamed), models.retrieve. Random weights: only the server's constrained decoding makes the
 // answers valid, so every check below can fail. Exits non-zero on the first failure.
 //
-//   node agent_api.mjs http://127.0.0.1:PORT
+//   node agent_api.mjs http://127.0.0.1:PORT [single]
 import OpenAI from "openai";
 import { VERSION } from "openai/version";
 
 const baseURL = process.argv[2] + "/v1";
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
 const model = "tiny";
+// "single": required calls with parallel_tool_calls false (the runs with other templates). With
+// random weights nothing but max_tokens ends a run of parallel calls in some syntaxes (Hermes 3's
+// and Mistral's markup spelled in ordinary tokens): one call per answer keeps the checks about
+// validity, not length.
+const parallel = process.argv[3] === "single" ? { parallel_tool_calls: false } : {};
 let checks = 0;
 
 function fail(message) {
@@ -95,7 +100,7 @@ function checkCall(call, context, name) {
 
 // 1. tool_choice "required": 20 sampled requests (temperature 1, different seeds).
 for (let seed = 1; seed <= 20; seed++) {
-  const r = await client.chat.completions.create({ model, messages, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 300 });
+  const r = await client.chat.completions.create({ model, messages, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 1000, ...parallel });
   const choice = r.choices[0];
   check(choice.finish_reason === "tool_calls", `required, seed ${seed}: finish_reason ${choice.finish_reason}`);
   check((choice.message.tool_calls ?? []).length >= 1, `required, seed ${seed}: no tool_calls in ${JSON.stringify(choice.message)}`);
@@ -113,7 +118,7 @@ for (let seed = 1; seed <= 20; seed++) {
 
 // 3. The SDK's stream helper assembles the call from the stream.
 for (let seed = 1; seed <= 3; seed++) {
-  const stream = client.beta.chat.completions.stream({ model, messages, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 300 });
+  const stream = client.beta.chat.completions.stream({ model, messages, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 1000, ...parallel });
   const final = await stream.finalChatCompletion();
   const choice = final.choices[0];
   check(choice.finish_reason === "tool_calls", `stream, seed ${seed}: finish_reason ${choice.finish_reason}`);

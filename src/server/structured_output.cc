@@ -128,25 +128,36 @@ std::optional<ApiError> StructuredOutputs::apply(const ResponseFormat& format, S
 std::optional<ApiError> StructuredOutputs::apply_tool_choice(const ToolRequest& tools, ToolCallFormat format,
                                                              const ResponseFormat& response_format, SamplingParams& sampling) {
   if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) return std::nullopt;
-  if (response_format.kind != ResponseFormat::Kind::kText) {
-    return bad_request("tool_choice \"required\" or a named function cannot be combined with 'response_format'", "tool_choice",
-                       "unsupported_parameter");
-  }
-  if (format != ToolCallFormat::kHermes && format != ToolCallFormat::kLlama3) {
+  // A response_format shapes a text answer; a required or named call leaves none, so the calls'
+  // grammar replaces the format's (which was still compiled: a bad schema is still a 400). Agent
+  // SDKs send both when an agent has an output type and its first turn must call a tool.
+  (void)response_format;
+  if (format != ToolCallFormat::kHermes && format != ToolCallFormat::kLlama3 && format != ToolCallFormat::kMistral) {
     return bad_request(std::string("tool_choice \"required\" or a named function is enforced only for models that write "
-                                   "calls in the hermes syntax (Qwen2.5, Qwen3, Hermes) or Llama 3.x's JSON; this model's "
-                                   "template writes ") +
+                                   "calls in the hermes syntax (Qwen2.5, Qwen3, Hermes), Llama 3.x's JSON or Mistral's "
+                                   "[TOOL_CALLS] list; this model's template writes ") +
                            tool_call_format_name(format) + "; send tool_choice \"auto\"",
                        "tool_choice", "unsupported_parameter");
   }
   if (!tokenizer_) return bad_request("this server has no tokenizer to constrain decoding with", "tool_choice", "unsupported_parameter");
   // Hermes: each call is <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, calls one per
   // line. Llama 3.x: the answer is one call's JSON, {"name": .., "parameters": {..}} (its JSON tool
-  // calling is one call per turn; its templates refuse a history with several).
+  // calling is one call per turn; its templates refuse a history with several). Mistral (v3, the
+  // list its templates render in a history): [TOOL_CALLS] then a JSON list of {"name", "arguments"},
+  // one item unless several may be made; "[TOOL_CALLS]" is the vocabulary's control token where it
+  // has one (its piece is that text), else the same text in ordinary tokens, which the parser reads
+  // alike.
   const bool hermes = format == ToolCallFormat::kHermes;
-  const bool many = hermes && tools.choice == ToolChoice::kRequired && tools.parallel;
-  auto compiled = hermes ? cache().framed_json_schema(tool_call_schema(tools).dump(), "<tool_call>\n", "\n</tool_call>", "\n", many)
-                         : cache().framed_json_schema(tool_call_schema(tools, "parameters").dump(), "", "", "; ", many);
+  const bool many = tools.choice == ToolChoice::kRequired && tools.parallel;
+  auto compiled = [&]() -> Expected<std::shared_ptr<const grammar::CompiledGrammar>> {
+    if (format == ToolCallFormat::kMistral) {
+      nlohmann::ordered_json list = {{"type", "array"}, {"items", tool_call_schema(tools)}, {"minItems", 1}};
+      if (!many) list["maxItems"] = 1;
+      return cache().framed_json_schema(list.dump(), "[TOOL_CALLS]", "", "", false);
+    }
+    if (hermes) return cache().framed_json_schema(tool_call_schema(tools).dump(), "<tool_call>\n", "\n</tool_call>", "\n", many);
+    return cache().framed_json_schema(tool_call_schema(tools, "parameters").dump(), "", "", "; ", false);
+  }();
   if (!compiled) {
     const bool unsupported = compiled.status().code() == StatusCode::kUnsupported;
     return bad_request(std::string(unsupported ? "unsupported" : "invalid") + " schema in 'tools' (a function's parameters): " +

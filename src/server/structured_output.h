@@ -56,9 +56,10 @@ class StructuredOutputs {
   // functions (of the named one) in the model's call syntax, whose arguments follow each
   // function's parameter schema; with parallel_tool_calls and "required", one or more calls.
   // Nothing for "auto"/"none". Enforced for the hermes syntax (Qwen2.5, Qwen3, Hermes, built-in
-  // chatml) and Llama 3.x's JSON calls; other syntaxes (whose markup is control tokens the grammar
-  // cannot emit: Mistral's [TOOL_CALLS], ...) get 400 unsupported_parameter naming tool_choice
-  // (never a choice silently not enforced), as does a choice combined with a response_format.
+  // chatml), Llama 3.x's JSON calls and Mistral's [TOOL_CALLS] list; other syntaxes (DeepSeek's,
+  // Command R's, gpt-oss's channels) get 400 unsupported_parameter naming tool_choice (never a
+  // choice silently not enforced). With a response_format too, the call is what is enforced: the
+  // format shapes text, and a required call leaves none.
   std::optional<ApiError> apply_tool_choice(const ToolRequest& tools, ToolCallFormat format, const ResponseFormat& response_format,
                                             SamplingParams& sampling);
 

@@ -78,7 +78,7 @@ class StructuredOutputE2ETest : public ::testing::Test {
   httplib::Result post(const json& body) {
     httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(120, 0);
-    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+    return c.Post("/v1/chat/completions", testing::naming_model(body.dump(), "tiny-qwen"), "application/json");
   }
   static json chat(const json& response_format, double temperature, int seed) {
     return {{"messages", {{{"role", "user"}, {"content", "Describe a person as JSON."}}}},
@@ -107,7 +107,7 @@ TEST_F(StructuredOutputE2ETest, JsonSchemaOutputValidatesInEverySampledRequest) 
     body.replace(body.find(sorted_schema), sorted_schema.size(), ojson::parse(kSchema).dump());
     httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(120, 0);
-    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    auto r = c.Post("/v1/chat/completions", testing::naming_model(body, "tiny-qwen"), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     const json response = json::parse(r->body);
@@ -173,7 +173,7 @@ TEST_F(StructuredOutputE2ETest, StreamedAndCompletionsOutputsValidateToo) {
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(120, 0);
   const json completion = {{"prompt", "JSON:"}, {"response_format", format}, {"temperature", 1.0}, {"seed", 9}, {"max_tokens", 600}};
-  auto r = c.Post("/v1/completions", completion.dump(), "application/json");
+  auto r = c.Post("/v1/completions", testing::naming_model(completion.dump(), "tiny-qwen"), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const std::string text = json::parse(r->body)["choices"][0]["text"];
@@ -311,7 +311,7 @@ void serve_with_template(std::unique_ptr<Server>& server, GenerationBackend& bac
 // function with valid arguments, finish_reason "tool_calls".
 void expect_required_calls(httplib::Client& c, int seeds, const std::string& label) {
   for (int seed = 1; seed <= seeds; ++seed) {
-    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, false), "application/json");
+    auto r = c.Post("/v1/chat/completions", testing::naming_model(tools_body("required", seed, false), "tiny-qwen"), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     const json response = json::parse(r->body);
@@ -327,7 +327,7 @@ void expect_required_calls(httplib::Client& c, int seeds, const std::string& lab
 void expect_named_calls(httplib::Client& c, const std::string& function, int seeds, const std::string& label) {
   const json named = {{"type", "function"}, {"function", {{"name", function}}}};
   for (int seed = 1; seed <= seeds; ++seed) {
-    auto r = c.Post("/v1/chat/completions", tools_body(named, seed, false), "application/json");
+    auto r = c.Post("/v1/chat/completions", testing::naming_model(tools_body(named, seed, false), "tiny-qwen"), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     const json calls = json::parse(r->body)["choices"][0]["message"]["tool_calls"];
@@ -345,7 +345,7 @@ TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFu
   expect_required_calls(c, 20, "required");
   expect_named_calls(c, "add", 20, "named");
   for (int seed = 1; seed <= 3; ++seed) {
-    auto r = c.Post("/v1/chat/completions", tools_body("required", seed, true), "application/json");
+    auto r = c.Post("/v1/chat/completions", testing::naming_model(tools_body("required", seed, true), "tiny-qwen"), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     bool done = false;
@@ -368,13 +368,17 @@ TEST_F(StructuredOutputE2ETest, RequiredAndNamedToolChoicesAlwaysCallADeclaredFu
     ASSERT_FALSE(calls.empty()) << r->body;
     for (const auto& [index, call] : calls) expect_valid_call(call, "streamed, seed " + std::to_string(seed));
   }
-  // A choice the server cannot enforce is refused by name, never silently not enforced.
+  // A response_format beside a required choice (what agent SDKs send for an agent with an output
+  // type): the call is enforced, as without the format.
   std::string both = tools_body("required", 1, false);
   both.insert(both.size() - 1, R"(,"response_format":{"type":"json_object"})");
-  auto refused = c.Post("/v1/chat/completions", both, "application/json");
-  ASSERT_TRUE(refused);
-  EXPECT_EQ(refused->status, 400) << refused->body;
-  EXPECT_NE(refused->body.find("tool_choice"), std::string::npos) << refused->body;
+  auto with_format = c.Post("/v1/chat/completions", testing::naming_model(both, "tiny-qwen"), "application/json");
+  ASSERT_TRUE(with_format);
+  ASSERT_EQ(with_format->status, 200) << with_format->body;
+  const json answer = json::parse(with_format->body)["choices"][0];
+  EXPECT_EQ(answer["finish_reason"], "tool_calls") << with_format->body;
+  ASSERT_FALSE(answer["message"]["tool_calls"].empty()) << with_format->body;
+  expect_valid_call(answer["message"]["tool_calls"][0], "required with a response_format");
 }
 
 // Llama 3.1's published template: the answer is the call's JSON ({"name", "parameters"}), calls
@@ -387,16 +391,25 @@ TEST_F(StructuredOutputE2ETest, RequiredToolChoiceInLlama31Syntax) {
   expect_named_calls(c, "get_weather", 5, "llama3 named");
 }
 
-// Mistral's calls open with the control token [TOOL_CALLS], which a grammar over text cannot
-// emit: a required choice is refused by name rather than left unenforced.
-TEST_F(StructuredOutputE2ETest, RequiredToolChoiceThatCannotBeEnforcedIsRefused) {
+// Mistral Nemo's template: [TOOL_CALLS] then a JSON list of calls (spelled in ordinary tokens here:
+// Qwen2's vocabulary has no such control token, and the parser reads the text alike).
+TEST_F(StructuredOutputE2ETest, RequiredToolChoiceInMistralSyntax) {
   serve_with_template(server_, *backend_, "mistralai-Mistral-Nemo-Instruct-2407.jinja");
   httplib::Client c("127.0.0.1", server_->port());
-  auto r = c.Post("/v1/chat/completions", tools_body("required", 1, false), "application/json");
+  c.set_read_timeout(120, 0);
+  expect_named_calls(c, "get_weather", 5, "mistral named");
+}
+
+// gpt-oss's calls are framed by control tokens the grammar does not write yet: a required choice
+// is refused by name rather than left unenforced.
+TEST_F(StructuredOutputE2ETest, RequiredToolChoiceThatCannotBeEnforcedIsRefused) {
+  serve_with_template(server_, *backend_, "openai-gpt-oss-120b.jinja");
+  httplib::Client c("127.0.0.1", server_->port());
+  auto r = c.Post("/v1/chat/completions", testing::naming_model(tools_body("required", 1, false), "tiny-qwen"), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("tool_choice"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find("mistral"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("gpt-oss"), std::string::npos) << r->body;
 }
 
 }  // namespace

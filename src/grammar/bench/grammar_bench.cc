@@ -5,8 +5,13 @@
 // (warm: the same schema, other content). Logits are random, so the output wanders over the
 // whole grammar; every document is checked to end and parse.
 //
-// usage: grammar_bench [VOCAB.gguf] [DOCUMENTS]   (default: shared/vocab/ggml-vocab-qwen2.gguf, 20;
-//        0 documents: the vocabulary only)
+// usage: grammar_bench [VOCAB.gguf] [DOCUMENTS] [MODEL.gguf]
+//        (default: shared/vocab/ggml-vocab-qwen2.gguf, 20; 0 documents: the vocabulary only)
+// With MODEL (whose tokenizer is VOCAB's, e.g. `kvstash gen-model --preset qwen2.5-0.5b --vocab
+// VOCAB`), it also decodes through the engine at batch 1 (4 documents per schema, 200 tokens at
+// most), each document twice from the same seed:
+// under the schema, then unconstrained for as many tokens. The mean gap between tokens of the two
+// runs gives the whole cost of constrained decoding as a share of a decode step, from one run.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -16,10 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_matcher.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -126,11 +133,37 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// The mean gap between consecutive tokens of one batch-1 generation (the prefill and the first
+// token excluded), and how many tokens it made.
+struct Decode {
+  double gap_ms = 0;
+  int tokens = 0;
+};
+
+Decode decode(Engine& engine, const std::vector<TokenId>& prompt, std::shared_ptr<const grammar::CompiledGrammar> g,
+              std::uint64_t seed, int max_tokens) {
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling.temperature = 1.0f;
+  req.sampling.seed = seed;
+  req.sampling.grammar = std::move(g);
+  req.max_tokens = max_tokens;
+  req.stop_at_end_of_generation = req.sampling.grammar != nullptr;  // the plain run makes as many tokens
+  std::vector<Clock::time_point> at;
+  auto r = generate(engine, std::move(req), [&at](TokenId) { at.push_back(Clock::now()); });
+  Decode d;
+  if (!r || at.size() < 3) return d;
+  d.tokens = static_cast<int>(at.size());
+  d.gap_ms = std::chrono::duration<double, std::milli>(at.back() - at[1]).count() / static_cast<double>(at.size() - 2);
+  return d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string vocab_path = argc > 1 ? argv[1] : std::string(KVSTASH_SHARED_DIR) + "/vocab/ggml-vocab-qwen2.gguf";
   const int documents = argc > 2 ? std::atoi(argv[2]) : 20;
+  const std::string model_path = argc > 3 ? argv[3] : "";
   auto file = gguf::File::open(vocab_path);
   if (!file) return std::fprintf(stderr, "%s\n", file.status().to_string().c_str()), 1;
   auto tok = Tokenizer::from_gguf(**file);
@@ -194,6 +227,48 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %d of %d documents ended, %d parsed\n", s.name, ended, documents + 1, parsed);
       return 1;
     }
+  }
+  if (model_path.empty()) return 0;
+
+  auto model = Model::load(model_path);
+  if (!model) return std::fprintf(stderr, "%s\n", model.status().to_string().c_str()), 1;
+  if ((*model)->config().n_vocab != n_vocab) {
+    return std::fprintf(stderr, "%s has %d tokens, %s %d: generate the model with --vocab %s\n", model_path.c_str(),
+                        (*model)->config().n_vocab, vocab_path.c_str(), n_vocab, vocab_path.c_str()), 1;
+  }
+  EngineOptions eo;
+  eo.n_ctx = 2048;
+  eo.max_running = 1;
+  auto engine = Engine::create(**model, eo);
+  if (!engine) return std::fprintf(stderr, "%s\n", engine.status().to_string().c_str()), 1;
+  const std::vector<TokenId> prompt = (*tok)->encode("Describe it as JSON:", true);
+  const int engine_documents = std::min(documents, 4), engine_tokens = 200;  // ~2 minutes on the 0.5B preset
+  decode(**engine, prompt, nullptr, 1, 16);  // warm-up: first touches of the weights
+  std::printf("\nbatch 1 through the engine, %s: %d documents per schema, each decoded under the schema and then unconstrained "
+              "from the same seed for as many tokens\n\n| schema | tokens | step with grammar: mean | without | cost of "
+              "constrained decoding (share of a decode step) |\n|---|---|---|---|---|\n",
+              model_path.c_str(), engine_documents);
+  for (const Schema& s : kSchemas) {
+    auto grammar = grammar::compile_json_schema_text(s.text);
+    if (!grammar) return std::fprintf(stderr, "%s: %s\n", s.name, grammar.status().to_string().c_str()), 1;
+    auto compiled = grammar::CompiledGrammar::create(std::move(*grammar), vocab, s.text);
+    if (!compiled) return std::fprintf(stderr, "%s\n", compiled.status().to_string().c_str()), 1;
+    std::shared_ptr<const grammar::CompiledGrammar> g = std::move(*compiled);
+    decode(**engine, prompt, g, 99, engine_tokens);  // the first document of a schema builds its states (the cold rows above)
+    double with_ms = 0, without_ms = 0;
+    int tokens = 0, counted = 0;
+    for (int d = 0; d < engine_documents; ++d) {
+      const Decode c = decode(**engine, prompt, g, 200 + static_cast<std::uint64_t>(d), engine_tokens);
+      if (c.tokens < 3) continue;
+      const Decode u = decode(**engine, prompt, nullptr, 200 + static_cast<std::uint64_t>(d), c.tokens);
+      with_ms += c.gap_ms * (c.tokens - 2);
+      without_ms += u.gap_ms * (c.tokens - 2);
+      tokens += c.tokens - 2;
+      ++counted;
+    }
+    if (counted == 0) return std::fprintf(stderr, "%s: no document of 3 tokens or more\n", s.name), 1;
+    const double w = with_ms / tokens, u = without_ms / tokens;
+    std::printf("| %s | %d | %.2f ms | %.2f ms | %+.1f %% |\n", s.name, tokens, w, u, 100.0 * (w - u) / u);
   }
   return 0;
 }
