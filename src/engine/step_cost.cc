@@ -1,0 +1,147 @@
+// The step cost model's calibration and its online refinement (step_cost.h).
+#include "engine/step_cost.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "engine/block_pool.h"
+#include "model/model.h"
+
+namespace kvstash {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Floors for the measured coefficients: a noisy difference of two timings may come out at or below
+// zero, and a zero cost would let the scheduler plan any chunk (1 ns per row, 0.1 ns per pair).
+constexpr double kMinPerRow = 1e-9;
+constexpr double kMinPerPair = 1e-10;
+
+// One forward of `sequences` (each n_new tokens of token id 0 from pos_start, one logits row
+// each), timed. The tokens' values do not change the time: the kernels do the same work for any.
+Expected<double> timed_forward(const Model& model, const BlockPool& pool, ThreadPool& threads,
+                               const std::vector<BatchSequence>& sequences, std::vector<float>& logits) {
+  ForwardBatch batch;
+  batch.sequences = sequences;
+  for (const BatchSequence& s : sequences) batch.tokens.insert(batch.tokens.end(), static_cast<std::size_t>(s.n_new), 0);
+  logits.resize(static_cast<std::size_t>(batch.logit_rows()) * static_cast<std::size_t>(model.config().n_vocab));
+  const auto t0 = Clock::now();
+  if (Status st = model.forward(batch, pool.view(), logits.data(), threads); !st) {
+    return internal_error("step cost calibration: " + st.to_string());
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool& pool, ThreadPool& threads) {
+  const int bs = pool.block_size();
+  constexpr int kDecodeBatch = 4;
+  // Enough blocks for the context row (its context plus the new slot), the prefill, and one block
+  // for each row of the decode batch; a smaller pool (tests) calibrates on a shorter context.
+  const int available = static_cast<int>(std::min<std::int64_t>(pool.n_available(), (kCalibrationContext + bs) / bs + 1));
+  if (available < kDecodeBatch) {
+    return resource_exhausted("step cost calibration needs " + std::to_string(kDecodeBatch) + " free KV blocks; the pool has " +
+                              std::to_string(pool.n_available()));
+  }
+  std::vector<std::int32_t> table;
+  for (int i = 0; i < available; ++i) table.push_back(*pool.allocate());
+  struct Release {
+    BlockPool& pool;
+    std::vector<std::int32_t>& table;
+    ~Release() { pool.release_table(table); }
+  } release{pool, table};
+
+  const int n_blocks = static_cast<int>(table.size());
+  const int context = std::min(kCalibrationContext, n_blocks * bs - 1);
+  const int prefill = std::min(kCalibrationPrefillTokens, n_blocks * bs);
+  auto one = [&](int pos, int n_new, int block) {
+    BatchSequence s;
+    s.block_table = table.data() + block;
+    s.n_blocks = block == 0 ? n_blocks : 1;
+    s.pos_start = pos;
+    s.n_new = n_new;
+    return s;
+  };
+  std::vector<float> logits;
+  // The first forward also warms caches and page tables: it counts only if it was the fastest.
+  auto warm = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
+  if (!warm) return warm.status();
+  auto base = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
+  if (!base) return base.status();
+  auto with_context = timed_forward(model, pool, threads, {one(context, 1, 0)}, logits);
+  if (!with_context) return with_context.status();
+  std::vector<BatchSequence> rows;
+  for (int i = 0; i < kDecodeBatch; ++i) rows.push_back(one(0, 1, i));
+  auto batch = timed_forward(model, pool, threads, rows, logits);
+  if (!batch) return batch.status();
+  auto chunk = timed_forward(model, pool, threads, {one(0, prefill, 0)}, logits);
+  if (!chunk) return chunk.status();
+
+  // t(1 row, 1 pair) = base + decode_row + pair; t(1 row, context + 1 pairs); t(4 rows, 4 pairs);
+  // t(prefill rows with one logits row, pairs(prefill)) = base + decode_row + (prefill - 1) * row + ...
+  const double t1 = std::min(*warm, *base);
+  StepCostParams p;
+  p.per_pair_s = std::max(kMinPerPair, (*with_context - t1) / context);
+  p.per_decode_row_s = std::max(kMinPerRow, (*batch - t1 - p.per_pair_s * (kDecodeBatch - 1)) / (kDecodeBatch - 1));
+  const double prefill_pairs = static_cast<double>(StepShape::prefill_pair_count(0, prefill));
+  p.per_row_s = prefill > 1 ? std::max(kMinPerRow, (*chunk - t1 - p.per_pair_s * (prefill_pairs - 1)) / (prefill - 1)) : p.per_decode_row_s;
+  p.base_s = std::max(0.0, t1 - p.per_decode_row_s - p.per_pair_s);
+
+  // Installing a loaded chunk is a copy of whole blocks into the pool (engine_store.cc).
+  const int copies = n_blocks / 2;
+  const auto c0 = Clock::now();
+  for (int i = 0; i < copies; ++i) {
+    const auto from = pool.block_bytes(table[static_cast<std::size_t>(i)]);
+    std::memcpy(pool.block_bytes(table[static_cast<std::size_t>(copies + i)]).data(), from.data(), from.size());
+  }
+  p.per_block_install_s = copies > 0 ? std::chrono::duration<double>(Clock::now() - c0).count() / copies : 0.0;
+  return p;
+}
+
+double StepCostModel::predict_decode_part(const StepShape& s) const {
+  const double t = params_.base_s + params_.per_decode_row_s * s.decode_rows + params_.per_pair_s * static_cast<double>(s.decode_pairs) +
+                   params_.per_block_install_s * s.installed_blocks;
+  return decode_scale_ * t;
+}
+
+double StepCostModel::predict_prefill_part(const StepShape& s) const {
+  return prefill_scale_ * (params_.per_row_s * s.prefill_tokens + params_.per_pair_s * static_cast<double>(s.prefill_pairs));
+}
+
+int StepCostModel::max_prefill_tokens(int slots_before, int max_n, double time_s) const {
+  auto cost = [&](int n) {
+    return prefill_scale_ * (params_.per_row_s * n + params_.per_pair_s * static_cast<double>(StepShape::prefill_pair_count(slots_before, n)));
+  };
+  if (max_n <= 0 || cost(1) > time_s) return 0;
+  // cost() grows with n: the largest n that fits, by bisection (lo fits, hi does not).
+  int lo = 1, hi = max_n + 1;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (cost(mid) <= time_s ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void StepCostModel::observe(const StepShape& s, double measured_s) {
+  if (!online_ || measured_s <= 0) return;
+  auto move = [](double& scale, double target) {
+    target = std::clamp(target, scale / kMaxJump, scale * kMaxJump);
+    scale += kAlpha * (target - scale);
+  };
+  const double decode_part = predict_decode_part(s);
+  if (s.prefill_tokens == 0) {
+    if (decode_part > 0) move(decode_scale_, decode_scale_ * measured_s / decode_part);
+    return;
+  }
+  const double prefill_part = predict_prefill_part(s);
+  // What the prefill took: the step less its decode part (at least a tenth of the prediction, so a
+  // step whose decode part was overestimated cannot drive the prefill scale to zero).
+  const double prefill_measured = std::max(measured_s - decode_part, 0.1 * prefill_part);
+  if (prefill_part > 0) move(prefill_scale_, prefill_scale_ * prefill_measured / prefill_part);
+}
+
+}  // namespace kvstash
