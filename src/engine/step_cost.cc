@@ -39,14 +39,14 @@ Expected<double> timed_forward(const Model& model, const BlockPool& pool, Thread
 
 Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool& pool, ThreadPool& threads) {
   const int bs = pool.block_size();
-  constexpr int kDecodeBatch = 4;
   // Enough blocks for the context row (its context plus the new slot), the prefill, and one block
-  // for each row of the decode batch; a smaller pool (tests) calibrates on a shorter context.
+  // for each row of the decode batch; a smaller pool (tests) calibrates on a shorter context and a
+  // smaller batch (the engine's pool always has two blocks: n_ctx plus a block).
   const int available = static_cast<int>(std::min<std::int64_t>(pool.n_available(), (kCalibrationContext + bs) / bs + 1));
-  if (available < kDecodeBatch) {
-    return resource_exhausted("step cost calibration needs " + std::to_string(kDecodeBatch) + " free KV blocks; the pool has " +
-                              std::to_string(pool.n_available()));
+  if (available < 2) {
+    return resource_exhausted("step cost calibration needs 2 free KV blocks; the pool has " + std::to_string(pool.n_available()));
   }
+  const int decode_batch = std::min(4, available);
   std::vector<std::int32_t> table;
   for (int i = 0; i < available; ++i) table.push_back(*pool.allocate());
   struct Release {
@@ -75,18 +75,18 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
   auto with_context = timed_forward(model, pool, threads, {one(context, 1, 0)}, logits);
   if (!with_context) return with_context.status();
   std::vector<BatchSequence> rows;
-  for (int i = 0; i < kDecodeBatch; ++i) rows.push_back(one(0, 1, i));
+  for (int i = 0; i < decode_batch; ++i) rows.push_back(one(0, 1, i));
   auto batch = timed_forward(model, pool, threads, rows, logits);
   if (!batch) return batch.status();
   auto chunk = timed_forward(model, pool, threads, {one(0, prefill, 0)}, logits);
   if (!chunk) return chunk.status();
 
-  // t(1 row, 1 pair) = base + decode_row + pair; t(1 row, context + 1 pairs); t(4 rows, 4 pairs);
+  // t(1 row, 1 pair) = base + decode_row + pair; t(1 row, context + 1 pairs); t(b rows, b pairs);
   // t(prefill rows with one logits row, pairs(prefill)) = base + decode_row + (prefill - 1) * row + ...
   const double t1 = std::min(*warm, *base);
   StepCostParams p;
   p.per_pair_s = std::max(kMinPerPair, (*with_context - t1) / context);
-  p.per_decode_row_s = std::max(kMinPerRow, (*batch - t1 - p.per_pair_s * (kDecodeBatch - 1)) / (kDecodeBatch - 1));
+  p.per_decode_row_s = std::max(kMinPerRow, (*batch - t1 - p.per_pair_s * (decode_batch - 1)) / (decode_batch - 1));
   const double prefill_pairs = static_cast<double>(StepShape::prefill_pair_count(0, prefill));
   p.per_row_s = prefill > 1 ? std::max(kMinPerRow, (*chunk - t1 - p.per_pair_s * (prefill_pairs - 1)) / (prefill - 1)) : p.per_decode_row_s;
   p.base_s = std::max(0.0, t1 - p.per_decode_row_s - p.per_pair_s);

@@ -53,11 +53,11 @@ class StepCostModel {
  public:
   explicit StepCostModel(const StepCostParams& params = {}, bool online = true) : params_(params), online_(online) {}
 
-  // Measures the coefficients with a handful of forwards on `model` (about four decode-sized ones
-  // and one prefill of kCalibrationPrefillTokens tokens: well under a second for a 0.5B model on
-  // a few cores). It borrows free blocks of `pool` and gives them back unregistered (the pool's
-  // counts and its prefix cache are as before). Errors: a forward's (kInternal), or a pool too
-  // small for the shortest calibration (kResourceExhausted).
+  // Measures the coefficients with a handful of forwards on `model` (four decode-sized ones and
+  // one prefill of kCalibrationPrefillTokens tokens: well under a second for a 0.5B model on a few
+  // cores). It borrows free blocks of `pool` and gives them back unregistered (the pool's counts
+  // and its prefix cache are as before). Errors: a forward's (kInternal), or a pool with fewer than
+  // two free blocks (kResourceExhausted).
   static Expected<StepCostParams> calibrate(const Model& model, BlockPool& pool, ThreadPool& threads);
 
   double predict(const StepShape& shape) const { return predict_decode_part(shape) + predict_prefill_part(shape); }

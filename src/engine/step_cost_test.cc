@@ -167,7 +167,13 @@ TEST_F(StepBudgetTest, CalibratesOnTheModelAndGivesThePoolBack) {
   EXPECT_EQ(pool.n_available(), available);
   EXPECT_EQ(pool.n_cached(), 0);
 
-  BlockPool tiny_pool(model_->config(), 16, 3);
+  BlockPool small_pool(model_->config(), 16, 2);  // the smallest an engine has: a shorter context, 2 rows
+  auto small = StepCostModel::calibrate(*model_, small_pool, threads);
+  ASSERT_TRUE(small.has_value()) << small.status().to_string();
+  EXPECT_GT(small->per_decode_row_s, 0);
+  EXPECT_EQ(small_pool.n_available(), 2);
+
+  BlockPool tiny_pool(model_->config(), 16, 1);
   auto refused = StepCostModel::calibrate(*model_, tiny_pool, threads);
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
