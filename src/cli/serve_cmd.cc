@@ -431,6 +431,12 @@ int serve_main(int argc, char** argv) {
   app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  engine_options.itl_slo_ms = -1;  // the step budget is on by default here (docs/step-budget.md)
+  app.add_option("--itl-slo-ms", engine_options.itl_slo_ms,
+                 "Step-time budget while sequences decode, ms: a prefill beside them is chunked to keep each step "
+                 "within it (its TTFT grows as it tightens); 0 = none, throughput first (default: 2x the step's "
+                 "decode part as the engine measures it)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
   std::string chat_template_file;
