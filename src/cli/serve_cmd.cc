@@ -437,6 +437,11 @@ int serve_main(int argc, char** argv) {
                  "within it (its TTFT grows as it tightens); 0 = none, throughput first (default: 2x the step's "
                  "decode part as the engine measures it)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--min-prefill-tokens", engine_options.min_prefill_tokens,
+                 "Under the step budget, prompt tokens the oldest prefill gets per step even past it (0 = one block of "
+                 "16): fewer keep streams' gaps nearer the budget where a block of prefill costs several decode steps")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
   std::string chat_template_file;

@@ -106,7 +106,7 @@ class StepBudgetTest : public ::testing::Test {
   struct Run {
     std::vector<std::vector<TokenId>> tokens;  // per request
     std::vector<StepRecord> steps;
-    EngineStats stats;
+    EngineStats stats;  // after the last step that ran a forward
   };
 
   // Four streams decode; at step 6 a 400-token prompt arrives beside them.
@@ -135,17 +135,21 @@ class StepBudgetTest : public ::testing::Test {
     o.on_step = [&](std::int64_t step) {
       if (step == 6) submit(kStreams, 400, 4);
     };
-    o.on_step_record = [&](const StepRecord& r) { out.steps.push_back(r); };  // read after the engine is gone
+    // Read after the engine is gone; the stats as the last step left them (the last token's event
+    // comes before its step's accounting).
+    o.on_step_record = [&](const StepRecord& r) {
+      out.steps.push_back(r);
+      out.stats = engine->stats();
+    };
     auto e = Engine::create(*model_, o);
     EXPECT_TRUE(e.has_value()) << e.status().to_string();
     if (!e) return out;
     engine = e->get();
-    for (int i = 0; i < kStreams; ++i) submit(i, 8 + i, 80);
+    for (int i = 0; i < kStreams; ++i) submit(i, 8 + i, 120);  // outlast the prompt's prefill at 5 tokens a step
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return open == 0; });
     }
-    out.stats = (*e)->stats();
     e->reset();
     return out;
   }
@@ -215,6 +219,31 @@ TEST_F(StepBudgetTest, LongPromptBesideStreamsIsChunkedToTheBudgetWithTheSameOut
   EXPECT_LT(median, 4.0);
 }
 
+// A budget nothing fits in: the decode rows go, and the oldest prefill gets exactly its minimum
+// per step (one block by default, or min_prefill_tokens): slower, never stuck, the same output.
+TEST_F(StepBudgetTest, ABudgetNothingFitsInStillProgressesByTheMinimum) {
+  EngineOptions off;
+  const Run unbudgeted = run(off);
+  for (int min_tokens : {0, 5}) {
+    EngineOptions tight;
+    tight.itl_slo_ms = 1e-6;
+    tight.min_prefill_tokens = min_tokens;
+    tight.step_cost = fixed_params();
+    const Run budgeted = run(tight);
+    ASSERT_EQ(budgeted.tokens, unbudgeted.tokens) << "min_prefill_tokens " << min_tokens;
+    const int expected = min_tokens == 0 ? 16 : min_tokens;
+    int mixed = 0;
+    for (const StepRecord& r : budgeted.steps) {
+      if (r.decode_rows == 0 || r.prefill_tokens == 0) continue;
+      ++mixed;
+      EXPECT_TRUE(r.forced_progress) << "step " << r.step;
+      EXPECT_LE(r.prefill_tokens, expected) << "step " << r.step;
+    }
+    EXPECT_EQ(mixed, (400 + expected - 1) / expected) << "min_prefill_tokens " << min_tokens;
+    EXPECT_EQ(budgeted.stats.steps_predicted_over_budget, budgeted.stats.decoding_steps);
+  }
+}
+
 TEST_F(StepBudgetTest, RefusesANonFiniteBudget) {
   EngineOptions o;
   o.itl_slo_ms = std::numeric_limits<double>::quiet_NaN();
@@ -223,6 +252,9 @@ TEST_F(StepBudgetTest, RefusesANonFiniteBudget) {
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
   o.itl_slo_ms = -1;
   o.itl_slo_factor = 0;
+  EXPECT_FALSE(Engine::create(*model_, o).has_value());
+  o.itl_slo_factor = 2;
+  o.min_prefill_tokens = -1;
   EXPECT_FALSE(Engine::create(*model_, o).has_value());
 }
 
