@@ -736,6 +736,17 @@ int serve_main(int argc, char** argv) {
     return 1;
   }
   end_phase("pool");
+  if (engine_options.itl_slo_ms != 0) {
+    const StepCostParams c = (*engine)->stats().step_cost;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "step budget: %s while sequences decode; cost model: %.1f ms a step, %.2f ms a decode row, %.2f ms a "
+                  "prefill token, %.3f us an attention pair, %.1f us a KV block installed",
+                  (engine_options.itl_slo_ms > 0 ? std::to_string(engine_options.itl_slo_ms) + " ms"
+                                                 : "a factor " + CLI::detail::to_string(engine_options.itl_slo_factor) + " of the decode part").c_str(),
+                  c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
+    log_line(line);
+  }
   {
     std::lock_guard lock(ban_sink->mu);
     ban_sink->engine = engine->get();

@@ -67,13 +67,19 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
     return s;
   };
   std::vector<float> logits;
-  // The first forward also warms caches and page tables: it counts only if it was the fastest.
-  auto warm = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
-  if (!warm) return warm.status();
-  auto base = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
-  if (!base) return base.status();
-  auto with_context = timed_forward(model, pool, threads, {one(context, 1, 0)}, logits);
-  if (!with_context) return with_context.status();
+  // The context's cost is a small difference of two decode times (a few ms on a 0.5B model) that
+  // other load on the machine only ever adds to: the fastest of kRepeats of each, alternated. The
+  // first forward also warms caches and page tables.
+  constexpr int kRepeats = 3;
+  double t1 = 1e300, t_context = 1e300;
+  for (int i = 0; i < kRepeats; ++i) {
+    auto base = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
+    if (!base) return base.status();
+    auto with_context = timed_forward(model, pool, threads, {one(context, 1, 0)}, logits);
+    if (!with_context) return with_context.status();
+    t1 = std::min(t1, *base);
+    t_context = std::min(t_context, *with_context);
+  }
   std::vector<BatchSequence> rows;
   for (int i = 0; i < decode_batch; ++i) rows.push_back(one(0, 1, i));
   auto batch = timed_forward(model, pool, threads, rows, logits);
@@ -83,9 +89,8 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
 
   // t(1 row, 1 pair) = base + decode_row + pair; t(1 row, context + 1 pairs); t(b rows, b pairs);
   // t(prefill rows with one logits row, pairs(prefill)) = base + decode_row + (prefill - 1) * row + ...
-  const double t1 = std::min(*warm, *base);
   StepCostParams p;
-  p.per_pair_s = std::max(kMinPerPair, (*with_context - t1) / context);
+  p.per_pair_s = std::max(kMinPerPair, (t_context - t1) / context);
   p.per_decode_row_s = std::max(kMinPerRow, (*batch - t1 - p.per_pair_s * (decode_batch - 1)) / (decode_batch - 1));
   const double prefill_pairs = static_cast<double>(StepShape::prefill_pair_count(0, prefill));
   p.per_row_s = prefill > 1 ? std::max(kMinPerRow, (*chunk - t1 - p.per_pair_s * (prefill_pairs - 1)) / (prefill - 1)) : p.per_decode_row_s;
@@ -137,11 +142,16 @@ void StepCostModel::observe(const StepShape& s, double measured_s) {
     if (decode_part > 0) move(decode_scale_, decode_scale_ * measured_s / decode_part);
     return;
   }
-  const double prefill_part = predict_prefill_part(s);
-  // What the prefill took: the step less its decode part (at least a tenth of the prediction, so a
-  // step whose decode part was overestimated cannot drive the prefill scale to zero).
-  const double prefill_measured = std::max(measured_s - decode_part, 0.1 * prefill_part);
-  if (prefill_part > 0) move(prefill_scale_, prefill_scale_ * prefill_measured / prefill_part);
+  // A step with prefill moves both scales by its ratio: its error is split by the parts' shares.
+  // (Giving it all to the prefill would turn a small drift of the decode part, which no
+  // decode-only step corrects while a prompt prefills beside every step, into a large one of the
+  // prefill: budgeted chunks are small next to the decode part. Decode-only steps then pull the
+  // decode scale back, which leaves the prefill its own error.)
+  const double predicted = decode_part + predict_prefill_part(s);
+  if (predicted <= 0) return;
+  const double ratio = measured_s / predicted;
+  move(decode_scale_, decode_scale_ * ratio);
+  move(prefill_scale_, prefill_scale_ * ratio);
 }
 
 }  // namespace kvstash

@@ -53,9 +53,9 @@ class StepCostModel {
  public:
   explicit StepCostModel(const StepCostParams& params = {}, bool online = true) : params_(params), online_(online) {}
 
-  // Measures the coefficients with a handful of forwards on `model` (four decode-sized ones and
-  // one prefill of kCalibrationPrefillTokens tokens: well under a second for a 0.5B model on a few
-  // cores). It borrows free blocks of `pool` and gives them back unregistered (the pool's counts
+  // Measures the coefficients with a handful of forwards on `model` (seven decode-sized ones and
+  // one prefill of kCalibrationPrefillTokens tokens: about a second for a 0.5B model on two loaded
+  // cores, under half on a quiet machine). It borrows free blocks of `pool` and gives them back unregistered (the pool's counts
   // and its prefix cache are as before). Errors: a forward's (kInternal), or a pool with fewer than
   // two free blocks (kResourceExhausted).
   static Expected<StepCostParams> calibrate(const Model& model, BlockPool& pool, ThreadPool& threads);
@@ -70,17 +70,18 @@ class StepCostModel {
   double predict_install(int blocks) const { return decode_scale_ * params_.per_block_install_s * blocks; }
 
   // Refines the scales from a step's measured time (no-op when not online): a step without
-  // prefill moves decode_scale, one with prefill moves prefill_scale by what remains once the
-  // decode part is taken out. Each observation moves a scale by kAlpha of the way, bounded to a
-  // factor of kMaxJump per step so one outlier (a page fault, a compaction) cannot swing it.
+  // prefill moves decode_scale, one with prefill both scales by its measured/predicted ratio (its
+  // error split by the parts' shares; decode-only steps then leave the prefill its own). Each
+  // observation moves a scale by kAlpha of the way, bounded to a factor of kMaxJump per step so
+  // one outlier (a page fault, a compaction) cannot swing it.
   void observe(const StepShape& shape, double measured_s);
 
   const StepCostParams& params() const { return params_; }
   double decode_scale() const { return decode_scale_; }
   double prefill_scale() const { return prefill_scale_; }
 
-  static constexpr int kCalibrationPrefillTokens = 32;
-  static constexpr int kCalibrationContext = 512;  // the decode row's context for per_pair_s
+  static constexpr int kCalibrationPrefillTokens = 16;
+  static constexpr int kCalibrationContext = 1024;  // the decode row's context for per_pair_s
   static constexpr double kAlpha = 0.2;           // about the last ten steps of each kind
   static constexpr double kMaxJump = 2.0;
 

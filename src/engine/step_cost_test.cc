@@ -74,13 +74,23 @@ TEST(StepCostModel, ObserveFollowsTheMeasuredTimePerPhase) {
   EXPECT_NEAR(model.decode_scale(), 1.5, 1e-3);
   EXPECT_DOUBLE_EQ(model.prefill_scale(), 1.0);  // decode-only steps leave the prefill alone
 
+  // Steps with a prefill whose part takes 3x its prediction, between decode-only steps: the
+  // decode scale stays where the decode-only steps put it, the prefill's goes to 3.
   StepShape mixed = decode;
   mixed.add_prefill(0, 64);
-  const double decode_part = model.predict_decode_part(mixed);
-  const double prefill_part = model.predict_prefill_part(mixed);
-  for (int i = 0; i < 60; ++i) model.observe(mixed, decode_part + 3 * prefill_part);
+  const StepCostModel unit(fixed_params());
+  const double decode_part = unit.predict_decode_part(mixed), prefill_part = unit.predict_prefill_part(mixed);
+  for (int i = 0; i < 200; ++i) {
+    model.observe(decode, 1.5 * decode_predicted);
+    model.observe(mixed, 1.5 * decode_part + 3 * prefill_part);
+  }
   EXPECT_NEAR(model.prefill_scale(), 3.0, 1e-2);
-  EXPECT_NEAR(model.decode_scale(), 1.5, 1e-3);
+  EXPECT_NEAR(model.decode_scale(), 1.5, 1e-2);
+  // Mixed steps alone move both scales by their ratio: the total follows the measured time.
+  StepCostModel only_mixed(fixed_params());
+  for (int i = 0; i < 60; ++i) only_mixed.observe(mixed, 2 * (decode_part + prefill_part));
+  EXPECT_NEAR(only_mixed.predict(mixed), 2 * (decode_part + prefill_part), 1e-3 * decode_part);
+  EXPECT_NEAR(only_mixed.decode_scale(), only_mixed.prefill_scale(), 1e-9);
 
   StepCostModel fixed(fixed_params(), /*online=*/false);
   fixed.observe(decode, 10 * decode_predicted);
