@@ -438,9 +438,9 @@ int serve_main(int argc, char** argv) {
                  "decode part as the engine measures it)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--min-prefill-tokens", engine_options.min_prefill_tokens,
-                 "Under the step budget, prompt tokens the oldest prefill gets per step even past it (0 = one block of "
-                 "16): fewer keep streams' gaps nearer the budget where a block of prefill costs several decode steps")
-      ->check(CLI::Range(0, 1 << 20))
+                 "Under the step budget, prompt tokens the oldest prefill gets per step even past it (more: a shorter "
+                 "TTFT beside streams where a token of prefill costs a large part of a decode step, at their gaps)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");

@@ -75,7 +75,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   if (!std::isfinite(o.itl_slo_ms) || !std::isfinite(o.itl_slo_factor) || o.itl_slo_factor <= 0) {
     return invalid_argument("itl_slo_ms must be a finite number (0 = no step budget) and itl_slo_factor a positive one");
   }
-  if (o.min_prefill_tokens < 0) return invalid_argument("min_prefill_tokens must be 0 (one block) or positive");
+  if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
   o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
@@ -458,7 +458,7 @@ void Engine::Impl::admit_waiting() {
 // The step's work: decoding sequences first (one token each keeps every stream moving), then
 // prefill chunks, within step_token_budget and, while any sequence decodes, within the step-time
 // budget (step_budget.cc): the prefill gets what the decode part leaves, the oldest prefill at
-// least min_prefill_tokens (one block's worth by default). Every running sequence appears at most once.
+// least min_prefill_tokens (one token by default). Every running sequence appears at most once.
 std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) {
   std::vector<Planned> plan;
   int budget = options.step_token_budget;
@@ -483,9 +483,8 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       if (step_budget_s > 0) {
         const int fits = step_cost.max_prefill_tokens(s->num_slots, n, step_budget_s - step_cost.predict(shape));
         step_prefill_cut = step_prefill_cut || fits < n;
-        const int min_progress = options.min_prefill_tokens > 0 ? options.min_prefill_tokens : pool.block_size();
-        if (prefill_tokens == 0 && fits < std::min(n, min_progress)) {
-          n = std::min(n, min_progress);
+        if (prefill_tokens == 0 && fits < std::min(n, options.min_prefill_tokens)) {
+          n = std::min(n, options.min_prefill_tokens);
           step_forced_progress = true;
         } else if (fits == 0) {
           break;  // oldest first: the ones behind wait for a step with room

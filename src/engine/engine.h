@@ -188,10 +188,10 @@ struct EngineOptions {
   double itl_slo_ms = 0;
   double itl_slo_factor = 2.0;
   // Under the budget, the oldest prefill still gets this many tokens per step (its TTFT stays
-  // bounded), even past the budget; 0 = one block. Where a block of prefill costs several decode
-  // steps (a slow or loaded CPU), fewer keep the streams' gaps closer to the budget, at the
-  // arrival's TTFT (docs/step-budget.md).
-  int min_prefill_tokens = 0;
+  // bounded: at most one step per prompt token), even past the budget. One token: where a block of
+  // prefill costs several decode steps (two loaded cores: 16 tokens ~ 4 steps), a block's minimum,
+  // not the budget, set the streams' gaps (docs/step-budget.md).
+  int min_prefill_tokens = 1;
   // The step cost model's starting coefficients; all zero = measured by a few forwards at create()
   // (well under a second for a 0.5B model). Tests set them to skip the calibration.
   StepCostParams step_cost{};

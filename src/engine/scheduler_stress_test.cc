@@ -225,7 +225,7 @@ class SchedulerStressTest : public ::testing::Test {
   // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
   // attention costing as much per 100 pairs, which leaves a step beside a few decoding sequences
   // room for a dozen or two prefill tokens: chunks are cut, and some prefills only get their
-  // minimum of one block.
+  // minimum (min_prefill_tokens: the default, one token, on odd seeds, a block on even ones).
   static StepCostParams stress_step_cost() {
     StepCostParams p;
     p.base_s = 1e-3;
@@ -263,6 +263,7 @@ class SchedulerStressTest : public ::testing::Test {
         o.itl_slo_ms = -1;
         o.step_cost = stress_step_cost();
         o.step_cost_online = false;
+        o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
         o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
       }
       std::unique_ptr<cache::TieredStore> store;
@@ -289,7 +290,7 @@ class SchedulerStressTest : public ::testing::Test {
                                                            << r.prefill_tokens << " prefill tokens, " << r.installed_blocks
                                                            << " blocks installed";
         } else {
-          ASSERT_LE(r.prefill_tokens, kBlock) << "seed " << seed << ", step " << r.step << ": forced past the minimum";
+          ASSERT_LE(r.prefill_tokens, o.min_prefill_tokens) << "seed " << seed << ", step " << r.step << ": forced past the minimum";
         }
         ++budgeted_steps;
         cut_steps += r.prefill_cut;
