@@ -9,6 +9,11 @@ and those that ended between its send and its first token plus one gap (during).
 random token ids (POST /v1/completions), so their lengths are exact and nothing is cached.
 Prints one JSON object: gap percentiles of both windows, both TTFTs and the two ratios.
 
+With --cached-prefix-len N both prompts start with an N-token prefix of their own (fixed by
+--seed): run once with --warm-only against a server with a shared store (e.g. --cache-redis
+redis://... --cache-ram 0), which stores them; restart the server (so its pool holds nothing);
+then measure: the prefixes load from the store, the rest is prefilled.
+
 Python 3 standard library only.
 """
 import argparse
@@ -68,13 +73,23 @@ def main():
     ap.add_argument("--stream-tokens", type=int, default=600)
     ap.add_argument("--baseline-s", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cached-prefix-len", type=int, default=0)
+    ap.add_argument("--warm-only", action="store_true", help="send the two prefixes once each, then exit")
     # Ordinary (non-special) ids in the Qwen2 and Llama 3 vocabularies.
     ap.add_argument("--id-range", type=int, nargs=2, default=[1000, 30000])
     args = ap.parse_args()
     rng = random.Random(args.seed)
     ids = lambda n: [rng.randrange(*args.id_range) for _ in range(n)]
+    prefix_rng = random.Random(args.seed + 1000)
+    prefixes = [[prefix_rng.randrange(*args.id_range) for _ in range(args.cached_prefix_len)] for _ in range(2)]
+    if args.warm_only:
+        for p in prefixes:
+            post_stream(args.url, p + ids(1), 1, lambda t: None)
+        print("stored two prefixes of %d tokens" % args.cached_prefix_len, file=sys.stderr)
+        return
+    tail = args.prompt_len - args.cached_prefix_len
 
-    idle_ttft = ttft(args.url, ids(args.prompt_len))
+    idle_ttft = ttft(args.url, prefixes[0] + ids(tail))
     print("idle TTFT %.3f s" % idle_ttft, file=sys.stderr)
 
     times = [[] for _ in range(args.streams)]
@@ -88,7 +103,7 @@ def main():
         time.sleep(0.05)
     time.sleep(args.baseline_s)
     sent = time.perf_counter()
-    loaded_ttft = ttft(args.url, ids(args.prompt_len))
+    loaded_ttft = ttft(args.url, prefixes[1] + ids(tail))
     first_token = sent + loaded_ttft
     print("loaded TTFT %.3f s" % loaded_ttft, file=sys.stderr)
     time.sleep(1.0)  # the gap that spans the first token ends after it
@@ -106,7 +121,7 @@ def main():
                 baseline.append(b - a)
             elif b > sent and a < first_token:
                 during.append(b - a)
-    out = {"prompt_len": args.prompt_len, "streams": args.streams,
+    out = {"prompt_len": args.prompt_len, "cached_prefix_len": args.cached_prefix_len, "streams": args.streams,
            "idle_ttft_s": idle_ttft, "loaded_ttft_s": loaded_ttft, "ttft_ratio": loaded_ttft / idle_ttft,
            "baseline_gaps": len(baseline), "during_gaps": len(during)}
     for name, gaps in (("baseline", baseline), ("during", during)):
