@@ -473,7 +473,7 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
   }
   step_budget_s = step_time_budget(shape);
   // The decode rows and the step's first install go whatever their cost (as the oldest prefill's
-  // block below): the step may be over its budget by them alone.
+  // minimum below): the step may be over its budget by them alone.
   step_forced_progress = step_budget_s > 0 && step_cost.predict(shape) > step_budget_s;
   step_prefill_cut = false;
   prefill_tokens = 0;
