@@ -431,6 +431,17 @@ int serve_main(int argc, char** argv) {
   app.add_option("--threads", engine_options.n_threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  engine_options.itl_slo_ms = -1;  // the step budget is on by default here (docs/step-budget.md)
+  app.add_option("--itl-slo-ms", engine_options.itl_slo_ms,
+                 "Step-time budget while sequences decode, ms: a prefill beside them is chunked to keep each step "
+                 "within it (its TTFT grows as it tightens); 0 = none, throughput first (default: 2x the step's "
+                 "decode part as the engine measures it)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--min-prefill-tokens", engine_options.min_prefill_tokens,
+                 "Under the step budget, prompt tokens the oldest prefill gets per step even past it (more: a shorter "
+                 "TTFT beside streams where a token of prefill costs a large part of a decode step, at their gaps)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
   std::string chat_template_file;
@@ -725,6 +736,17 @@ int serve_main(int argc, char** argv) {
     return 1;
   }
   end_phase("pool");
+  if (engine_options.itl_slo_ms != 0) {
+    const StepCostParams c = (*engine)->stats().step_cost;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "step budget: %s while sequences decode; cost model: %.1f ms a step, %.2f ms a decode row, %.2f ms a "
+                  "prefill token, %.3f us an attention pair, %.1f us a KV block installed",
+                  (engine_options.itl_slo_ms > 0 ? std::to_string(engine_options.itl_slo_ms) + " ms"
+                                                 : "a factor " + CLI::detail::to_string(engine_options.itl_slo_factor) + " of the decode part").c_str(),
+                  c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
+    log_line(line);
+  }
   {
     std::lock_guard lock(ban_sink->mu);
     ban_sink->engine = engine->get();

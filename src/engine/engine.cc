@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <numeric>
 #include <cstring>
 
@@ -71,6 +72,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
                             std::to_string(o.block_size) + ")");
   }
   if (Status st = validate_budget(o.kv_budget, o.block_size); !st) return st;
+  if (!std::isfinite(o.itl_slo_ms) || !std::isfinite(o.itl_slo_factor) || o.itl_slo_factor <= 0) {
+    return invalid_argument("itl_slo_ms must be a finite number (0 = no step budget) and itl_slo_factor a positive one");
+  }
+  if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
   o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
@@ -78,9 +83,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   std::unique_ptr<Engine> engine(new Engine());
   engine->impl_ = std::make_unique<Impl>(model, o, n_blocks);
   Impl* impl = engine->impl_.get();
+  StepCostParams cost = o.step_cost;
+  const bool given = cost.base_s > 0 || cost.per_decode_row_s > 0 || cost.per_row_s > 0 || cost.per_pair_s > 0;
+  if (o.itl_slo_ms != 0 && !given) {  // the budget needs the model: measured here, before any request
+    auto measured = StepCostModel::calibrate(model, impl->pool, impl->threads);
+    if (!measured) return measured.status();
+    cost = *measured;
+  }
+  impl->step_cost = StepCostModel(cost, o.step_cost_online);
   {
     std::lock_guard<std::mutex> lock(impl->mu);
     impl->stats.kv_blocks_total = n_blocks;
+    impl->stats.step_cost = cost;
   }
   impl->thread = std::thread([impl] { impl->loop(); });
   return engine;
@@ -262,7 +276,13 @@ bool Engine::Impl::admit(Sequence& seq) {
     return false;
   }
   // Then what the store prefetch brought, for the full chunks beyond what the pool had.
+  const int before_install = hits;
+  const auto install_start = Clock::now();
   hits = install_prefetched(seq, hits);
+  if (hits > before_install) {  // step work too: the step budget counts it (step_budget.cc)
+    step_installed_blocks += hits - before_install;
+    step_install_s += std::chrono::duration<double>(Clock::now() - install_start).count();
+  }
   if (options.kv_store) {
     seq.num_stored_chunks = std::max(seq.num_stored_chunks, hits * bs / options.chunk_tokens);
   }
@@ -376,6 +396,8 @@ void Engine::Impl::count_finished(const Sequence& seq) {
 void Engine::Impl::step() {
   if (options.on_step) options.on_step(step_number);
   ++step_number;
+  step_installed_blocks = 0;
+  step_install_s = 0;
   take_new_work();
   admit_waiting();
   if (running.empty()) {
@@ -389,7 +411,10 @@ void Engine::Impl::step() {
     publish_stats(0, 0);
     return;
   }
+  const StepShape shape = shape_of(plan);  // before run_batch, which may retire the plan's sequences
+  const auto t0 = Clock::now();
   run_batch(plan, prefill_tokens);
+  account_step(shape, std::chrono::duration<double>(Clock::now() - t0).count() + step_install_s);
 }
 
 // The pool's key changes of the step just run, in one publish (one lock hold of the log). The
@@ -414,6 +439,7 @@ void Engine::Impl::publish_key_changes() {
 void Engine::Impl::admit_waiting() {
   // A request not forked yet needs room for all its choices (submit() bounds n by max_running).
   while (!waiting.empty() && static_cast<int>(running.size()) + waiting.front()->choices_held() <= options.max_running) {
+    if (defer_install(*waiting.front())) break;
     if (!admit(*waiting.front())) {
       if (running.empty()) {  // cannot fit even alone: the pool is too small for this request
         finish(*waiting.front(), FinishReason::kError, "the KV pool cannot hold this request");
@@ -430,23 +456,46 @@ void Engine::Impl::admit_waiting() {
 }
 
 // The step's work: decoding sequences first (one token each keeps every stream moving), then
-// prefill chunks, within step_token_budget. Every running sequence appears at most once.
+// prefill chunks, within step_token_budget and, while any sequence decodes, within the step-time
+// budget (step_budget.cc): the prefill gets what the decode part leaves, the oldest prefill at
+// least min_prefill_tokens (one token by default). Every running sequence appears at most once.
 std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) {
   std::vector<Planned> plan;
   int budget = options.step_token_budget;
+  StepShape shape;
+  shape.installed_blocks = step_installed_blocks;
   for (auto& s : running) {
     if (s->pending() == 1 && budget > 0) {
       plan.push_back({s.get(), 1});
       --budget;
+      shape.add_decode(s->num_slots);
     }
   }
+  step_budget_s = step_time_budget(shape);
+  // The decode rows and the step's first install go whatever their cost (as the oldest prefill's
+  // minimum below): the step may be over its budget by them alone.
+  step_forced_progress = step_budget_s > 0 && step_cost.predict(shape) > step_budget_s;
+  step_prefill_cut = false;
   prefill_tokens = 0;
   for (auto& s : running) {
     if (s->pending() > 1 && budget > 0) {
-      const int n = std::min({s->pending(), options.prefill_chunk, budget});
+      int n = std::min({s->pending(), options.prefill_chunk, budget});
+      if (step_budget_s > 0) {
+        const int fits = step_cost.max_prefill_tokens(s->num_slots, n, step_budget_s - step_cost.predict(shape));
+        step_prefill_cut = step_prefill_cut || fits < n;
+        if (prefill_tokens == 0 && fits < std::min(n, options.min_prefill_tokens)) {
+          n = std::min(n, options.min_prefill_tokens);
+          step_forced_progress = true;
+        } else if (fits == 0) {
+          break;  // oldest first: the ones behind wait for a step with room
+        } else {
+          n = fits;
+        }
+      }
       plan.push_back({s.get(), n});
       budget -= n;
       prefill_tokens += n;
+      shape.add_prefill(s->num_slots, n);
     }
   }
   return plan;

@@ -122,6 +122,33 @@ struct KvBudgetOptions {
   std::uint64_t seed = 0;   // kRandom only
 };
 
+// The step cost model's coefficients (engine/step_cost.h), in seconds: what any forward costs,
+// each decode row (its logits row included), each prefill token, each attention (query, key) pair,
+// each KV block installed from a loaded store chunk.
+struct StepCostParams {
+  double base_s = 0;
+  double per_decode_row_s = 0;
+  double per_row_s = 0;
+  double per_pair_s = 0;
+  double per_block_install_s = 0;
+};
+
+// One step that ran a forward, as the step-time budget saw it (EngineOptions::on_step_record).
+struct StepRecord {
+  std::int64_t step = 0;
+  int decode_rows = 0;        // sequences decoding one token
+  int prefill_tokens = 0;
+  int installed_blocks = 0;   // KV blocks installed from the store at this step's admissions
+  double budget_s = 0;        // 0: no budget (none set, or no sequence decoding)
+  double predicted_s = 0;     // the cost model's prediction for the step as it ran
+  double measured_s = 0;      // the forward, sampling and installs, measured
+  // The step may be over its budget by design: what always progresses did not fit in it: the
+  // oldest prefill's minimum (one block's worth of tokens), the step's first KV install, or (with
+  // an absolute itl_slo_ms) the decode rows themselves.
+  bool forced_progress = false;
+  bool prefill_cut = false;  // the budget shortened a prefill chunk, or left one out of the step
+};
+
 struct EngineOptions {
   int n_ctx = 4096;                 // longest sequence (prompt + generated), tokens
   int max_running = 16;             // sequences in the running batch at most
@@ -154,6 +181,23 @@ struct EngineOptions {
   // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
   // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
   std::function<void(std::int64_t step)> on_step{};
+  // The step-time budget (issue 34, docs/step-budget.md): while any sequence decodes, prefill chunks
+  // (and KV installs from the store) are sized so the step's predicted time stays within it.
+  // < 0: itl_slo_factor times the predicted time of the step's decode part alone; 0: none
+  // (throughput first: chunks of prefill_chunk); > 0: this many milliseconds.
+  double itl_slo_ms = 0;
+  double itl_slo_factor = 2.0;
+  // Under the budget, the oldest prefill still gets this many tokens per step (its TTFT stays
+  // bounded: at most one step per prompt token), even past the budget. One token: where a block of
+  // prefill costs several decode steps (two loaded cores: 16 tokens ~ 4 steps), a block's minimum,
+  // not the budget, set the streams' gaps (docs/step-budget.md).
+  int min_prefill_tokens = 1;
+  // The step cost model's starting coefficients; all zero = measured by a few forwards at create()
+  // (well under a second for a 0.5B model). Tests set them to skip the calibration.
+  StepCostParams step_cost{};
+  bool step_cost_online = true;  // refine the model from each step's measured time
+  // For tests and traces: called on the engine thread after every step that ran a forward.
+  std::function<void(const StepRecord&)> on_step_record{};
 };
 
 struct EngineStats {
@@ -188,6 +232,16 @@ struct EngineStats {
   std::int64_t prompt_tokens_computed = 0;    // prompt tokens whose KV a forward pass computed
   std::int64_t forks = 0;                     // choices forked from a prompt's KV (n - 1 per request)
   std::int64_t blocks_copied_on_write = 0;    // shared partial blocks copied before a write
+  // The step-time budget (EngineOptions::itl_slo_ms): steps run with sequences decoding, the last
+  // such step's budget (0 = none), those whose measured time passed it, and those whose predicted
+  // time did (only what always progresses does that: StepRecord::forced_progress).
+  std::int64_t decoding_steps = 0;
+  double step_budget_s = 0;
+  std::int64_t steps_over_budget = 0;
+  std::int64_t steps_predicted_over_budget = 0;
+  double last_step_predicted_s = 0;
+  double last_step_measured_s = 0;
+  StepCostParams step_cost{};  // the coefficients the engine calibrated (or was given)
 };
 
 class Engine {

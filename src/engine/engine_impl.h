@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/prefetcher.h"
 #include "engine/sequence.h"
+#include "engine/step_cost.h"
 #include "model/model.h"
 
 namespace kvstash {
@@ -59,6 +60,13 @@ struct Engine::Impl {
   bool derives_from_banned(const Sequence& seq) const;
   std::shared_ptr<const QueryStats> query_stats;  // calibrated at the first compaction
   std::vector<cache::KvChange> unpublished_changes;  // pool key changes the event log has not taken yet
+  // The step-time budget (EngineOptions::itl_slo_ms; engine/step_cost.h, docs/step-budget.md).
+  StepCostModel step_cost;
+  int step_installed_blocks = 0;    // this step's KV blocks installed from the store, at admission
+  double step_install_s = 0;        // and the time they took
+  double step_budget_s = 0;         // this step's budget; 0 = none (off, or nothing decoding)
+  bool step_forced_progress = false;  // the oldest prefill got its minimum though it did not fit
+  bool step_prefill_cut = false;      // the budget shortened (or left out) a prefill chunk
 
   // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
   struct Planned {
@@ -72,6 +80,14 @@ struct Engine::Impl {
   void take_new_work();
   void admit_waiting();
   std::vector<Planned> plan_step(int& prefill_tokens);
+  // The step's time budget for a step of this decode part: 0 when none applies.
+  double step_time_budget(const StepShape& decode_shape) const;
+  // Whether admitting the next waiting sequence now would install more KV than this step's budget
+  // leaves room for (it is admitted at the next step instead). engine_store.cc has the count.
+  bool defer_install(const Sequence& next) const;
+  StepShape shape_of(const std::vector<Planned>& plan) const;
+  // Records a step that ran a forward: stats, the on_step_record hook, the cost model's refinement.
+  void account_step(const StepShape& shape, double measured_s);
   void reserve_blocks(std::vector<Planned>& plan, int& prefill_tokens);
   void run_batch(const std::vector<Planned>& plan, int prefill_tokens);
   FinishReason stop_reason(const Sequence& s, TokenId token) const;
@@ -111,6 +127,8 @@ struct Engine::Impl {
   // Copies a finished prefetch's chunks into fresh pool blocks after the first `hits` blocks,
   // registering each; returns the new hit count in blocks.
   int install_prefetched(Sequence& seq, int hits);
+  // The KV blocks a sequence's finished prefetch would install at most (0 without one).
+  int prefetched_blocks(const Sequence& seq) const;
   void store_full_chunks(Sequence& seq);
   // Stores the computed full blocks past the last full chunk as one partial chunk keyed by its last
   // block's prefix key, so at most one block of a stored prefix is ever recomputed.

@@ -167,6 +167,11 @@ void Engine::Impl::poll_loads() {
   stats.prefetched_bytes = static_cast<std::int64_t>(held);
 }
 
+int Engine::Impl::prefetched_blocks(const Sequence& seq) const {
+  if (!seq.prefetch || !seq.prefetch->done.load(std::memory_order_acquire)) return 0;
+  return static_cast<int>(held_bytes(*seq.prefetch) / pool.view().block_bytes());
+}
+
 int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   std::shared_ptr<PrefetchJob> job = std::move(seq.prefetch);
   if (!job || !job->done.load(std::memory_order_acquire)) return hits;

@@ -10,9 +10,11 @@
 // About a quarter of the requests decode under a grammar (constrained decoding, issue 33): their
 // output must also be the same as alone, and stay inside the grammar. About a quarter ask for 2 or
 // 3 choices (n > 1, engine/fork.cc): every greedy choice must be the request's n = 1 output, forked
-// blocks shared and copied on write under preemption, cancellation and compaction alike.
+// blocks shared and copied on write under preemption, cancellation and compaction alike. With the
+// step-time budget on (issue 34), no step carrying decoding sequences is planned over its budget.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -217,7 +219,22 @@ class SchedulerStressTest : public ::testing::Test {
     return expected;
   }
 
-  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget };
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget };
+
+  // Config::kStepBudget: the step-time budget at its default factor on fixed coefficients (not
+  // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
+  // attention costing as much per 100 pairs, which leaves a step beside a few decoding sequences
+  // room for a dozen or two prefill tokens: chunks are cut, and some prefills only get their
+  // minimum (min_prefill_tokens: the default, one token, on odd seeds, a block on even ones).
+  static StepCostParams stress_step_cost() {
+    StepCostParams p;
+    p.base_s = 1e-3;
+    p.per_decode_row_s = 1e-4;
+    p.per_row_s = 1e-4;
+    p.per_pair_s = 1e-6;
+    p.per_block_install_s = 2e-5;
+    return p;
+  }
 
   // Config::kKvBudget: every request compacts its KV at 128 slots (half the context).
   static KvBudgetOptions stress_budget() {
@@ -233,6 +250,7 @@ class SchedulerStressTest : public ::testing::Test {
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
     std::int64_t forks = 0, forked_finished = 0;
+    std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
       const Workload w = make_workload(seed, model_->config().n_vocab, grammar_);
@@ -240,8 +258,16 @@ class SchedulerStressTest : public ::testing::Test {
       EngineOptions o = w.options;
       o.kv_budget = budget;
       o.prefix_cache = config != Config::kNoPrefixCache;
+      std::vector<StepRecord> steps;
+      if (config == Config::kStepBudget) {
+        o.itl_slo_ms = -1;
+        o.step_cost = stress_step_cost();
+        o.step_cost_online = false;
+        o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
+        o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
+      }
       std::unique_ptr<cache::TieredStore> store;
-      if (config == Config::kPrefixCacheAndStore) {
+      if (config == Config::kPrefixCacheAndStore || config == Config::kStepBudget) {
         std::vector<std::unique_ptr<cache::Tier>> tiers;
         tiers.push_back(std::make_unique<cache::MemoryTier>(std::uint64_t{64} << 20));
         store = std::make_unique<cache::TieredStore>(std::move(tiers));
@@ -250,6 +276,28 @@ class SchedulerStressTest : public ::testing::Test {
       }
       EngineStats stats;
       const auto got = run_workload(*model_, w, o, &stats);
+      // While sequences decode, no step is planned over its budget, but for the oldest prefill's
+      // minimum progress (one block).
+      for (const StepRecord& r : steps) {
+        if (r.decode_rows == 0) {
+          ASSERT_EQ(r.budget_s, 0) << "seed " << seed << ", step " << r.step << ": a budget without decoding sequences";
+          continue;
+        }
+        ASSERT_GT(r.budget_s, 0) << "seed " << seed << ", step " << r.step;
+        if (!r.forced_progress) {
+          ASSERT_LE(r.predicted_s, r.budget_s * (1 + 1e-9)) << "seed " << seed << " (replay: KVSTASH_STRESS_SEED=" << seed
+                                                           << "), step " << r.step << ": " << r.decode_rows << " decoding, "
+                                                           << r.prefill_tokens << " prefill tokens, " << r.installed_blocks
+                                                           << " blocks installed";
+        } else {
+          ASSERT_LE(r.prefill_tokens, o.min_prefill_tokens) << "seed " << seed << ", step " << r.step << ": forced past the minimum";
+        }
+        ++budgeted_steps;
+        cut_steps += r.prefill_cut;
+        forced_steps += r.forced_progress;
+        installs_beside_decoding += r.installed_blocks > 0;
+      }
+      if (config == Config::kStepBudget) { EXPECT_EQ(stats.steps_predicted_over_budget, over_budget_steps_in(steps)) << "seed " << seed; }
       // A sequence preempted after a compaction recomputes its full KV and compacts anew, and one
       // whose compaction found no block for a copy-on-write compacts a token later: valid, but
       // not the solo run's tokens. Such seeds check lengths and finish reasons only.
@@ -304,6 +352,14 @@ class SchedulerStressTest : public ::testing::Test {
     std::printf("  %lld choices forked, %lld of them ran to their end\n", static_cast<long long>(forks),
                 static_cast<long long>(forked_finished));
     EXPECT_GT(forked_finished, 0) << "no forked choice ran to its end: n > 1 went unchecked";
+    if (config == Config::kStepBudget) {
+      std::printf("  %lld decoding steps under a budget: %lld with a prefill cut, %lld with a minimum prefill, %lld with installs\n",
+                  static_cast<long long>(budgeted_steps), static_cast<long long>(cut_steps), static_cast<long long>(forced_steps),
+                  static_cast<long long>(installs_beside_decoding));
+      EXPECT_GT(cut_steps, 0) << "the budget never cut a prefill: the harness proved nothing about it";
+      EXPECT_GT(forced_steps, 0) << "no prefill ever needed its minimum progress";
+      EXPECT_GT(installs_beside_decoding, 0) << "no store install beside decoding sequences";
+    }
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
                   static_cast<long long>(compactions), static_cast<long long>(exact_seeds), n_seeds);
@@ -314,6 +370,12 @@ class SchedulerStressTest : public ::testing::Test {
     } else {
       EXPECT_EQ(exact_seeds, n_seeds);
     }
+  }
+
+  // The steps planned over their budget (each one forced, checked above): what the stats count.
+  static std::int64_t over_budget_steps_in(const std::vector<StepRecord>& steps) {
+    return std::count_if(steps.begin(), steps.end(),
+                         [](const StepRecord& r) { return r.decode_rows > 0 && r.predicted_s > r.budget_s * (1 + 1e-9); });
   }
 
   static std::uint64_t first_seed() {
@@ -342,6 +404,10 @@ TEST_F(SchedulerStressTest, WithKvBudgets) { run_seeds(Config::kKvBudget, first_
 TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
   run_seeds(Config::kPrefixCacheAndStore, first_seed(), n_seeds());
 }
+
+// The step-time budget (issue 34) on top of the store's config: chunks cut to the budget while
+// sequences decode, every greedy output still the request's alone.
+TEST_F(SchedulerStressTest, WithStepBudget) { run_seeds(Config::kStepBudget, first_seed(), n_seeds()); }
 
 }  // namespace
 }  // namespace kvstash

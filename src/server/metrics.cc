@@ -264,6 +264,19 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   sample(out, "kvstash_kv_blocks_freed_total", static_cast<double>(engine.kv_blocks_freed));
   header(out, "kvstash_kv_compaction_seconds_total", "counter", "Time spent scoring and moving KV in compactions.");
   sample(out, "kvstash_kv_compaction_seconds_total", engine.compaction_seconds);
+  header(out, "kvstash_decoding_steps_total", "counter", "Engine steps run while sequences were decoding.");
+  sample(out, "kvstash_decoding_steps_total", static_cast<double>(engine.decoding_steps));
+  header(out, "kvstash_step_budget_seconds", "gauge",
+         "Time budget of the last decoding step (--itl-slo-ms, or a factor of its decode part); 0 = none.");
+  sample(out, "kvstash_step_budget_seconds", engine.step_budget_s);
+  header(out, "kvstash_steps_over_budget_total", "counter", "Decoding steps whose measured time passed their budget.");
+  sample(out, "kvstash_steps_over_budget_total", static_cast<double>(engine.steps_over_budget));
+  header(out, "kvstash_steps_predicted_over_budget_total", "counter",
+         "Decoding steps planned over their budget: what always progresses (a prefill's block, the first KV install) did not fit.");
+  sample(out, "kvstash_steps_predicted_over_budget_total", static_cast<double>(engine.steps_predicted_over_budget));
+  header(out, "kvstash_step_seconds", "gauge", "The last step's time: as the step cost model predicted it, and measured.");
+  out += "kvstash_step_seconds{kind=\"predicted\"} " + number(engine.last_step_predicted_s) + "\n";
+  out += "kvstash_step_seconds{kind=\"measured\"} " + number(engine.last_step_measured_s) + "\n";
   if (store.enabled) render_kv_store(out, store);
   return out;
 }

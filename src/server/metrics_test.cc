@@ -31,6 +31,12 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.kv_tokens_evicted = 384;
   e.kv_blocks_freed = 24;
   e.loading = 2;
+  e.decoding_steps = 40;
+  e.step_budget_s = 0.25;
+  e.steps_over_budget = 3;
+  e.steps_predicted_over_budget = 1;
+  e.last_step_predicted_s = 0.125;
+  e.last_step_measured_s = 0.5;
   std::string text = m.render(e);
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
@@ -56,6 +62,12 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_kv_tokens_evicted_total 384"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks_freed_total 24"));
   EXPECT_TRUE(has_line(text, "kvstash_requests_loading 2"));
+  EXPECT_TRUE(has_line(text, "kvstash_decoding_steps_total 40"));
+  EXPECT_TRUE(has_line(text, "kvstash_step_budget_seconds 0.25"));
+  EXPECT_TRUE(has_line(text, "kvstash_steps_over_budget_total 3"));
+  EXPECT_TRUE(has_line(text, "kvstash_steps_predicted_over_budget_total 1"));
+  EXPECT_TRUE(has_line(text, "kvstash_step_seconds{kind=\"predicted\"} 0.125"));
+  EXPECT_TRUE(has_line(text, "kvstash_step_seconds{kind=\"measured\"} 0.5"));
   EXPECT_NE(text.find("# TYPE kvstash_preemptions_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }
