@@ -48,7 +48,7 @@ def main():
     ap.add_argument("--chat-template-file", default="")
     ap.add_argument("--port", type=int, default=18431)
     ap.add_argument("--turns", type=int, default=6)
-    ap.add_argument("--words-per-turn", type=int, default=180, help="words of each user message (~1.3 tokens each)")
+    ap.add_argument("--words-per-turn", type=int, default=140, help="words of each user message (~1.7 tokens each: 6 turns reach ~1,500 tokens)")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens each answer decodes")
     args = ap.parse_args()
     rng = random.Random(7)
@@ -57,9 +57,15 @@ def main():
                                                      if args.chat_template_file else [])
     work = tempfile.mkdtemp(prefix="kvstash-responses-turns.")
     rows = []
+    # Both servers up at once and the turns alternated (A's turn i, then B's), so that a change of
+    # the machine's load during the run falls on both alike.
     a = Server(args.kvstash, args.model, args.port, common, os.path.join(work, "a.log"))
+    b = None
     try:
+        b = Server(args.kvstash, args.model, args.port + 1, common + ["--no-prefix-cache", "--no-kv-store"],
+                   os.path.join(work, "b.log"))
         previous = None
+        history = []
         for i, text in enumerate(messages):
             body = {"model": "bench", "input": text, "max_output_tokens": args.max_tokens, "temperature": 0,
                     "ignore_eos": True}
@@ -68,24 +74,19 @@ def main():
             r, s = post(a.url, "/v1/responses", body)
             previous = r["id"]
             u = r["usage"]
-            rows.append({"turn": i + 1, "a_input_tokens": u["input_tokens"],
-                         "a_cached_tokens": u["input_tokens_details"]["cached_tokens"], "a_s": s,
-                         "a_output": r["output"][-1]["content"][0]["text"] if r["output"] else ""})
-    finally:
-        a.stop()
-    b = Server(args.kvstash, args.model, args.port + 1, common + ["--no-prefix-cache", "--no-kv-store"],
-               os.path.join(work, "b.log"))
-    try:
-        history = []
-        for i, text in enumerate(messages):
+            row = {"turn": i + 1, "a_input_tokens": u["input_tokens"],
+                   "a_cached_tokens": u["input_tokens_details"]["cached_tokens"], "a_s": s}
             history.append({"role": "user", "content": text})
             r, s = post(b.url, "/v1/chat/completions", {"model": "bench", "messages": history, "max_tokens": args.max_tokens,
                                                          "temperature": 0, "ignore_eos": True})
             history.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
-            rows[i].update({"b_prompt_tokens": r["usage"]["prompt_tokens"],
-                            "b_cached_tokens": r["usage"]["prompt_tokens_details"]["cached_tokens"], "b_s": s})
+            row.update({"b_prompt_tokens": r["usage"]["prompt_tokens"],
+                        "b_cached_tokens": r["usage"]["prompt_tokens_details"]["cached_tokens"], "b_s": s})
+            rows.append(row)
     finally:
-        b.stop()
+        a.stop()
+        if b:
+            b.stop()
     print("| turn | A: input tokens | A: cached | A: s | B (full history, no cache): prompt tokens | B: cached | B: s |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

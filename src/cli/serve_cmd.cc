@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -40,6 +42,43 @@
 
 namespace kvstash::cli {
 namespace {
+
+// The step budget's cost coefficients (engine/step_cost.h) are measured once per model, thread
+// count and SIMD path and kept beside the prepared weights: a later start does not measure them
+// again (most of a second of a cold start on two cores); the engine's online scales follow the
+// machine's load from there. A file that does not read back is measured again, with a log line.
+constexpr const char* kStepCostMagic = "kvstash-step-cost-v1";
+
+std::optional<StepCostParams> read_step_cost(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string magic;
+  StepCostParams c;
+  in >> magic >> c.base_s >> c.per_decode_row_s >> c.per_row_s >> c.per_pair_s >> c.per_block_install_s;
+  const bool ok = in && magic == kStepCostMagic && c.base_s > 0 && c.per_decode_row_s >= 0 && c.per_row_s > 0 &&
+                  c.per_pair_s >= 0 && c.per_block_install_s >= 0 && std::isfinite(c.base_s + c.per_decode_row_s + c.per_row_s +
+                                                                                     c.per_pair_s + c.per_block_install_s);
+  if (!ok) {
+    server::log_line("serve: step cost file " + path + " does not read back (damaged or of another version): measuring again");
+    return std::nullopt;
+  }
+  return c;
+}
+
+void write_step_cost(const std::string& path, const StepCostParams& c) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);  // a first start's cache
+  {
+    std::ofstream out(tmp);
+    out.precision(17);
+    out << kStepCostMagic << ' ' << c.base_s << ' ' << c.per_decode_row_s << ' ' << c.per_row_s << ' ' << c.per_pair_s << ' '
+        << c.per_block_install_s << '\n';
+    if (!out) return;
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
 
 using server::log_line;
 
@@ -722,6 +761,18 @@ int serve_main(int argc, char** argv) {
     log_line("serve: " + st.message());
     return 1;
   }
+  std::string step_cost_file;
+  bool step_cost_read = false;
+  if (engine_options.itl_slo_ms != 0 && !model_load.weights_cache_dir.empty()) {
+    step_cost_file = (std::filesystem::path(model_load.weights_cache_dir) /
+                      ((*model)->fingerprint_hex() + "-t" + std::to_string(engine_options.n_threads) + "-" +
+                       kernels::simd_path() + ".stepcost"))
+                         .string();
+    if (std::optional<StepCostParams> c = read_step_cost(step_cost_file)) {
+      engine_options.step_cost = *c;
+      step_cost_read = true;
+    }
+  }
   Expected<std::unique_ptr<Engine>> engine = [&]() -> Expected<std::unique_ptr<Engine>> {
     try {
       return Engine::create(**model, engine_options);
@@ -738,13 +789,14 @@ int serve_main(int argc, char** argv) {
   end_phase("pool");
   if (engine_options.itl_slo_ms != 0) {
     const StepCostParams c = (*engine)->stats().step_cost;
-    char line[320];
+    if (!step_cost_file.empty() && !step_cost_read) write_step_cost(step_cost_file, c);
+    char line[640];
     std::snprintf(line, sizeof line,
-                  "step budget: %s while sequences decode; cost model: %.1f ms a step, %.2f ms a decode row, %.2f ms a "
+                  "step budget: %s while sequences decode; cost model (%s): %.1f ms a step, %.2f ms a decode row, %.2f ms a "
                   "prefill token, %.3f us an attention pair, %.1f us a KV block installed",
                   (engine_options.itl_slo_ms > 0 ? std::to_string(engine_options.itl_slo_ms) + " ms"
                                                  : "a factor " + CLI::detail::to_string(engine_options.itl_slo_factor) + " of the decode part").c_str(),
-                  c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
+                  step_cost_read ? ("read from " + step_cost_file).c_str() : "measured now", c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
     log_line(line);
   }
   {
