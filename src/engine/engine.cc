@@ -606,6 +606,9 @@ void Engine::Impl::advance_computed(Sequence& s, int n) {
 }
 
 int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
+  // Not while the prompt's last token is pending: its row gives the first token (and, for n > 1,
+  // the fork, which must precede any other token of the choices).
+  if (s.n_generated() == 0) return 0;
   // Every drafted token accepted gives one more token after it: room for draft + 1 tokens.
   int room = std::min({max_tokens, s.request.max_tokens - s.n_generated() - 1,
                        options.n_ctx - static_cast<int>(s.tokens.size()) - 1});

@@ -10,7 +10,10 @@
 // About a quarter of the requests decode under a grammar (constrained decoding, issue 33): their
 // output must also be the same as alone, and stay inside the grammar. About a quarter ask for 2 or
 // 3 choices (n > 1, engine/fork.cc): every greedy choice must be the request's n = 1 output, forked
-// blocks shared and copied on write under preemption, cancellation and compaction alike.
+// blocks shared and copied on write under preemption, cancellation and compaction alike. One
+// configuration decodes with speculation (prompt lookup, engine/speculative.h) in every batch: its
+// drafts are verified and rolled back under preemption and cache hits, and the output must still
+// be each request's plain greedy output.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -217,7 +220,16 @@ class SchedulerStressTest : public ::testing::Test {
     return expected;
   }
 
-  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget };
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kSpeculative };
+
+  // Config::kSpeculative: n-gram drafts of up to 4 tokens in every step, whatever its decoders.
+  static SpeculativeOptions stress_speculation() {
+    SpeculativeOptions s;
+    s.draft = DraftKind::kNgram;
+    s.max_draft = 4;
+    s.max_decoders = 64;
+    return s;
+  }
 
   // Config::kKvBudget: every request compacts its KV at 128 slots (half the context).
   static KvBudgetOptions stress_budget() {
@@ -232,7 +244,7 @@ class SchedulerStressTest : public ::testing::Test {
   // Runs `n_seeds` seeds from `first_seed` in one configuration; stops at the first wrong output.
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
-    std::int64_t forks = 0, forked_finished = 0;
+    std::int64_t forks = 0, forked_finished = 0, drafted = 0, accepted = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
       const Workload w = make_workload(seed, model_->config().n_vocab, grammar_);
@@ -240,6 +252,7 @@ class SchedulerStressTest : public ::testing::Test {
       EngineOptions o = w.options;
       o.kv_budget = budget;
       o.prefix_cache = config != Config::kNoPrefixCache;
+      if (config == Config::kSpeculative) o.speculative = stress_speculation();
       std::unique_ptr<cache::TieredStore> store;
       if (config == Config::kPrefixCacheAndStore) {
         std::vector<std::unique_ptr<cache::Tier>> tiers;
@@ -290,6 +303,8 @@ class SchedulerStressTest : public ::testing::Test {
         }
       }
       forks += stats.forks;
+      drafted += stats.draft_tokens;
+      accepted += stats.draft_tokens_accepted;
       preemptions += stats.preemptions;
       pool_hits += stats.prompt_tokens_from_pool;
       store_hits += stats.prompt_tokens_from_store;
@@ -304,6 +319,13 @@ class SchedulerStressTest : public ::testing::Test {
     std::printf("  %lld choices forked, %lld of them ran to their end\n", static_cast<long long>(forks),
                 static_cast<long long>(forked_finished));
     EXPECT_GT(forked_finished, 0) << "no forked choice ran to its end: n > 1 went unchecked";
+    if (config == Config::kSpeculative) {
+      std::printf("  %lld of %lld drafted tokens accepted\n", static_cast<long long>(accepted), static_cast<long long>(drafted));
+      EXPECT_GT(accepted, 0) << "no draft accepted: speculation went unchecked";
+      EXPECT_LT(accepted, drafted) << "no draft rejected: rollback went unchecked";
+    } else {
+      EXPECT_EQ(drafted, 0);
+    }
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
                   static_cast<long long>(compactions), static_cast<long long>(exact_seeds), n_seeds);
@@ -338,6 +360,8 @@ TEST_F(SchedulerStressTest, WithPrefixCache) { run_seeds(Config::kPrefixCache, f
 // Survivor selection ranks ~100 close scores, so it needs every token's KV to be the same whatever
 // its batch: the engine's default (the row kernels at every batch size; see kernels/matmul.cc).
 TEST_F(SchedulerStressTest, WithKvBudgets) { run_seeds(Config::kKvBudget, first_seed(), n_seeds()); }
+
+TEST_F(SchedulerStressTest, WithPrefixCacheAndSpeculation) { run_seeds(Config::kSpeculative, first_seed(), n_seeds()); }
 
 TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
   run_seeds(Config::kPrefixCacheAndStore, first_seed(), n_seeds());

@@ -252,6 +252,32 @@ TEST_F(SpeculativeEngineTest, GreedyOutputUnderAGrammarIsTheSame) {
   EXPECT_GT(stats.draft_tokens, 0);
 }
 
+// Regression (the stress harness, seed 12): a prompt whose only token left to compute is its last
+// (here after a prefix-cache hit of every block before it) looked like a decoding sequence and got
+// a draft, so an n > 1 request emitted a token before its fork and a choice came up one short.
+TEST_F(SpeculativeEngineTest, ChoicesForkBeforeAnyDraftWhenOnlyThePromptsLastTokenIsLeft) {
+  GenerationRequest r = prompts()[1];
+  // 4 full blocks and one token (a second run reuses the 4), ending in a run of one token, so the
+  // last token has a draft.
+  r.prompt.resize(16 * 4 - 4);
+  r.prompt.insert(r.prompt.end(), 5, 7);
+  r.max_tokens = 40;
+  auto plain = Engine::create(*model_, options(false));
+  auto spec = Engine::create(*model_, options(true));
+  ASSERT_TRUE(plain.has_value() && spec.has_value());
+  auto expected = generate(**plain, r);
+  ASSERT_TRUE(expected.has_value());
+  ASSERT_TRUE(generate(**spec, r).has_value());  // fills the prefix cache
+  r.n = 3;
+  auto choices = generate_choices(**spec, r);
+  ASSERT_TRUE(choices.has_value());
+  ASSERT_EQ(choices->size(), 3u);
+  for (const auto& c : *choices) EXPECT_EQ(c.tokens, expected->tokens);
+  const EngineStats stats = (*spec)->stats();
+  EXPECT_EQ(stats.prompt_tokens_from_pool, 64);
+  EXPECT_GT(stats.draft_tokens_accepted, 0);
+}
+
 // The sampled distribution of a token picked from a verification row is the target's: N seeds
 // with speculation and N other seeds without, the token's counts compared with a two-sample
 // chi-square test. Bins under 5 expected counts are pooled; the bound is the 99.9% quantile of
