@@ -31,6 +31,10 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.kv_tokens_evicted = 384;
   e.kv_blocks_freed = 24;
   e.loading = 2;
+  e.drafts = 10;
+  e.draft_tokens = 40;
+  e.draft_tokens_accepted = 25;
+  e.draft_seconds = 0.5;
   std::string text = m.render(e);
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
@@ -56,6 +60,12 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_kv_tokens_evicted_total 384"));
   EXPECT_TRUE(has_line(text, "kvstash_kv_blocks_freed_total 24"));
   EXPECT_TRUE(has_line(text, "kvstash_requests_loading 2"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_drafts_total 10"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_tokens_total 40"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_tokens_accepted_total 25"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_acceptance_ratio 0.625"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_mean_accepted_length 2.5"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_seconds_total 0.5"));
   EXPECT_NE(text.find("# TYPE kvstash_preemptions_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }
