@@ -3,11 +3,16 @@
 // output) token for token the same with and without speculation on 50 prompts whose spans repeat
 // (with acceptance checked above zero, so the comparison is not vacuous), under a KV budget and a
 // grammar too; the sampled next-token distribution unchanged (a chi-square bound); no block left
-// behind by rolled-back drafts; options out of range refused by name.
+// behind by rolled-back drafts; options out of range refused by name; `kvstash bench-engine
+// --draft ngram` end to end.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
 
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -353,6 +358,39 @@ TEST_F(SpeculativeEngineTest, OptionsOutOfRangeAreRefusedByName) {
   e = Engine::create(*model_, o);
   ASSERT_FALSE(e.has_value());
   EXPECT_NE(e.status().message().find("max_decoders"), std::string::npos) << e.status().to_string();
+}
+
+// Runs `kvstash ARGS 2>&1`; returns the exit code and fills `output`.
+int run_kvstash(const std::string& args, std::string& output) {
+  const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) output.append(buf, n);
+  const int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(BenchEngineDraft, ComparesBothWorkloadsWithTheSameOutputAndRefusesBadFlags) {
+  ASSERT_TRUE(std::filesystem::exists(std::string(KVSTASH_BINARY_DIR) + "/kvstash")) << "build the kvstash target first";
+  const std::string model = testing::test_model_path("tiny", gguf::TensorType::kF16);
+  std::string out;
+  ASSERT_EQ(run_kvstash("bench-engine -m " + model + " -t 1 --json --draft ngram --spec-k 4 --decode-tokens 24 --repeats 1", out), 0)
+      << out;
+  for (const char* key : {"\"copying\"", "\"no-acceptance\"", "\"speedup\"", "\"acceptance_rate\"", "\"mean_accepted_length\"",
+                          "\"tokens_from_drafts\"", "\"plain_decode_tokens_per_s\"", "\"spec_decode_tokens_per_s\""}) {
+    EXPECT_NE(out.find(key), std::string::npos) << key << " missing from " << out;
+  }
+  EXPECT_EQ(out.find("\"same_output\": false"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_kvstash("bench-engine -m " + model + " --draft ngram --kv-budget 256", out), 1) << out;
+  EXPECT_NE(out.find("--draft and --kv-budget"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_kvstash("bench-engine -m " + model + " --draft ngram --spec-ngram-min 3 --spec-ngram-max 2", out), 1) << out;
+  EXPECT_NE(out.find("min_ngram"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(run_kvstash("bench-engine -m " + model + " --draft eagle", out), 0) << out;
+  EXPECT_NE(out.find("--draft"), std::string::npos) << out;
 }
 
 }  // namespace
