@@ -58,6 +58,13 @@ struct Comparison {
   std::int64_t generated = 0;          // tokens per run
   int prompt_tokens = 0;
   double plain_tps = 0, spec_tps = 0;  // best of the repeats
+  std::vector<double> pair_ratios;     // speculative / plain of each back-to-back pair
+  double median_ratio() const {
+    std::vector<double> v = pair_ratios;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
   EngineStats spec_stats;              // of the last speculative run
   bool same_output = true;
 };
@@ -76,6 +83,7 @@ Expected<Comparison> compare(const Model& model, const std::string& name, const 
     if (!drafted) return drafted.status();
     c.plain_tps = std::max(c.plain_tps, plain->decode_tokens_per_s);
     c.spec_tps = std::max(c.spec_tps, drafted->decode_tokens_per_s);
+    c.pair_ratios.push_back(drafted->decode_tokens_per_s / plain->decode_tokens_per_s);
     c.spec_stats = drafted->stats;
     c.generated = static_cast<std::int64_t>(drafted->tokens.size());
     c.same_output = c.same_output && plain->tokens == drafted->tokens;
@@ -138,6 +146,7 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
                                 {"plain_decode_tokens_per_s", c.plain_tps},
                                 {"spec_decode_tokens_per_s", c.spec_tps},
                                 {"speedup", c.spec_tps / c.plain_tps},
+                                {"median_pair_speedup", c.median_ratio()},
                                 {"tokens_from_drafts", ratio(s.draft_tokens_accepted, c.generated)},
                                 {"drafts", s.drafts},
                                 {"draft_tokens", s.draft_tokens},
@@ -157,9 +166,9 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
                 spec.min_ngram, spec.max_ngram);
     for (const Comparison& c : results) {
       const EngineStats& s = c.spec_stats;
-      std::printf("  %-14s prompt %4d   plain %8.2f tokens/s   speculative %8.2f tokens/s   = %.2fx   acceptance %.0f%% "
+      std::printf("  %-14s prompt %4d   plain %8.2f tokens/s   speculative %8.2f tokens/s   = %.2fx (median pair %.2fx)   acceptance %.0f%% "
                   "(%lld of %lld drafted, %.2f per draft; %.0f%% of the output), drafting %.1f ms%s\n",
-                  c.workload.c_str(), c.prompt_tokens, c.plain_tps, c.spec_tps, c.spec_tps / c.plain_tps,
+                  c.workload.c_str(), c.prompt_tokens, c.plain_tps, c.spec_tps, c.spec_tps / c.plain_tps, c.median_ratio(),
                   100 * ratio(s.draft_tokens_accepted, s.draft_tokens), static_cast<long long>(s.draft_tokens_accepted),
                   static_cast<long long>(s.draft_tokens), ratio(s.draft_tokens_accepted, s.drafts),
                   100 * ratio(s.draft_tokens_accepted, c.generated), 1e3 * s.draft_seconds,
