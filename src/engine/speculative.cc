@@ -45,7 +45,6 @@ int ngram_draft(std::span<const TokenId> tokens, int min_ngram, int max_ngram, i
 }
 
 int SpecState::length(int max_draft) {
-  if (k < 0) k = max_draft;
   if (backoff > 0) {
     --backoff;
     if (backoff == 0) k = 1;  // a retry with one token

@@ -17,10 +17,11 @@
 // (num_computed_tokens and num_slots only cover accepted tokens, blocks that held only rejected
 // ones go back to the pool), so the prefix cache and the store only ever see accepted tokens.
 //
-// Adaptive length (SpecState): each sequence starts at max_draft tokens; a fully accepted draft
-// keeps the length up (doubling it back), a partly accepted one shrinks it to what was accepted
-// plus one, a rejected one halves it; at 0 the sequence stops drafting for a back-off that doubles
-// with each failed retry (up to kMaxBackoff steps), then retries with one token.
+// Adaptive length (SpecState): each sequence starts at kFirstDraft tokens (a failed draft costs
+// its rows: start small); a fully accepted draft doubles the length up to max_draft, a partly
+// accepted one sets it to what was accepted plus one, a rejected one halves it; at 0 the sequence
+// stops drafting for a back-off that doubles with each failed retry (up to kMaxBackoff steps),
+// then retries with one token.
 //
 // Thread safety: plain functions and values, owned by the engine thread.
 #pragma once
@@ -45,8 +46,9 @@ int ngram_draft(std::span<const TokenId> tokens, int min_ngram, int max_ngram, i
 
 // One sequence's draft length, adapted to how much of its drafts it accepts.
 struct SpecState {
+  static constexpr int kFirstDraft = 2;   // the first draft's length at most
   static constexpr int kMaxBackoff = 64;  // steps without a draft at most after repeated rejections
-  int k = -1;        // the next draft's length at most; -1 until the first draft (then max_draft)
+  int k = kFirstDraft;  // the next draft's length at most (capped by max_draft)
   int backoff = 0;   // steps left without drafting
   int next_backoff = 4;
   // The draft length to try this step (0 = skip it); counts the back-off down.

@@ -56,7 +56,11 @@ TEST(NgramDraft, ALoopDraftsItselfOnAndNothingIsDraftedWithoutAMatch) {
 
 TEST(SpecState, ShrinksOnRejectionBacksOffAndRetriesWithOneToken) {
   SpecState s;
-  EXPECT_EQ(s.length(8), 8);
+  EXPECT_EQ(s.length(8), SpecState::kFirstDraft);
+  EXPECT_EQ(s.length(1), 1);
+  s.update(2, 2, 8);  // fully accepted: doubles, up to max_draft
+  EXPECT_EQ(s.length(8), 4);
+  s.update(4, 4, 8);
   s.update(8, 8, 8);
   EXPECT_EQ(s.length(8), 8);
   s.update(8, 2, 8);  // partly accepted: what was accepted plus one
@@ -338,7 +342,8 @@ TEST_F(SpeculativeEngineTest, SampledNextTokenDistributionIsUnchanged) {
   const double z = 3.090;  // the standard normal's 99.9% quantile
   const double h = 2.0 / (9.0 * dof);
   const double bound = dof * std::pow(1.0 - h + z * std::sqrt(h), 3);
-  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f)\n", chi2, dof, bound);
+  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f); %lld drafted tokens accepted\n", chi2, dof, bound,
+              static_cast<long long>(stats.draft_tokens_accepted));
   EXPECT_LT(chi2, bound);
 }
 
