@@ -148,6 +148,10 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
                                 {"speedup", c.spec_tps / c.plain_tps},
                                 {"median_pair_speedup", c.median_ratio()},
                                 {"tokens_from_drafts", ratio(s.draft_tokens_accepted, c.generated)},
+                                // Forward passes after the first token (which comes with the prefill):
+                                // one per token plain, one per token less the accepted drafted ones.
+                                {"plain_decode_passes", c.generated - 1},
+                                {"spec_decode_passes", c.generated - 1 - s.draft_tokens_accepted},
                                 {"drafts", s.drafts},
                                 {"draft_tokens", s.draft_tokens},
                                 {"draft_tokens_accepted", s.draft_tokens_accepted},
@@ -167,11 +171,12 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
     for (const Comparison& c : results) {
       const EngineStats& s = c.spec_stats;
       std::printf("  %-14s prompt %4d   plain %8.2f tokens/s   speculative %8.2f tokens/s   = %.2fx (median pair %.2fx)   acceptance %.0f%% "
-                  "(%lld of %lld drafted, %.2f per draft; %.0f%% of the output), drafting %.1f ms%s\n",
+                  "(%lld of %lld drafted, %.2f per draft; %.0f%% of the output), decode passes %lld -> %lld, drafting %.1f ms%s\n",
                   c.workload.c_str(), c.prompt_tokens, c.plain_tps, c.spec_tps, c.spec_tps / c.plain_tps, c.median_ratio(),
                   100 * ratio(s.draft_tokens_accepted, s.draft_tokens), static_cast<long long>(s.draft_tokens_accepted),
                   static_cast<long long>(s.draft_tokens), ratio(s.draft_tokens_accepted, s.drafts),
-                  100 * ratio(s.draft_tokens_accepted, c.generated), 1e3 * s.draft_seconds,
+                  100 * ratio(s.draft_tokens_accepted, c.generated), static_cast<long long>(c.generated - 1),
+                  static_cast<long long>(c.generated - 1 - s.draft_tokens_accepted), 1e3 * s.draft_seconds,
                   c.same_output ? "" : "   OUTPUT DIFFERS");
     }
   }
