@@ -166,9 +166,10 @@ class SpeculativeEngineTest : public ::testing::Test {
   // The same requests with and without speculation: the same tokens, log-probabilities and finish
   // reasons. Returns the speculative engine's stats.
   static EngineStats expect_same_output(const std::vector<GenerationRequest>& requests, EngineOptions plain_options,
-                                        EngineOptions spec_options) {
-    auto plain = Engine::create(*model_, plain_options);
-    auto spec = Engine::create(*model_, spec_options);
+                                        EngineOptions spec_options, const Model* model = nullptr) {
+    if (model == nullptr) model = model_;
+    auto plain = Engine::create(*model, plain_options);
+    auto spec = Engine::create(*model, spec_options);
     EXPECT_TRUE(plain.has_value() && spec.has_value());
     if (!plain || !spec) return {};
     const auto expected = run_all(**plain, requests);
@@ -201,6 +202,15 @@ TEST_F(SpeculativeEngineTest, GreedyOutputIsTheSameWithAndWithoutSpeculation) {
               static_cast<long long>(stats.draft_tokens_accepted), static_cast<long long>(stats.draft_tokens));
   EXPECT_GT(stats.draft_tokens_accepted, 0) << "no draft accepted: the comparison proved nothing";
   EXPECT_LT(stats.draft_tokens_accepted, stats.draft_tokens) << "no draft rejected: rollback went unchecked";
+}
+
+// Q8_0 weights take the quantized row kernels (activations quantized per token): a token's
+// result must not depend on its step's row count there either.
+TEST_F(SpeculativeEngineTest, GreedyOutputOfAQuantizedModelIsTheSame) {
+  auto q8 = Model::load(testing::test_model_path("tiny", gguf::TensorType::kQ8_0));
+  ASSERT_TRUE(q8.has_value()) << q8.status().to_string();
+  const EngineStats stats = expect_same_output(prompts(), options(false), options(true), q8->get());
+  EXPECT_GT(stats.draft_tokens_accepted, 0);
 }
 
 TEST_F(SpeculativeEngineTest, StopTokensInsideAnAcceptedRunEndTheOutputThere) {
