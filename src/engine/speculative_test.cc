@@ -357,6 +357,51 @@ TEST_F(SpeculativeEngineTest, SampledNextTokenDistributionIsUnchanged) {
   EXPECT_LT(chi2, bound);
 }
 
+// The batch switch: 8 sequences that decode side by side draft nothing while max_decoders is below
+// 8, and do at 8.
+TEST_F(SpeculativeEngineTest, NoDraftsInStepsWithMoreDecodersThanMaxDecoders) {
+  for (int max_decoders : {7, 8}) {
+    SCOPED_TRACE(::testing::Message() << "max_decoders " << max_decoders);
+    std::vector<GenerationRequest> requests(8, prompts()[2]);
+    for (auto& r : requests) r.max_tokens = 48;
+    EngineOptions o = options(true);
+    o.speculative.max_decoders = max_decoders;
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    Engine* engine = nullptr;
+    // All 8 arrive at the first step, so they prefill in one step and decode side by side to the end.
+    o.on_step = [&](std::int64_t step) {
+      if (step != 0) return;
+      for (const auto& r : requests) {
+        auto id = engine->submit(r, [&](const TokenEvent& ev) {
+          if (ev.finish == FinishReason::kNone) return;
+          std::lock_guard<std::mutex> lock(mu);
+          ++done;
+          cv.notify_all();
+        });
+        EXPECT_TRUE(id.has_value());
+      }
+    };
+    auto e = Engine::create(*model_, o);
+    ASSERT_TRUE(e.has_value());
+    engine = e->get();
+    GenerationRequest wake = requests[0];  // the engine steps only with work: this one starts it
+    wake.max_tokens = 1;
+    ASSERT_TRUE(generate(*engine, wake).has_value());
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done == 8; });
+    }
+    const EngineStats stats = engine->stats();
+    if (max_decoders < 8) {
+      EXPECT_EQ(stats.draft_tokens, 0);
+    } else {
+      EXPECT_GT(stats.draft_tokens_accepted, 0);
+    }
+  }
+}
+
 TEST_F(SpeculativeEngineTest, OptionsOutOfRangeAreRefusedByName) {
   EngineOptions o = options(true);
   o.speculative.max_draft = 0;
