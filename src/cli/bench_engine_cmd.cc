@@ -9,16 +9,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "cli/bench_engine_budget.h"
+#include "cli/bench_engine_spec.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/kv_budget_flags.h"
+#include "cli/speculative_flags.h"
 #include "engine/block_pool.h"
+#include "engine/speculative.h"
 #include "kernels/machine_limits.h"
 #include "kernels/simd_dispatch.h"
 #include "model/model.h"
@@ -106,9 +110,24 @@ int bench_engine_main(int argc, char** argv) {
   app.get_option("--kv-budget")
       ->description("measure only this: decode tokens/s after --decode-context tokens with this KV budget against "
                     "full attention, over one shared prefill, --decode-tokens steps each (0 = off: the usual figures)");
+  SpeculativeOptions speculative;
+  add_speculative_flags(app, speculative);
+  static const std::map<std::string, DraftKind> drafters = {{"off", DraftKind::kNone}, {"ngram", DraftKind::kNgram}};
+  app.add_option("--draft", speculative.draft,
+                 "measure only this: batch-1 decode tokens/s with this drafter (ngram) against plain decoding, on a "
+                 "copying and a no-acceptance workload, --decode-tokens tokens each, best of --repeats (same as --spec)")
+      ->transform(CLI::CheckedTransformer(drafters, CLI::ignore_case));
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
+  if (speculative.draft != DraftKind::kNone && kv_budget.budget > 0) {
+    std::fprintf(stderr, "kvstash bench-engine: --draft and --kv-budget each select a measurement of their own; give one\n");
+    return 1;
+  }
+  if (speculative.draft != DraftKind::kNone && repeats < 1) {
+    std::fprintf(stderr, "kvstash bench-engine: --repeats must be at least 1\n");
+    return 1;
+  }
 
   kernels::set_prefill_min_tokens_for_testing(prefill_min_tokens);
   auto loaded = Model::load(model_path, model_load);
@@ -120,6 +139,13 @@ int bench_engine_main(int argc, char** argv) {
   const ModelConfig& c = model.config();
   ThreadPool threads(n_threads);
   if (kv_budget.budget > 0) return bench_engine_budget(model, kv_budget, decode_context, decode_tokens, json, threads);
+  if (speculative.draft != DraftKind::kNone) {
+    if (Status st = validate_speculative(speculative); !st) {
+      std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    return bench_engine_spec(model, speculative, decode_tokens, repeats, threads.size(), json);
+  }
   auto progress = [&](const char* what) { if (!json) std::fprintf(stderr, "… %s\n", what); };
 
   // Prefill: best of `repeats` passes over a fresh prompt.

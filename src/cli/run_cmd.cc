@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/kv_budget_flags.h"
+#include "cli/speculative_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/utf8.h"
@@ -30,6 +31,8 @@ int run_main(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
+  SpeculativeOptions speculative;
+  add_speculative_flags(app, speculative);
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
@@ -57,6 +60,7 @@ int run_main(int argc, char** argv) {
   opts.prefill_chunk = n_ctx;
   opts.step_token_budget = n_ctx;
   opts.kv_budget = kv_budget;
+  opts.speculative = speculative;
   auto engine = Engine::create(**model, opts);
   if (!engine) {
     std::fprintf(stderr, "kvstash run: %s\n", engine.status().to_string().c_str());
@@ -91,6 +95,15 @@ int run_main(int argc, char** argv) {
                "time to first token: %.1f ms\n",
                result->prompt_tokens, result->prompt_tokens / std::max(result->ttft_s, 1e-9),
                n_gen > 1 ? (n_gen - 1) / std::max(decode_s, 1e-9) : 0.0, n_gen, result->ttft_s * 1e3);
+  if (speculative.draft != DraftKind::kNone) {
+    const EngineStats st = (*engine)->stats();
+    std::fprintf(stderr, "speculative: %lld drafts, %lld of %lld drafted tokens accepted (%.0f%%, %.2f per draft), %.1f ms drafting\n",
+                 static_cast<long long>(st.drafts), static_cast<long long>(st.draft_tokens_accepted),
+                 static_cast<long long>(st.draft_tokens),
+                 st.draft_tokens > 0 ? 100.0 * static_cast<double>(st.draft_tokens_accepted) / static_cast<double>(st.draft_tokens) : 0.0,
+                 st.drafts > 0 ? static_cast<double>(st.draft_tokens_accepted) / static_cast<double>(st.drafts) : 0.0,
+                 st.draft_seconds * 1e3);
+  }
   if (kv_budget.budget > 0) {
     const EngineStats st = (*engine)->stats();
     const double block = opts.block_size;

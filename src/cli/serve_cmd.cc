@@ -27,6 +27,7 @@
 #include "cache/store_options.h"
 #include "cli/commands.h"
 #include "cli/kv_budget_flags.h"
+#include "cli/speculative_flags.h"
 #include "cli/model_flags.h"
 #include "cli/share_flags.h"
 #include "engine/engine.h"
@@ -498,6 +499,7 @@ int serve_main(int argc, char** argv) {
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
   add_kv_budget_flags(app, engine_options.kv_budget);
+  add_speculative_flags(app, engine_options.speculative);
   app.add_option("--kv-load-timeout-ms", [&](CLI::results_t r) {
         // A number >= 0; anything else is a parse error (false), never an exception out of stoll.
         std::int64_t ms = 0;

@@ -2,8 +2,9 @@
 //
 // A step: take new requests and cancellations; admit waiting requests while the running batch has
 // room (looking their prompt's full blocks up in the prefix cache first); give every running
-// sequence its next tokens — 1 for a decoding sequence, a chunk of at most prefill_chunk for one
-// still prefilling — within step_token_budget; make sure their block tables cover the new
+// sequence its next tokens — 1 for a decoding sequence (plus its draft under speculative decoding,
+// engine/speculative.h), a chunk of at most prefill_chunk for one still prefilling — within
+// step_token_budget; make sure their block tables cover the new
 // positions (preempting the newest sequences when the pool runs dry); run one batched forward;
 // register newly filled blocks under their prefix keys; sample for every sequence whose pending
 // tokens are all in, report the token, and retire finished sequences.
@@ -18,6 +19,7 @@
 #include <cstring>
 
 #include "engine/engine_impl.h"
+#include "engine/speculative.h"
 
 namespace kvstash {
 namespace {
@@ -76,6 +78,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
     return invalid_argument("itl_slo_ms must be a finite number (0 = no step budget) and itl_slo_factor a positive one");
   }
   if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
+  if (Status st = validate_speculative(o.speculative); !st) return st;
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
   o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
@@ -326,6 +329,7 @@ void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   seq->num_slots = 0;
   seq->kv = KvCompactionState{};
   seq->num_registered_blocks = 0;
+  seq->draft.clear();
   enqueue_for_admission(std::move(seq), true);
   std::lock_guard<std::mutex> lock(mu);
   ++stats.preemptions;
@@ -455,22 +459,38 @@ void Engine::Impl::admit_waiting() {
   n_waiting_total = static_cast<int>(loading.size() + waiting.size() + incoming.size());
 }
 
-// The step's work: decoding sequences first (one token each keeps every stream moving), then
-// prefill chunks, within step_token_budget and, while any sequence decodes, within the step-time
-// budget (step_budget.cc): the prefill gets what the decode part leaves, the oldest prefill at
-// least min_prefill_tokens (one token by default). Every running sequence appears at most once.
+// The step's work: decoding sequences first (one token each keeps every stream moving, then their
+// drafts while the step has few decoders), then prefill chunks, within step_token_budget and,
+// while any sequence decodes, within the step-time budget (step_budget.cc): the prefill gets what
+// the decode part (drafted rows included) leaves, the oldest prefill at least min_prefill_tokens
+// (one token by default). Every running sequence appears at most once.
 std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) {
   std::vector<Planned> plan;
   int budget = options.step_token_budget;
+  int decoders = 0;
+  for (auto& s : running) {
+    s->draft.clear();
+    decoders += s->pending() == 1;
+  }
+  const SpeculativeOptions& spec = options.speculative;
+  const bool speculate = spec.draft != DraftKind::kNone && decoders <= spec.max_decoders;
+  int draft_budget = budget - decoders;  // what is left once every decoder has its own token
   StepShape shape;
   shape.installed_blocks = step_installed_blocks;
+  const auto t0 = Clock::now();
   for (auto& s : running) {
     if (s->pending() == 1 && budget > 0) {
-      plan.push_back({s.get(), 1});
-      --budget;
-      shape.add_decode(s->num_slots);
+      int drafted = 0;
+      if (speculate && draft_budget > 0) {
+        drafted = plan_draft(*s, std::min(draft_budget, budget - 1));
+        draft_budget -= drafted;
+      }
+      plan.push_back({s.get(), 1 + drafted});
+      budget -= 1 + drafted;
+      for (int j = 0; j <= drafted; ++j) shape.add_decode(s->num_slots + j);
     }
   }
+  if (speculate) draft_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   step_budget_s = step_time_budget(shape);
   // The decode rows and the step's first install go whatever their cost (as the oldest prefill's
   // minimum below): the step may be over its budget by them alone.
@@ -546,8 +566,10 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
   ForwardBatch batch;
   for (const Planned& p : plan) {
     Sequence& s = *p.seq;
+    const int n_known = p.n_new - static_cast<int>(s.draft.size());  // the rest is the draft
     batch.tokens.insert(batch.tokens.end(), s.tokens.begin() + s.num_computed_tokens,
-                        s.tokens.begin() + s.num_computed_tokens + p.n_new);
+                        s.tokens.begin() + s.num_computed_tokens + n_known);
+    batch.tokens.insert(batch.tokens.end(), s.draft.begin(), s.draft.end());
     BatchSequence bs;
     bs.block_table = s.block_table.data();
     bs.n_blocks = static_cast<int>(s.block_table.size());
@@ -555,7 +577,8 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     bs.slot_start = s.num_slots;
     bs.n_new = p.n_new;
 
-    bs.want_logits = p.n_new == s.pending();
+    bs.want_logits = n_known == s.pending();
+    bs.all_logits = !s.draft.empty();  // a row per drafted token to verify it
     batch.sequences.push_back(bs);
   }
   const int n_vocab = model.config().n_vocab;
@@ -581,14 +604,14 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
   for (std::size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     const bool sample_now = batch.sequences[i].want_logits;
-    prompt_computed += std::max(0, std::min(s.num_computed_tokens + plan[i].n_new, s.n_prompt) - s.num_computed_tokens);
-    if (s.kv_budget > 0) {
-      for (int j = 0; j < plan[i].n_new; ++j) s.kv.slot_positions.push_back(s.num_computed_tokens + j);
+    if (!s.draft.empty()) {
+      const float* rows = &logits[static_cast<std::size_t>(row) * n_vocab];
+      row += plan[i].n_new;
+      sampled += verify_draft(s, rows, n_vocab);
+      continue;
     }
-    s.num_computed_tokens += plan[i].n_new;
-    s.num_slots += plan[i].n_new;
-    register_full_blocks(s);
-    store_full_chunks(s);
+    prompt_computed += std::max(0, std::min(s.num_computed_tokens + plan[i].n_new, s.n_prompt) - s.num_computed_tokens);
+    advance_computed(s, plan[i].n_new);
     if (!sample_now) continue;
     const float* logits_row = &logits[static_cast<std::size_t>(row++) * n_vocab];
     if (!s.forked && s.request.n > 1) {
@@ -613,10 +636,70 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     std::lock_guard<std::mutex> lock(mu);
     stats.generated_tokens += sampled;
     stats.prompt_tokens_computed += prompt_computed;
+    stats.draft_seconds += draft_seconds;
   }
+  draft_seconds = 0;
   for (auto& c : forked) running.push_back(std::move(c));
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
   publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
+}
+
+void Engine::Impl::advance_computed(Sequence& s, int n) {
+  if (s.kv_budget > 0) {
+    for (int j = 0; j < n; ++j) s.kv.slot_positions.push_back(s.num_computed_tokens + j);
+  }
+  s.num_computed_tokens += n;
+  s.num_slots += n;
+  register_full_blocks(s);
+  store_full_chunks(s);
+}
+
+int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
+  // Not while the prompt's last token is pending: its row gives the first token (and, for n > 1,
+  // the fork, which must precede any other token of the choices).
+  if (s.n_generated() == 0) return 0;
+  // Every drafted token accepted gives one more token after it: room for draft + 1 tokens.
+  int room = std::min({max_tokens, s.request.max_tokens - s.n_generated() - 1,
+                       options.n_ctx - static_cast<int>(s.tokens.size()) - 1});
+  // Under a KV budget, a compaction may only fall due at the run's last token (as it would
+  // without the draft: it changes the KV every later token attends to).
+  if (s.kv_budget > 0) room = std::min(room, s.kv_budget - s.num_slots - 1);
+  if (room <= 0) return 0;
+  const SpeculativeOptions& o = options.speculative;
+  const int k = std::min(room, s.spec.length(o.max_draft));
+  if (k <= 0) return 0;
+  return ngram_draft(s.tokens, o.min_ngram, o.max_ngram, k, s.draft);
+}
+
+int Engine::Impl::verify_draft(Sequence& s, const float* rows, int n_vocab) {
+  const int drafted = static_cast<int>(s.draft.size());
+  advance_computed(s, 1);  // the sequence's own last token
+  int emitted = 0, accepted = 0;
+  for (int j = 0;; ++j) {
+    // Row j follows the known tokens and the first j drafted ones, all accepted: its token is the
+    // one plain decoding would sample here (the same sampler state, context and generator).
+    sample_and_emit(s, rows + static_cast<std::size_t>(j) * n_vocab, n_vocab);
+    ++emitted;
+    if (s.finished || j == drafted || s.tokens.back() != s.draft[static_cast<std::size_t>(j)]) break;
+    ++accepted;
+    advance_computed(s, 1);  // the drafted token's KV was computed on accepted tokens only: kept
+  }
+  if (!s.finished) {
+    // Roll back: the KV past num_slots is the rejected tokens'; blocks holding only such KV (all
+    // allocated for this step, never registered) go back to the pool.
+    const auto keep = static_cast<std::size_t>(ceil_div(s.num_slots, pool.block_size()));
+    while (s.block_table.size() > keep) {
+      pool.release(s.block_table.back());
+      s.block_table.pop_back();
+    }
+  }
+  s.spec.update(drafted, accepted, options.speculative.max_draft);
+  s.draft.clear();
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.drafts;
+  stats.draft_tokens += drafted;
+  stats.draft_tokens_accepted += accepted;
+  return emitted;
 }
 
 void Engine::Impl::sample_and_emit(Sequence& s, const float* row, int n_vocab) {

@@ -149,6 +149,23 @@ struct StepRecord {
   bool prefill_cut = false;  // the budget shortened a prefill chunk, or left one out of the step
 };
 
+// Speculative decoding (engine/speculative.h): who proposes the tokens a decoding sequence's step
+// verifies besides its own.
+enum class DraftKind {
+  kNone,   // off: one token per decoding sequence per step
+  kNgram,  // prompt lookup: the continuation of the sequence's last n-gram where it occurred before
+};
+
+struct SpeculativeOptions {
+  DraftKind draft = DraftKind::kNone;
+  int max_draft = 8;      // drafted tokens per sequence and step at most (k); 1..64
+  int max_ngram = 3;      // the longest n-gram looked up (tried first), then shorter ones
+  int min_ngram = 1;      // the shortest n-gram looked up; 1 <= min_ngram <= max_ngram
+  // Speculation only while the step has at most this many decoding sequences: past it the batch
+  // already reads each weight for many rows, and drafts would cost their rows' compute.
+  int max_decoders = 4;
+};
+
 struct EngineOptions {
   int n_ctx = 4096;                 // longest sequence (prompt + generated), tokens
   int max_running = 16;             // sequences in the running batch at most
@@ -177,6 +194,8 @@ struct EngineOptions {
   std::size_t max_prefetched_bytes = std::size_t{1} << 30;
   // Long generations in a fixed KV budget (off by default); requests may override the budget.
   KvBudgetOptions kv_budget{};
+  // Speculative decoding (off by default). Greedy and seeded output is the same with it as without.
+  SpeculativeOptions speculative{};
   // For test harnesses: called on the engine thread at the start of every step with the step's
   // number (0, 1, ...), before new requests are taken in; it may call submit() and cancel(). With
   // it a harness places arrivals and cancellations at exact steps, so a seed replays exactly.
@@ -242,6 +261,12 @@ struct EngineStats {
   double last_step_predicted_s = 0;
   double last_step_measured_s = 0;
   StepCostParams step_cost{};  // the coefficients the engine calibrated (or was given)
+  // Speculative decoding: acceptance rate = draft_tokens_accepted / draft_tokens; mean accepted
+  // length = draft_tokens_accepted / drafts.
+  std::int64_t drafts = 0;                 // sequence steps that verified a draft
+  std::int64_t draft_tokens = 0;           // tokens drafted (and verified)
+  std::int64_t draft_tokens_accepted = 0;  // drafted tokens the target sampled too (kept)
+  double draft_seconds = 0;                // time spent drafting
 };
 
 class Engine {

@@ -53,6 +53,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;
   std::vector<float> logits;
   std::int64_t step_number = 0;
+  double draft_seconds = 0;  // drafting time not yet in stats (plan_step to run_batch)
   std::int64_t blocks_forgotten = 0;  // pool blocks dropped for a banned producer (log only)
   std::vector<cache::ProducerKey> banned_producers;  // forget_producer()'s, so far
   // A sequence whose KV derives from a banned producer (admitted before the ban): its blocks are
@@ -68,7 +69,8 @@ struct Engine::Impl {
   bool step_forced_progress = false;  // the oldest prefill got its minimum though it did not fit
   bool step_prefill_cut = false;      // the budget shortened (or left out) a prefill chunk
 
-  // A sequence's share of one step: n_new tokens from its num_computed_tokens on.
+  // A sequence's share of one step: n_new tokens from its num_computed_tokens on (for a decoding
+  // sequence with a draft: its last token, then the seq.draft.size() drafted ones).
   struct Planned {
     Sequence* seq;
     int n_new;
@@ -107,6 +109,18 @@ struct Engine::Impl {
   // Samples the sequence's next token from its logits row, reports it and marks it finished when
   // it ends (engine.cc).
   void sample_and_emit(Sequence& seq, const float* row, int n_vocab);
+  // Counts n more tokens' KV as computed (positions, slots, the budget's slot positions), then
+  // registers and stores the blocks they filled.
+  void advance_computed(Sequence& seq, int n);
+
+  // Speculative decoding (engine/speculative.h), engine.cc.
+  // Fills seq.draft for this step with at most max_tokens tokens (fewer where the request's
+  // max_tokens, the context or the KV budget leave less room); returns its length.
+  int plan_draft(Sequence& seq, int max_tokens);
+  // After the forward pass of a drafting sequence (rows: its 1 + draft.size() logit rows): emits
+  // the sampled tokens while they match the draft, rolls back the KV of the rejected ones. Returns
+  // the tokens emitted.
+  int verify_draft(Sequence& seq, const float* rows, int n_vocab);
 
   // fork.cc
   // The n - 1 other choices of a request whose prompt's KV is complete: each shares the parent's

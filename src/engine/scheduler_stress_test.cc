@@ -12,6 +12,9 @@
 // 3 choices (n > 1, engine/fork.cc): every greedy choice must be the request's n = 1 output, forked
 // blocks shared and copied on write under preemption, cancellation and compaction alike. With the
 // step-time budget on (issue 34), no step carrying decoding sequences is planned over its budget.
+// One configuration decodes with speculation (prompt lookup, engine/speculative.h) in every batch: its
+// drafts are verified and rolled back under preemption and cache hits, and the output must still
+// be each request's plain greedy output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -219,7 +222,7 @@ class SchedulerStressTest : public ::testing::Test {
     return expected;
   }
 
-  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget };
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative };
 
   // Config::kStepBudget: the step-time budget at its default factor on fixed coefficients (not
   // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
@@ -236,6 +239,15 @@ class SchedulerStressTest : public ::testing::Test {
     return p;
   }
 
+  // Config::kSpeculative: n-gram drafts of up to 4 tokens in every step, whatever its decoders.
+  static SpeculativeOptions stress_speculation() {
+    SpeculativeOptions s;
+    s.draft = DraftKind::kNgram;
+    s.max_draft = 4;
+    s.max_decoders = 64;
+    return s;
+  }
+
   // Config::kKvBudget: every request compacts its KV at 128 slots (half the context).
   static KvBudgetOptions stress_budget() {
     KvBudgetOptions b;
@@ -249,7 +261,7 @@ class SchedulerStressTest : public ::testing::Test {
   // Runs `n_seeds` seeds from `first_seed` in one configuration; stops at the first wrong output.
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
-    std::int64_t forks = 0, forked_finished = 0;
+    std::int64_t forks = 0, forked_finished = 0, drafted = 0, accepted = 0;
     std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
@@ -266,6 +278,7 @@ class SchedulerStressTest : public ::testing::Test {
         o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
         o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
       }
+      if (config == Config::kSpeculative) o.speculative = stress_speculation();
       std::unique_ptr<cache::TieredStore> store;
       if (config == Config::kPrefixCacheAndStore || config == Config::kStepBudget) {
         std::vector<std::unique_ptr<cache::Tier>> tiers;
@@ -338,6 +351,8 @@ class SchedulerStressTest : public ::testing::Test {
         }
       }
       forks += stats.forks;
+      drafted += stats.draft_tokens;
+      accepted += stats.draft_tokens_accepted;
       preemptions += stats.preemptions;
       pool_hits += stats.prompt_tokens_from_pool;
       store_hits += stats.prompt_tokens_from_store;
@@ -359,6 +374,13 @@ class SchedulerStressTest : public ::testing::Test {
       EXPECT_GT(cut_steps, 0) << "the budget never cut a prefill: the harness proved nothing about it";
       EXPECT_GT(forced_steps, 0) << "no prefill ever needed its minimum progress";
       EXPECT_GT(installs_beside_decoding, 0) << "no store install beside decoding sequences";
+    }
+    if (config == Config::kSpeculative) {
+      std::printf("  %lld of %lld drafted tokens accepted\n", static_cast<long long>(accepted), static_cast<long long>(drafted));
+      EXPECT_GT(accepted, 0) << "no draft accepted: speculation went unchecked";
+      EXPECT_LT(accepted, drafted) << "no draft rejected: rollback went unchecked";
+    } else {
+      EXPECT_EQ(drafted, 0);
     }
     if (config == Config::kKvBudget) {
       std::printf("  %lld compactions; %lld of %d seeds without a preempted compacted sequence, checked token for token\n",
@@ -400,6 +422,8 @@ TEST_F(SchedulerStressTest, WithPrefixCache) { run_seeds(Config::kPrefixCache, f
 // Survivor selection ranks ~100 close scores, so it needs every token's KV to be the same whatever
 // its batch: the engine's default (the row kernels at every batch size; see kernels/matmul.cc).
 TEST_F(SchedulerStressTest, WithKvBudgets) { run_seeds(Config::kKvBudget, first_seed(), n_seeds()); }
+
+TEST_F(SchedulerStressTest, WithPrefixCacheAndSpeculation) { run_seeds(Config::kSpeculative, first_seed(), n_seeds()); }
 
 TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
   run_seeds(Config::kPrefixCacheAndStore, first_seed(), n_seeds());

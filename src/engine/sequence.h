@@ -13,6 +13,7 @@
 #include "engine/kv_compactor.h"
 #include "engine/prefetcher.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 
 namespace kvstash {
 
@@ -72,6 +73,11 @@ struct Sequence {
   std::shared_ptr<PrefetchJob> prefetch;
   int prefetch_first_chunk = 0;      // the chunk index the prefetched run starts at
   Clock::time_point load_deadline;   // past it, the sequence stops waiting and recomputes
+
+  // Speculative decoding (engine/speculative.h): this step's drafted tokens (verified after the
+  // forward pass, then cleared; never in `tokens` until accepted) and the adaptive draft length.
+  std::vector<TokenId> draft;
+  SpecState spec;
 
   double ttft_s = -1.0;        // < 0 until the first token is out
   bool cancelled = false;

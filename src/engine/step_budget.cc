@@ -42,8 +42,8 @@ StepShape Engine::Impl::shape_of(const std::vector<Planned>& plan) const {
   StepShape shape;
   shape.installed_blocks = step_installed_blocks;
   for (const Planned& p : plan) {
-    if (p.seq->pending() == 1) {
-      shape.add_decode(p.seq->num_slots);
+    if (p.seq->pending() == 1) {  // a decoding sequence: its own token, then its drafted ones
+      for (int j = 0; j < p.n_new; ++j) shape.add_decode(p.seq->num_slots + j);
     } else {
       shape.add_prefill(p.seq->num_slots, p.n_new);
     }

@@ -277,6 +277,23 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_step_seconds", "gauge", "The last step's time: as the step cost model predicted it, and measured.");
   out += "kvstash_step_seconds{kind=\"predicted\"} " + number(engine.last_step_predicted_s) + "\n";
   out += "kvstash_step_seconds{kind=\"measured\"} " + number(engine.last_step_measured_s) + "\n";
+  header(out, "kvstash_spec_drafts_total", "counter",
+         "Sequence steps that verified a speculative draft (--spec); mean accepted length = "
+         "kvstash_spec_draft_tokens_accepted_total / kvstash_spec_drafts_total.");
+  sample(out, "kvstash_spec_drafts_total", static_cast<double>(engine.drafts));
+  header(out, "kvstash_spec_draft_tokens_total", "counter", "Tokens drafted by speculative decoding and verified.");
+  sample(out, "kvstash_spec_draft_tokens_total", static_cast<double>(engine.draft_tokens));
+  header(out, "kvstash_spec_draft_tokens_accepted_total", "counter",
+         "Drafted tokens the target model sampled too (kept); acceptance rate = this / kvstash_spec_draft_tokens_total.");
+  sample(out, "kvstash_spec_draft_tokens_accepted_total", static_cast<double>(engine.draft_tokens_accepted));
+  header(out, "kvstash_spec_acceptance_ratio", "gauge", "Drafted tokens accepted / drafted, since the start (0 before any draft).");
+  sample(out, "kvstash_spec_acceptance_ratio",
+         engine.draft_tokens > 0 ? static_cast<double>(engine.draft_tokens_accepted) / static_cast<double>(engine.draft_tokens) : 0.0);
+  header(out, "kvstash_spec_mean_accepted_length", "gauge", "Drafted tokens accepted per verified draft, since the start.");
+  sample(out, "kvstash_spec_mean_accepted_length",
+         engine.drafts > 0 ? static_cast<double>(engine.draft_tokens_accepted) / static_cast<double>(engine.drafts) : 0.0);
+  header(out, "kvstash_spec_draft_seconds_total", "counter", "Time spent drafting (looking n-grams up).");
+  sample(out, "kvstash_spec_draft_seconds_total", engine.draft_seconds);
   if (store.enabled) render_kv_store(out, store);
   return out;
 }

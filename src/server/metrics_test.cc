@@ -37,6 +37,10 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   e.steps_predicted_over_budget = 1;
   e.last_step_predicted_s = 0.125;
   e.last_step_measured_s = 0.5;
+  e.drafts = 10;
+  e.draft_tokens = 40;
+  e.draft_tokens_accepted = 25;
+  e.draft_seconds = 0.5;
   std::string text = m.render(e);
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "kvstash_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
@@ -68,6 +72,12 @@ TEST(Metrics, RendersCountersHistogramAndEngineGauges) {
   EXPECT_TRUE(has_line(text, "kvstash_steps_predicted_over_budget_total 1"));
   EXPECT_TRUE(has_line(text, "kvstash_step_seconds{kind=\"predicted\"} 0.125"));
   EXPECT_TRUE(has_line(text, "kvstash_step_seconds{kind=\"measured\"} 0.5"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_drafts_total 10"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_tokens_total 40"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_tokens_accepted_total 25"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_acceptance_ratio 0.625"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_mean_accepted_length 2.5"));
+  EXPECT_TRUE(has_line(text, "kvstash_spec_draft_seconds_total 0.5"));
   EXPECT_NE(text.find("# TYPE kvstash_preemptions_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvstash_ttft_seconds histogram"), std::string::npos);
 }
