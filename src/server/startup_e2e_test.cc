@@ -30,10 +30,14 @@ class StartupE2ETest : public ::testing::Test {
     return p;
   }
   std::string cache_dir() const { return dir_.path() + "/weights"; }
-  std::vector<fs::path> cache_files() const {
+  // The cache's files named *`ext` (".kvw": prepared weights; ".stepcost": the step budget's
+  // measured coefficients).
+  std::vector<fs::path> cache_files(const std::string& ext = ".kvw") const {
     std::vector<fs::path> out;
     if (!fs::exists(cache_dir())) return out;
-    for (const auto& e : fs::directory_iterator(cache_dir())) out.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(cache_dir())) {
+      if (e.path().extension() == ext) out.push_back(e.path());
+    }
     return out;
   }
   // Bounded poll (~30 s) for a log line; never a timing assertion.
@@ -63,10 +67,12 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     EXPECT_EQ(s->stop(), 0);
   }
   ASSERT_EQ(cache_files().size(), 1u);
+  ASSERT_EQ(cache_files(".stepcost").size(), 1u);  // measured at the first start, kept beside the weights
   {
     auto s = serve("second");
     ASSERT_TRUE(s->ready());
     EXPECT_NE(s->log().find("serve: weights cache: read " + cache_files()[0].string()), std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("cost model (read from " + cache_files(".stepcost")[0].string()), std::string::npos) << s->log();
     EXPECT_NE(s->log().find("start-up: "), std::string::npos);
     const std::string page = s->metrics();
     for (const char* phase : {"map", "fingerprint", "prepare", "pool", "listening"}) {
@@ -87,11 +93,14 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 5));
     f.put('\x5a');
     f.put('\xa5');
+    std::ofstream(cache_files(".stepcost")[0]) << "kvstash-step-cost-v1 -1 x";
   }
   {
     auto s = serve("damaged");
     ASSERT_TRUE(s->ready());
     EXPECT_NE(s->log().find("damaged (checksum mismatch"), std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("does not read back (damaged or of another version): measuring again"), std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("cost model (measured now)"), std::string::npos) << s->log();
     ASSERT_TRUE(log_eventually_has(*s, "serve: weights cache: written in")) << s->log();
     const json answer = greedy(*s);
     ASSERT_FALSE(answer.is_null()) << s->last_error();
