@@ -5,12 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "engine/cli_test_util.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -87,16 +86,7 @@ TEST_F(BudgetBenchTest, WhileNothingIsEvictedBothSidesComputeTheSameLogits) {
   EXPECT_EQ(r->full.kv_slots, 108);
 }
 
-// Runs `kvstash ARGS 2>&1`; returns the exit code and fills `output`.
-int run_kvstash(const std::string& args, std::string& output) {
-  const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) output.append(buf, n);
-  const int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using kvstash::testing::run_kvstash;
 
 TEST_F(BudgetBenchTest, BenchEnginePrintsBothFiguresAndRefusesASmallBudget) {
   ASSERT_TRUE(std::filesystem::exists(std::string(KVSTASH_BINARY_DIR) + "/kvstash")) << "build the kvstash target first";

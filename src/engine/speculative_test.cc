@@ -7,8 +7,6 @@
 // --draft ngram` end to end.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include <mutex>
 #include <random>
 
+#include "engine/cli_test_util.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
 #include "grammar/gbnf.h"
@@ -420,16 +419,7 @@ TEST_F(SpeculativeEngineTest, OptionsOutOfRangeAreRefusedByName) {
   EXPECT_NE(e.status().message().find("max_decoders"), std::string::npos) << e.status().to_string();
 }
 
-// Runs `kvstash ARGS 2>&1`; returns the exit code and fills `output`.
-int run_kvstash(const std::string& args, std::string& output) {
-  const std::string cmd = std::string(KVSTASH_BINARY_DIR) + "/kvstash " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) output.append(buf, n);
-  const int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using kvstash::testing::run_kvstash;
 
 TEST(BenchEngineDraft, ComparesBothWorkloadsWithTheSameOutputAndRefusesBadFlags) {
   ASSERT_TRUE(std::filesystem::exists(std::string(KVSTASH_BINARY_DIR) + "/kvstash")) << "build the kvstash target first";
