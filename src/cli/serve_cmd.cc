@@ -56,9 +56,12 @@ std::optional<StepCostParams> read_step_cost(const std::string& path) {
   std::string magic;
   StepCostParams c;
   in >> magic >> c.base_s >> c.per_decode_row_s >> c.per_row_s >> c.per_pair_s >> c.per_block_install_s;
-  const bool ok = in && magic == kStepCostMagic && c.base_s > 0 && c.per_decode_row_s >= 0 && c.per_row_s > 0 &&
-                  c.per_pair_s >= 0 && c.per_block_install_s >= 0 && std::isfinite(c.base_s + c.per_decode_row_s + c.per_row_s +
-                                                                                     c.per_pair_s + c.per_block_install_s);
+  // Every coefficient finite and not negative (a tiny model's may measure 0), one of the engine's
+  // "given" four above 0 (all zero would make the engine measure anyway).
+  const bool ok = in && magic == kStepCostMagic && c.base_s >= 0 && c.per_decode_row_s >= 0 && c.per_row_s >= 0 &&
+                  c.per_pair_s >= 0 && c.per_block_install_s >= 0 &&
+                  std::isfinite(c.base_s + c.per_decode_row_s + c.per_row_s + c.per_pair_s + c.per_block_install_s) &&
+                  (c.base_s > 0 || c.per_decode_row_s > 0 || c.per_row_s > 0 || c.per_pair_s > 0);
   if (!ok) {
     server::log_line("serve: step cost file " + path + " does not read back (damaged or of another version): measuring again");
     return std::nullopt;
@@ -791,7 +794,9 @@ int serve_main(int argc, char** argv) {
   end_phase("pool");
   if (engine_options.itl_slo_ms != 0) {
     const StepCostParams c = (*engine)->stats().step_cost;
-    if (!step_cost_file.empty() && !step_cost_read) write_step_cost(step_cost_file, c);
+    if (!step_cost_file.empty() && !step_cost_read && (c.base_s > 0 || c.per_decode_row_s > 0 || c.per_row_s > 0 || c.per_pair_s > 0)) {
+      write_step_cost(step_cost_file, c);
+    }
     char line[640];
     std::snprintf(line, sizeof line,
                   "step budget: %s while sequences decode; cost model (%s): %.1f ms a step, %.2f ms a decode row, %.2f ms a "
