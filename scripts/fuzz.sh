@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1
+# Four builds (release, ASan, TSan, fuzz) with debug info outgrow ccache's default 5 GB: an evicted
+# object is a recompile in the next CI run.
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-30G}"
 TARGETS=(gguf request_parser jinja http_framing chunk_codec response_record manifest)
 BUILD=build-fuzz
 

@@ -49,8 +49,8 @@ Repacked repack(const WeightView& w) {
 class Interleaved16 : public ::testing::TestWithParam<WeightType> {
  protected:
   void SetUp() override {
-    // The layout is made only on the AVX-512 path; a CPU without it cannot run these.
-    if (!set_simd_path_for_testing(SimdPath::kAvx512)) GTEST_SKIP() << "CPU lacks avx512 (with VNNI)";
+    // The layout is made only on the AVX-512 path: the suite is instantiated only on a CPU that has it.
+    ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kAvx512));
   }
   void TearDown() override { reset_simd_path_for_testing(); }
 
@@ -293,9 +293,15 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
   expect_bits_equal(y_q, run(r.view, x, 3, pool), "avx512 in matmul_many vs scalar");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Interleaved16,
-                         ::testing::Values(WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
-                                           WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16),
+// Every type with an interleaved layout; none on a CPU without the AVX-512 path (nothing here can run there).
+std::vector<WeightType> interleaved_types_this_cpu_runs() {
+  if (!cpu_supports(SimdPath::kAvx512)) return {};
+  return {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, WeightType::kQ5_1, WeightType::kQ2_K,
+          WeightType::kQ3_K, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16};
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Interleaved16);
+INSTANTIATE_TEST_SUITE_P(Types, Interleaved16, ::testing::ValuesIn(interleaved_types_this_cpu_runs()),
                          [](const ::testing::TestParamInfo<WeightType>& info) { return std::string(weight_type_name(info.param)); });
 
 }  // namespace

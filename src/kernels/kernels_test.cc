@@ -34,7 +34,7 @@ constexpr int kTestSgemmThreshold = 48;
 class KernelsOnPath : public ::testing::TestWithParam<SimdPath> {
  protected:
   void SetUp() override {
-    if (!set_simd_path_for_testing(GetParam())) GTEST_SKIP() << "CPU lacks " << simd_path_name(GetParam());
+    ASSERT_TRUE(set_simd_path_for_testing(GetParam())) << simd_path_name(GetParam());
     ASSERT_STREQ(simd_path(), simd_path_name(GetParam()));
     set_prefill_min_tokens_for_testing(kTestSgemmThreshold);
   }
@@ -390,7 +390,7 @@ TEST_P(KernelsOnPath, BothMatmulPathsAtTheSameTokenCount) {
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, KernelsOnPath,
-                         ::testing::Values(SimdPath::kScalar, SimdPath::kAvx2, SimdPath::kAvx512),
+                         ::testing::ValuesIn(supported_simd_paths()),
                          [](const auto& info) { return std::string(simd_path_name(info.param)); });
 
 }  // namespace kvstash::kernels

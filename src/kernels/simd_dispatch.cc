@@ -39,6 +39,14 @@ bool cpu_supports(SimdPath path) {
   return false;
 }
 
+std::vector<SimdPath> supported_simd_paths() {
+  std::vector<SimdPath> paths;
+  for (SimdPath path : {SimdPath::kScalar, SimdPath::kAvx2, SimdPath::kAvx512}) {
+    if (cpu_supports(path)) paths.push_back(path);
+  }
+  return paths;
+}
+
 namespace {
 
 const KernelTable& table_for(SimdPath path) {

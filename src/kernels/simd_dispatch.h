@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -83,6 +84,9 @@ const KernelTable& avx2_kernel_table();
 const KernelTable& avx512_kernel_table();
 
 bool cpu_supports(SimdPath path);
+// The paths this CPU can run, lowest first (scalar always). Tests run each kernel on each of these:
+// a path the CPU lacks is not instantiated, since it cannot run here (and a skip would be a failure).
+std::vector<SimdPath> supported_simd_paths();
 // Whether this CPU is AMD's: some prefetch choices differ by vendor (matmul_avx512.cc).
 bool amd_core();
 // The table in use: the best the CPU supports, lowered by KVSTASH_SIMD, or the one a test set.

@@ -104,17 +104,51 @@ std::optional<ResponsesError> translate_responses_request(const std::string& bod
   const json req = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (req.is_discarded() || !req.is_object()) return fail("the body must be a JSON object");
   // What the Responses API has and this server does not run: refused by name.
-  for (const char* name : {"background", "conversation", "reasoning", "include", "prompt", "max_tool_calls"}) {
+  for (const char* name : {"background", "conversation", "reasoning", "include", "prompt", "max_tool_calls",
+                           "context_management", "prompt_cache_options"}) {
     if (!req.contains(name)) continue;
     const json& v = req[name];
     const bool off = v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty());
     if (!off) return fail(std::string("'") + name + "' is not supported by this server", name);
   }
+  // Every other field is one this translation reads, or one whose only values here change nothing;
+  // a field it does not know is refused by name, never dropped.
+  static const char* const kKnown[] = {
+      "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "parallel_tool_calls",
+      "prompt_cache_key", "prompt_cache_retention", "user", "safety_identifier", "seed", "ignore_eos", "stream",
+      "stream_options", "store", "previous_response_id", "tools", "tool_choice", "text", "metadata", "service_tier",
+      "truncation", "top_logprobs", "background", "conversation", "reasoning", "include", "prompt", "max_tool_calls",
+      "context_management", "prompt_cache_options"};
+  for (const auto& [key, value] : req.items()) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || key == k;
+    if (!known) return fail("'" + key + "' is not supported by this server", key);
+  }
+  if (req.contains("truncation") && !req["truncation"].is_null() && req["truncation"] != "disabled") {
+    return fail("'truncation': only \"disabled\" is supported (a conversation longer than the context is an error, never cut)",
+                "truncation");
+  }
+  if (req.contains("service_tier") && !req["service_tier"].is_null() && req["service_tier"] != "auto" &&
+      req["service_tier"] != "default") {
+    return fail("'service_tier': only \"auto\" and \"default\" are supported", "service_tier");
+  }
+  if (req.contains("top_logprobs") && !req["top_logprobs"].is_null() && req["top_logprobs"] != 0) {
+    return fail("'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions with logprobs)", "top_logprobs");
+  }
+  if (req.contains("text") && !req["text"].is_null()) {
+    if (!req["text"].is_object()) return fail("'text' must be an object", "text");
+    for (const auto& [key, value] : req["text"].items()) {
+      if (key == "format") continue;
+      if (key == "verbosity" && (value.is_null() || value == "medium")) continue;
+      return fail("text." + key + (key == "verbosity" ? ": only \"medium\" is supported" : ": not supported by this server"), "text");
+    }
+  }
   if (!req.contains("model") || !req["model"].is_string()) return fail("'model' is required (a string)", "model");
   out.model = req["model"].get<std::string>();
   json chat = {{"model", out.model}};
   if (req.contains("max_output_tokens") && !req["max_output_tokens"].is_null()) chat["max_tokens"] = req["max_output_tokens"];
-  for (const char* k : {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user", "seed", "ignore_eos"}) {
+  for (const char* k : {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "prompt_cache_retention", "user",
+                        "seed", "ignore_eos"}) {
     if (req.contains(k) && !req[k].is_null()) chat[k] = req[k];
   }
   if (req.contains("stream") && req["stream"].is_boolean() && req["stream"].get<bool>()) {
@@ -231,7 +265,8 @@ std::optional<ResponsesError> translate_responses_request(const std::string& bod
     }
     out.echo["text"] = req["text"];
   }
-  // A stored response keeps its prompt's KV as long as its conversation (docs/prompt-caching.md).
+  // A stored response keeps its prompt's KV as long as its conversation (docs/prompt-caching.md), unless
+  // the client asked for a retention of its own (which the chat path validates and bounds).
   if (out.store && !chat.contains("prompt_cache_retention")) {
     chat["prompt_cache_retention"] = std::to_string(store.ttl().count()) + "s";
   }

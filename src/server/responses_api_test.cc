@@ -33,6 +33,12 @@ TEST(ResponsesApi, HistoryItemsAndInstructionsBecomeTheChatRequest) {
   EXPECT_EQ(t.chat["max_tokens"], 9);
   EXPECT_EQ(t.chat["prompt_cache_retention"], "60s");  // stored: its prompt pinned as long as it is kept
   EXPECT_EQ(t.messages.size(), 5u);                    // stored without the instructions
+  // A retention the client names is the one the chat path pins with (it validates and bounds it).
+  json asked = body;
+  asked["prompt_cache_retention"] = "24h";
+  ResponsesTranslation t2;
+  ASSERT_FALSE(translate(store, asked, t2, "t"));
+  EXPECT_EQ(t2.chat["prompt_cache_retention"], "24h");
 }
 
 TEST(ResponsesApi, BadInputsAreRefusedByName) {
@@ -58,6 +64,38 @@ TEST(ResponsesApi, BadInputsAreRefusedByName) {
   b = base;
   b["text"] = {{"format", {{"type", "xml"}}}};
   EXPECT_NE(refusal(b).find("'xml'"), std::string::npos);
+  // A field this server does not know is refused by name, as are values of known ones it cannot honour.
+  b = base;
+  b["frobnicate"] = 1;
+  EXPECT_NE(refusal(b).find("400 'frobnicate' is not supported"), std::string::npos);
+  b = base;
+  b["truncation"] = "auto";
+  EXPECT_NE(refusal(b).find("'truncation'"), std::string::npos);
+  b["truncation"] = "disabled";
+  EXPECT_EQ(refusal(b), "accepted");
+  b = base;
+  b["top_logprobs"] = 3;
+  EXPECT_NE(refusal(b).find("'top_logprobs'"), std::string::npos);
+  b["top_logprobs"] = 0;
+  EXPECT_EQ(refusal(b), "accepted");
+  b = base;
+  b["service_tier"] = "flex";
+  EXPECT_NE(refusal(b).find("'service_tier'"), std::string::npos);
+  b = base;
+  b["text"] = {{"verbosity", "low"}};
+  EXPECT_NE(refusal(b).find("text.verbosity"), std::string::npos);
+  b = base;
+  b["context_management"] = json::array({{{"type", "compaction"}}});
+  EXPECT_NE(refusal(b).find("'context_management' is not supported"), std::string::npos);
+  // What the Agents SDK sends with its defaults is accepted.
+  b = base;
+  b["include"] = json::array();
+  b["truncation"] = nullptr;
+  b["metadata"] = {{"k", "v"}};
+  b["safety_identifier"] = "u1";
+  b["stream_options"] = json::object();
+  b["text"] = {{"format", {{"type", "text"}}}, {"verbosity", "medium"}};
+  EXPECT_EQ(refusal(b), "accepted");
   b = base;
   b["previous_response_id"] = "resp_1";
   EXPECT_EQ(refusal(b, "tenant-a"), "accepted");
