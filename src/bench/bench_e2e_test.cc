@@ -82,8 +82,9 @@ class ServerProcess {
       dup2(log, 2);
       const std::string bin = kvstash_binary(), port = std::to_string(port_);
       // --alias tiny: the tests name the model "tiny" (a request naming another model gets 404).
+      // --spec ngram: the server drafts by prompt lookup, which the bench reports from /metrics.
       execl(bin.c_str(), bin.c_str(), "serve", "-m", model_path.c_str(), "--host", "127.0.0.1", "--port",
-            port.c_str(), "--alias", "tiny", static_cast<char*>(nullptr));
+            port.c_str(), "--alias", "tiny", "--spec", "ngram", static_cast<char*>(nullptr));
       _exit(127);
     }
     OpenAiClient probe(*parse_url(url()), ClientOptions{});
@@ -241,11 +242,38 @@ TEST_F(BenchAgainstServer, SharedPrefix) {
 TEST_F(BenchAgainstServer, MultiTurnRoundsHitTheCache) {
   const BenchResult r = run_and_check(small_config(server_->url(), "multi-turn"), 6);
   ASSERT_EQ(r.summary.rounds.size(), 3u);
+  std::int64_t prompt = 0, cached = 0;
   for (const auto& rec : r.records) {
+    prompt += rec.prompt_tokens;
+    cached += rec.cached_tokens;
     if (rec.round > 0) {
       EXPECT_GT(rec.cached_tokens, 0) << "session " << rec.session_id << " round " << rec.round;
     }
   }
+  // The server's /metrics over the measured run (after the warm-up) counts what the records report.
+  ASSERT_TRUE(r.server.contains("prompt_cache")) << r.server.dump();
+  EXPECT_EQ(r.server["prompt_cache"]["prompt_tokens"].get<double>(), static_cast<double>(prompt));
+  EXPECT_EQ(r.server["prompt_cache"]["cached_tokens"].get<double>(), static_cast<double>(cached));
+}
+
+TEST_F(BenchAgainstServer, SpeculativeDecodingIsReportedFromTheServersMetrics) {
+  // Greedy answers of a random-weight model repeat themselves, so prompt lookup finds drafts in
+  // them; the output is deterministic (batch-invariant kernels), so the drafts happen every run.
+  BenchConfig c = small_config(server_->url(), "multi-turn");
+  c.client.temperature = 0;
+  c.workload.output_len = 40;
+  std::ostringstream out, log;
+  c.out_path = scratch_dir() + "/kvstash_bench_spec.json";
+  const BenchOutcome outcome = run_bench(c, out, log);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.error << log.str() << first_error(outcome.result);
+  const nlohmann::json& s = outcome.result.server;
+  ASSERT_TRUE(s.contains("speculative")) << s.dump();
+  EXPECT_GT(s["speculative"]["drafts"].get<double>(), 0);
+  EXPECT_LE(s["speculative"]["accepted_tokens"].get<double>(), s["speculative"]["draft_tokens"].get<double>());
+  EXPECT_NE(out.str().find("speculative decoding:"), std::string::npos) << out.str();
+  auto back = read_result(c.out_path);
+  ASSERT_TRUE(back.has_value()) << back.status().to_string();
+  EXPECT_EQ(back->server, s);
 }
 
 TEST_F(BenchAgainstServer, LongDoc) { run_and_check(small_config(server_->url(), "long-doc"), 4); }

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "bench/report_html.h"
+#include "bench/server_metrics.h"
 #include "bench/summary_table.h"
 
 namespace kvstash::bench {
@@ -112,13 +113,23 @@ BenchOutcome run_bench(const BenchConfig& config, std::ostream& out, std::ostrea
       log << '\r' << format_progress(p) << (p.final ? "\n" : "") << std::flush;
     };
   }
+  // The server's own counters around the measured run (a kvstash server's speculative decoding and
+  // prompt cache); a server without /metrics, or one that refuses it, just has no such report.
+  OpenAiClient metrics_client(*endpoint, client_options);
+  const auto scrape = [&metrics_client] {
+    auto text = metrics_client.get_text("/metrics");
+    return text ? parse_prometheus_text(*text) : MetricSamples{};
+  };
+  MetricSamples before;
   BenchOutcome outcome;
   outcome.result.config = config_json(config, client_options.model);
   outcome.result.records = run_load(*workload, warmup ? &*warmup : nullptr, config.warmup_requests, *endpoint,
-                                    client_options, config.load, progress);
+                                    client_options, config.load, progress, [&] { before = scrape(); });
+  outcome.result.server = server_counters_delta(before, scrape());
   outcome.result.summary = summarize(outcome.result.records, config.slo);
   if (config.print_table) {
-    out << format_summary(outcome.result.summary) << format_cache_summary(outcome.result.records) << std::flush;
+    out << format_summary(outcome.result.summary) << format_cache_summary(outcome.result.records)
+        << format_server_counters(outcome.result.server) << std::flush;
   }
   if (!config.out_path.empty()) {
     if (Status st = write_result(config.out_path, outcome.result); !st) return fail(st.to_string());

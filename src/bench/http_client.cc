@@ -93,6 +93,13 @@ Expected<int> OpenAiClient::get_status(const std::string& path) {
   return result->status;
 }
 
+Expected<std::string> OpenAiClient::get_text(const std::string& path) {
+  auto result = impl_->client.Get(endpoint_.base_path + path);
+  if (!result) return unavailable("GET " + path + ": " + httplib::to_string(result.error()));
+  if (result->status != 200) return unavailable("GET " + path + ": HTTP " + std::to_string(result->status));
+  return result->body;
+}
+
 Expected<std::string> OpenAiClient::first_model() {
   auto result = impl_->client.Get(endpoint_.base_path + "/v1/models");
   if (!result) return unavailable("GET /v1/models: " + httplib::to_string(result.error()));

@@ -48,6 +48,9 @@ class OpenAiClient {
   Expected<std::string> first_model();
   // The HTTP status of GET `path` (e.g. "/health"); kUnavailable without an answer.
   Expected<int> get_status(const std::string& path);
+  // The body of GET `path` (e.g. "/metrics"): kUnavailable without an answer or for a status other
+  // than 200.
+  Expected<std::string> get_text(const std::string& path);
 
   // Sends one streamed request and waits for its end. start_s in the record is measured from
   // `run_start`; index, session_id and round are left for the caller.

@@ -206,8 +206,10 @@ Expected<RequestRecord> record_from_json(const json& j) {
 json result_to_json(const BenchResult& result) {
   json records = json::array();
   for (const auto& rec : result.records) records.push_back(record_to_json(rec));
-  return {{"format", "kvstash-bench"}, {"version", kFormatVersion}, {"config", result.config},
-          {"summary", summary_to_json(result.summary)}, {"records", records}};
+  json out = {{"format", "kvstash-bench"}, {"version", kFormatVersion}, {"config", result.config},
+              {"summary", summary_to_json(result.summary)}, {"records", records}};
+  if (!result.server.empty()) out["server"] = result.server;
+  return out;
 }
 
 Expected<BenchResult> result_from_json(const json& j) {
@@ -215,6 +217,10 @@ Expected<BenchResult> result_from_json(const json& j) {
   if (j.value("version", 0) != kFormatVersion) return unsupported("bench result version " + j.value("version", json(0)).dump());
   BenchResult result;
   if (j.contains("config")) result.config = j["config"];
+  if (j.contains("server")) {
+    if (!j["server"].is_object()) return corrupt("bench result's server counters are not an object");
+    result.server = j["server"];
+  }
   if (!j.contains("summary")) return corrupt("bench result has no summary");
   auto summary = summary_from_json(j["summary"]);
   if (!summary) return summary.status();

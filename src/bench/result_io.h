@@ -31,6 +31,9 @@ struct BenchResult {
   nlohmann::json config = nlohmann::json::object();  // url, model, workload and load options
   Summary summary;
   std::vector<RequestRecord> records;
+  // What the server's /metrics counted over the measured run (server_metrics.h); {} when it has
+  // none of kvstash's counters.
+  nlohmann::json server = nlohmann::json::object();
 };
 
 nlohmann::json summary_to_json(const Summary& summary);

@@ -173,7 +173,8 @@ class ProgressReporter {
 
 std::vector<RequestRecord> run_load(const Workload& workload, const Workload* warmup, int warmup_requests,
                                     const Endpoint& endpoint, const ClientOptions& client_options,
-                                    const LoadOptions& load, const ProgressCallback& on_progress) {
+                                    const LoadOptions& load, const ProgressCallback& on_progress,
+                                    const std::function<void()>& before_measured) {
   if (warmup != nullptr && warmup_requests > 0) {
     // Warm-up goes as fast as the concurrency allows: it is not measured, only has to happen.
     LoadOptions warm = load;
@@ -186,6 +187,7 @@ std::vector<RequestRecord> run_load(const Workload& workload, const Workload* wa
     ProgressReporter reporter(on_progress, base, phase);
     phase.run(endpoint, client_options);
   }
+  if (before_measured) before_measured();
   std::int64_t total = workload.total_requests();
   if (load.max_requests >= 0) total = total < 0 ? load.max_requests : std::min(total, load.max_requests);
   Phase phase(workload, load, load.max_requests, /*first_round_only=*/false);

@@ -48,10 +48,11 @@ struct Progress {
 using ProgressCallback = std::function<void(const Progress&)>;
 
 // Sends `warmup_requests` first rounds of `warmup` sessions (not recorded), then the measured
-// run of `workload`. Returns the measured records sorted by index (send order). Never fails:
-// every error is a record's.
+// run of `workload`; `before_measured` (if any) runs between the two, on the calling thread.
+// Returns the measured records sorted by index (send order). Never fails: every error is a record's.
 std::vector<RequestRecord> run_load(const Workload& workload, const Workload* warmup, int warmup_requests,
                                     const Endpoint& endpoint, const ClientOptions& client_options,
-                                    const LoadOptions& load, const ProgressCallback& on_progress);
+                                    const LoadOptions& load, const ProgressCallback& on_progress,
+                                    const std::function<void()>& before_measured = {});
 
 }  // namespace kvstash::bench
