@@ -262,6 +262,7 @@ TEST_F(BenchAgainstServer, SpeculativeDecodingIsReportedFromTheServersMetrics) {
   BenchConfig c = small_config(server_->url(), "multi-turn");
   c.client.temperature = 0;
   c.workload.output_len = 40;
+  c.print_table = true;
   std::ostringstream out, log;
   c.out_path = scratch_dir() + "/kvstash_bench_spec.json";
   const BenchOutcome outcome = run_bench(c, out, log);

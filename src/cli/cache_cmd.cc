@@ -4,6 +4,8 @@
 // Response records (docs/response-record.md: DIR/responses and redis "kvstash:response:*") are
 // walked too: verify also checks each record's structure, request key and signature (removing the
 // bad ones), and with --trust-keys counts records whose producer is not trusted (kept).
+// `stats --server URL` also reads a running server's /metrics for what only that process knows:
+// its tiers as it sees them and their pins (prompt caching pins live in the server's memory).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/http_client.h"
+#include "bench/server_metrics.h"
 #include "cache/disk_tier.h"
 #include "cache/prefix_alias.h"
 #include "cache/redis_tier.h"
@@ -109,6 +113,50 @@ RecordCounts walk_records(Tier& tier, bool remove_bad, const identity::TrustList
   return c;
 }
 
+// `stats --server URL`: a line per tier of the running server, from its /metrics. 0 when printed,
+// 1 when the server could not be read.
+int live_stats(const std::string& url, const std::string& api_key) {
+  auto endpoint = bench::parse_url(url);
+  if (!endpoint) {
+    std::fprintf(stderr, "kvstash cache: --server: %s\n", endpoint.status().message().c_str());
+    return 2;
+  }
+  bench::ClientOptions options;
+  options.api_key = api_key;
+  options.timeout_s = 10;
+  bench::OpenAiClient client(*endpoint, options);
+  auto text = client.get_text("/metrics");
+  if (!text) {
+    std::fprintf(stderr, "kvstash cache: %s: %s%s\n", url.c_str(), text.status().message().c_str(),
+                 text.status().message().find("401") != std::string::npos ? " (give --api-key)" : "");
+    return 1;
+  }
+  const bench::MetricSamples samples = bench::parse_prometheus_text(*text);
+  // Tiers by name (each has a capacity sample).
+  const std::string capacity = "kvstash_kv_tier_capacity_bytes{tier=\"";
+  std::vector<std::string> tiers;
+  for (const auto& [name, value] : samples) {
+    if (name.rfind(capacity, 0) == 0) tiers.push_back(name.substr(capacity.size(), name.size() - capacity.size() - 2));
+  }
+  if (tiers.empty()) {
+    std::printf("%s: no KV store tiers (a server without a store, or not a kvstash server)\n", url.c_str());
+    return 0;
+  }
+  for (const std::string& tier : tiers) {
+    const auto v = [&](const char* metric) {
+      auto it = samples.find(std::string(metric) + "{tier=\"" + tier + "\"}");
+      return static_cast<unsigned long long>(it == samples.end() ? 0 : it->second);
+    };
+    std::printf("%s (live, %s): entries=%llu bytes=%llu capacity=%llu evictions=%llu pinned_entries=%llu "
+                "pinned_bytes=%llu pin_intents=%llu pins_refused=%llu\n",
+                tier.c_str(), url.c_str(), v("kvstash_kv_tier_entries"), v("kvstash_kv_tier_used_bytes"),
+                v("kvstash_kv_tier_capacity_bytes"), v("kvstash_kv_tier_evictions_total"),
+                v("kvstash_kv_tier_pinned_entries"), v("kvstash_kv_tier_pinned_bytes"), v("kvstash_kv_tier_pin_intents"),
+                v("kvstash_kv_tier_pins_refused_total"));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cache_main(int argc, char** argv) {
@@ -120,6 +168,10 @@ int cache_main(int argc, char** argv) {
       CLI::IsMember({"stats", "verify", "clear"}));
   app.add_option("--cache-disk", disk_dir, "the disk tier's directory");
   app.add_option("--cache-redis", redis_url, "redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]");
+  std::string server_url, api_key;
+  app.add_option("--server", server_url,
+                 "stats: also a running server's tiers and pins, from its /metrics (http://HOST:PORT)");
+  app.add_option("--api-key", api_key, "the server's API key, for --server (unless it serves --public-metrics)");
   std::string trust_file;
   app.add_option("--trust-keys", trust_file,
                  "verify: also count response records whose producer is not one of these keys (a file of hex keys)");
@@ -128,8 +180,13 @@ int cache_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!server_url.empty() && action != "stats") {
+    std::fprintf(stderr, "kvstash cache: --server is for stats only (%s works on the tiers' storage)\n", action.c_str());
+    return 2;
+  }
   if (disk_dir.empty() && redis_url.empty()) {
-    std::fprintf(stderr, "kvstash cache: give --cache-disk and/or --cache-redis\n");
+    if (!server_url.empty()) return live_stats(server_url, api_key);
+    std::fprintf(stderr, "kvstash cache: give --cache-disk and/or --cache-redis (stats also: --server URL)\n");
     return 2;
   }
 
@@ -221,6 +278,9 @@ int cache_main(int argc, char** argv) {
                   static_cast<unsigned long long>(c.errors));
     }
     if (c.errors) rc = 1;
+  }
+  if (!server_url.empty()) {
+    if (int live = live_stats(server_url, api_key); live != 0) rc = live;
   }
   return rc;
 }

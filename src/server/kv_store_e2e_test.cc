@@ -48,6 +48,42 @@ TEST_F(KvStoreE2ETest, MemoryHitIsTokenForTokenTheUncachedOutput) {
   EXPECT_GT(s->metric(tier_metric("kvstash_kv_tier_load_seconds_count", "memory")), 0);
 }
 
+// Pins live in the server's memory: `kvstash cache stats --server` reads them from /metrics, beside
+// the offline walk of the same disk directory.
+TEST_F(KvStoreE2ETest, CacheStatsShowsALiveServersPins) {
+  const auto p = prompt(4);
+  const std::string disk = dir_.path() + "/pins-disk";
+  auto s = serve("pins", {"--cache-ram", "64MiB", "--cache-disk", disk});
+  json body = {{"model", s->model_id()}, {"prompt", p}, {"max_tokens", 2}, {"temperature", 0},
+               {"prompt_cache_retention", "1h"}};
+  auto r = s->client()->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
+  ASSERT_TRUE(s->wait_writes_done());
+  const auto run = [](const std::string& args, std::string& out) {
+    FILE* pipe = ::popen((std::string(KVSTASH_BINARY_DIR) + "/kvstash cache " + args + " 2>&1").c_str(), "r");
+    if (pipe == nullptr) return -1;
+    char buf[512];
+    out.clear();
+    while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+    return WEXITSTATUS(::pclose(pipe));
+  };
+  const std::string url = "http://127.0.0.1:" + std::to_string(s->port());
+  std::string out;
+  ASSERT_EQ(run("stats --cache-disk " + disk + " --server " + url, out), 0) << out;
+  EXPECT_NE(out.find("disk: entries="), std::string::npos) << out;  // the offline walk
+  for (const std::string tier : {"memory", "disk"}) {
+    const std::size_t at = out.find(tier + " (live, " + url + "): ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    // The prompt's full chunks, pinned for its hour in both tiers.
+    EXPECT_NE(line.find("pinned_entries=7 "), std::string::npos) << line;
+    EXPECT_EQ(line.find("pinned_bytes=0 "), std::string::npos) << line;
+  }
+  EXPECT_EQ(run("verify --server " + url, out), 2) << out;  // --server is for stats only
+  EXPECT_NE(out.find("stats only"), std::string::npos) << out;
+  EXPECT_EQ(run("stats --server http://127.0.0.1:1", out), 1) << out;  // nothing listens there
+}
+
 // Also the restart case: a new process on the same --cache-disk serves the repeat from disk.
 TEST_F(KvStoreE2ETest, RestartOnTheSameDiskServesFromDiskTokenForToken) {
   const auto p = prompt(3);
