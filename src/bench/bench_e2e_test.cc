@@ -307,6 +307,33 @@ TEST_F(BenchAgainstServer, Trace) {
   EXPECT_GE(r.records[2].start_s - r.records[0].start_s, 0.29);
 }
 
+// Streams and long-prompt arrivals at once: each class summarised on its own, every arrival sent
+// at (never before) its Poisson time.
+TEST_F(BenchAgainstServer, MixedReportsEachClass) {
+  BenchConfig c = small_config(server_->url(), "mixed");
+  c.workload.users = 2;
+  c.workload.rounds = 3;
+  c.workload.arrivals = 3;
+  c.workload.arrival_len = 120;
+  c.workload.arrival_output_len = 6;  // run_and_check expects output_len tokens from every request
+  c.workload.arrival_rate = 20;
+  c.workload.arrival_delay_s = 0.1;
+  c.slo.ttft_ms = 1e9;
+  c.slo.itl_ms = 1e9;
+  const BenchResult r = run_and_check(c, 2 * 3 + 3);
+  ASSERT_EQ(r.classes.size(), 2u);
+  EXPECT_EQ(r.classes.at("stream").requests, 6);
+  EXPECT_EQ(r.classes.at("arrival").requests, 3);
+  EXPECT_EQ(r.classes.at("arrival").good_requests, 3);
+  auto w = make_workload(c.workload);
+  ASSERT_TRUE(w.has_value());
+  for (const auto& rec : r.records) {
+    if (rec.label != "arrival") continue;
+    EXPECT_GE(rec.start_s, w->session(rec.session_id)->timestamp_s) << "session " << rec.session_id;
+    EXPECT_GT(rec.prompt_tokens, 100);
+  }
+}
+
 TEST_F(BenchAgainstServer, CommandLineAndCompare) {
   const std::string bin = kvstash_binary();
   const std::string out = scratch_dir() + "/kvstash_bench_cli.json";

@@ -38,6 +38,11 @@ nlohmann::json config_json(const BenchConfig& c, const std::string& model) {
                      {"doc_len", w.prefix_len}, {"order", w.doc_order}});
   }
   if (w.kind == "trace") workload["trace"] = w.trace_path;
+  if (w.kind == "mixed") {
+    workload.update({{"users", w.users}, {"rounds", w.rounds}, {"arrivals", w.arrivals}, {"arrival_len", w.arrival_len},
+                     {"arrival_output_len", w.arrival_output_len}, {"arrival_rate", w.arrival_rate},
+                     {"arrival_delay_s", w.arrival_delay_s}});
+  }
   return {{"url", c.url}, {"model", model}, {"api", c.client.api}, {"workload", w.kind},
           {"workload_options", workload}, {"concurrency", c.load.concurrency}, {"rate", c.load.rate},
           {"burstiness", c.load.burstiness}, {"max_requests", c.load.max_requests},
@@ -83,6 +88,10 @@ BenchOutcome run_bench(const BenchConfig& config, std::ostream& out, std::ostrea
   if (config.client.api != "chat" && config.client.api != "completions") return fail("--api must be chat or completions");
   auto workload = make_workload(config.workload);
   if (!workload) return fail(workload.status().message());
+  LoadOptions load = config.load;
+  // mixed: one connection per session, so that an arrival is sent at its time, never held behind
+  // a stream that occupies a connection.
+  if (workload->kind() == "mixed") load.concurrency = static_cast<int>(workload->size());
 
   ClientOptions client_options = config.client;
   if (client_options.model.empty()) {
@@ -124,12 +133,17 @@ BenchOutcome run_bench(const BenchConfig& config, std::ostream& out, std::ostrea
   BenchOutcome outcome;
   outcome.result.config = config_json(config, client_options.model);
   outcome.result.records = run_load(*workload, warmup ? &*warmup : nullptr, config.warmup_requests, *endpoint,
-                                    client_options, config.load, progress, [&] { before = scrape(); });
+                                    client_options, load, progress, [&] { before = scrape(); });
   outcome.result.server = server_counters_delta(before, scrape());
   outcome.result.summary = summarize(outcome.result.records, config.slo);
+  std::map<std::string, std::vector<RequestRecord>> by_class;
+  for (const RequestRecord& r : outcome.result.records) {
+    if (!r.label.empty()) by_class[r.label].push_back(r);
+  }
+  for (const auto& [label, records] : by_class) outcome.result.classes[label] = summarize(records, config.slo);
   if (config.print_table) {
-    out << format_summary(outcome.result.summary) << format_cache_summary(outcome.result.records)
-        << format_server_counters(outcome.result.server) << std::flush;
+    out << format_summary(outcome.result.summary) << format_class_summaries(outcome.result.classes)
+        << format_cache_summary(outcome.result.records) << format_server_counters(outcome.result.server) << std::flush;
   }
   if (!config.out_path.empty()) {
     if (Status st = write_result(config.out_path, outcome.result); !st) return fail(st.to_string());

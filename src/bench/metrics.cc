@@ -46,6 +46,11 @@ bool meets(const RequestRecord& r, const Slo& slo) {
   if (slo.ttft_ms >= 0 && r.ttft_s * kMsPerS > slo.ttft_ms) return false;
   if (slo.tpot_ms >= 0 && tpot_s(r) * kMsPerS > slo.tpot_ms) return false;
   if (slo.e2e_ms >= 0 && r.e2e_s * kMsPerS > slo.e2e_ms) return false;
+  if (slo.itl_ms >= 0) {
+    for (double gap : r.itl_s) {
+      if (gap * kMsPerS > slo.itl_ms) return false;  // every gap, the longest included
+    }
+  }
   return true;
 }
 
@@ -151,7 +156,8 @@ Expected<Slo> parse_slo(const std::string& text) {
     if (name == "ttft") slo.ttft_ms = ms;
     else if (name == "tpot") slo.tpot_ms = ms;
     else if (name == "e2e" || name == "e2el") slo.e2e_ms = ms;
-    else return invalid_argument("--slo knows ttft, tpot and e2e, not '" + name + "'");
+    else if (name == "itl") slo.itl_ms = ms;
+    else return invalid_argument("--slo knows ttft, tpot, itl and e2e, not '" + name + "'");
   }
   return slo;
 }

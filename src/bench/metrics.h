@@ -37,7 +37,8 @@ struct Slo {
   double ttft_ms = -1;
   double tpot_ms = -1;
   double e2e_ms = -1;
-  bool any() const { return ttft_ms >= 0 || tpot_ms >= 0 || e2e_ms >= 0; }
+  double itl_ms = -1;  // every gap between a request's content chunks, its longest included
+  bool any() const { return ttft_ms >= 0 || tpot_ms >= 0 || e2e_ms >= 0 || itl_ms >= 0; }
 };
 
 struct RoundStats {

@@ -142,9 +142,30 @@ TEST(SloTest, Parse) {
   EXPECT_EQ(slo->tpot_ms, 50.5);
   EXPECT_EQ(slo->e2e_ms, 3000);
   EXPECT_FALSE(parse_slo("")->any());
-  for (const char* bad : {"ttft", "ttft:", "ttft:abc", "ttft:-1", "itl:5"}) {
+  for (const char* bad : {"ttft", "ttft:", "ttft:abc", "ttft:-1", "gap:5"}) {
     EXPECT_FALSE(parse_slo(bad).has_value()) << bad;
   }
+  EXPECT_EQ(parse_slo("itl:80")->itl_ms, 80);
+}
+
+// itl: every gap of a request must be within the objective, its longest included.
+TEST(SloTest, ItlObjectiveHoldsForEveryGap) {
+  RequestRecord smooth, one_stall;
+  for (RequestRecord* r : {&smooth, &one_stall}) {
+    r->ttft_s = 0.1;
+    r->e2e_s = 1.0;
+    r->output_tokens = 5;
+    r->usage_reported = true;
+    r->http_status = 200;
+    r->itl_s = {0.05, 0.05, 0.05, 0.05};
+  }
+  one_stall.itl_s[2] = 0.25;
+  Slo slo;
+  slo.itl_ms = 100;
+  const Summary s = summarize({smooth, one_stall}, slo);
+  EXPECT_EQ(s.good_requests, 1);
+  slo.itl_ms = 300;
+  EXPECT_EQ(summarize({smooth, one_stall}, slo).good_requests, 2);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ inline constexpr const char* kOther = "other";                // anything else t
 struct RequestRecord {
   std::int64_t index = 0;       // position in the order requests were sent
   std::int64_t session_id = 0;  // the workload session it belongs to
+  std::string label;            // its session's traffic class (mixed: "stream", "arrival"); "" = none
   int round = 0;                // 0-based turn within its session (multi-turn rounds, agent steps)
   double start_s = 0;           // when it was sent, seconds after the measured run began
   double ttft_s = 0;            // to the first chunk with content; 0 when none arrived

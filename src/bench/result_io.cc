@@ -100,7 +100,7 @@ json summary_to_json(const Summary& s) {
           {"errors", s.errors}, {"cached_tokens", s.cached_tokens},
           {"cached_token_ratio", ratio_to_json(s.cached_token_ratio)},
           {"slo", {{"ttft_ms", slo_value(s.slo.ttft_ms)}, {"tpot_ms", slo_value(s.slo.tpot_ms)},
-                   {"e2e_ms", slo_value(s.slo.e2e_ms)}}},
+                   {"e2e_ms", slo_value(s.slo.e2e_ms)}, {"itl_ms", slo_value(s.slo.itl_ms)}}},
           {"good_requests", s.good_requests}, {"goodput", s.goodput}, {"rounds", rounds},
           {"per_worker", s.per_worker}, {"router_added_ms", distribution_to_json(s.router_added_ms)}};
 }
@@ -139,6 +139,9 @@ Expected<Summary> summary_from_json(const json& j) {
   s.slo.ttft_ms = slo.number_or_null("ttft_ms", -1);
   s.slo.tpot_ms = slo.number_or_null("tpot_ms", -1);
   s.slo.e2e_ms = slo.number_or_null("e2e_ms", -1);
+  if (r.child("slo").is_object() && r.child("slo").contains("itl_ms")) {  // optional: results before it lack it
+    s.slo.itl_ms = slo.number_or_null("itl_ms", -1);
+  }
   r.absorb(slo);
   s.good_requests = r.integer("good_requests");
   s.goodput = r.number("goodput");
@@ -161,13 +164,15 @@ Expected<Summary> summary_from_json(const json& j) {
 }
 
 json record_to_json(const RequestRecord& rec) {
-  return {{"index", rec.index}, {"session_id", rec.session_id}, {"round", rec.round},
+  json out = {{"index", rec.index}, {"session_id", rec.session_id}, {"round", rec.round},
           {"start_s", rec.start_s}, {"ttft_s", rec.ttft_s}, {"itl_s", rec.itl_s}, {"e2e_s", rec.e2e_s},
           {"prompt_tokens", rec.prompt_tokens}, {"output_tokens", rec.output_tokens},
           {"cached_tokens", rec.cached_tokens < 0 ? json(nullptr) : json(rec.cached_tokens)},
           {"usage_reported", rec.usage_reported}, {"http_status", rec.http_status},
           {"error", rec.error.empty() ? json(nullptr) : json(rec.error)}, {"error_detail", rec.error_detail},
           {"worker", rec.worker}, {"ttfb_s", rec.ttfb_s}, {"upstream_s", rec.upstream_s < 0 ? json(nullptr) : json(rec.upstream_s)}};
+  if (!rec.label.empty()) out["class"] = rec.label;
+  return out;
 }
 
 Expected<RequestRecord> record_from_json(const json& j) {
@@ -199,6 +204,7 @@ Expected<RequestRecord> record_from_json(const json& j) {
   if (const json& worker = r.child("worker"); worker.is_string()) rec.worker = worker.get<std::string>();
   if (const json& ttfb = r.child("ttfb_s"); ttfb.is_number()) rec.ttfb_s = ttfb.get<double>();
   if (const json& up = r.child("upstream_s"); up.is_number()) rec.upstream_s = up.get<double>();
+  if (j.is_object() && j.contains("class") && j["class"].is_string()) rec.label = j["class"].get<std::string>();  // optional
   if (!r.error().empty()) return corrupt(r.error());
   return rec;
 }
@@ -209,6 +215,11 @@ json result_to_json(const BenchResult& result) {
   json out = {{"format", "kvstash-bench"}, {"version", kFormatVersion}, {"config", result.config},
               {"summary", summary_to_json(result.summary)}, {"records", records}};
   if (!result.server.empty()) out["server"] = result.server;
+  if (!result.classes.empty()) {
+    json classes = json::object();
+    for (const auto& [label, summary] : result.classes) classes[label] = summary_to_json(summary);
+    out["classes"] = classes;
+  }
   return out;
 }
 
@@ -217,6 +228,14 @@ Expected<BenchResult> result_from_json(const json& j) {
   if (j.value("version", 0) != kFormatVersion) return unsupported("bench result version " + j.value("version", json(0)).dump());
   BenchResult result;
   if (j.contains("config")) result.config = j["config"];
+  if (j.contains("classes")) {
+    if (!j["classes"].is_object()) return corrupt("bench result's classes are not an object");
+    for (const auto& [label, item] : j["classes"].items()) {
+      auto summary = summary_from_json(item);
+      if (!summary) return Status(summary.status().code(), "classes." + label + ": " + summary.status().message());
+      result.classes[label] = std::move(*summary);
+    }
+  }
   if (j.contains("server")) {
     if (!j["server"].is_object()) return corrupt("bench result's server counters are not an object");
     result.server = j["server"];

@@ -16,6 +16,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct BenchResult {
   nlohmann::json config = nlohmann::json::object();  // url, model, workload and load options
   Summary summary;
   std::vector<RequestRecord> records;
+  // The summary of each traffic class's records (mixed: "stream", "arrival"); empty when the
+  // workload has no classes.
+  std::map<std::string, Summary> classes;
   // What the server's /metrics counted over the measured run (server_metrics.h); {} when it has
   // none of kvstash's counters.
   nlohmann::json server = nlohmann::json::object();

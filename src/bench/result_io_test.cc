@@ -26,6 +26,7 @@ std::vector<RequestRecord> sample_records() {
   a.cached_tokens = 64;
   a.usage_reported = true;
   a.http_status = 200;
+  a.label = "stream";
   RequestRecord b;
   b.index = 1;
   b.start_s = 0.3;
@@ -41,7 +42,9 @@ BenchResult sample_result() {
   result.records = sample_records();
   Slo slo;
   slo.ttft_ms = 300;
+  slo.itl_ms = 25;
   result.summary = summarize(result.records, slo);
+  result.classes["stream"] = summarize({result.records[0]}, slo);
   return result;
 }
 
@@ -60,6 +63,12 @@ TEST(ResultIoTest, RoundTripThroughAFile) {
   EXPECT_EQ(back->records[1].cached_tokens, -1);
   EXPECT_EQ(back->summary.slo.ttft_ms, 300);
   EXPECT_EQ(back->summary.slo.tpot_ms, -1);
+  EXPECT_EQ(back->summary.slo.itl_ms, 25);
+  EXPECT_EQ(back->records[0].label, "stream");
+  EXPECT_EQ(back->records[1].label, "");
+  ASSERT_EQ(back->classes.size(), 1u);
+  EXPECT_EQ(summary_to_json(back->classes.at("stream")), summary_to_json(result.classes.at("stream")));
+  EXPECT_EQ(back->classes.at("stream").good_requests, 0);  // its 30 ms gap is past the 25 ms objective
   // And the summary recomputed from the read records is the stored one.
   EXPECT_EQ(summary_to_json(summarize(back->records, back->summary.slo)), summary_to_json(back->summary));
   std::remove(path.c_str());

@@ -97,6 +97,7 @@ class Phase {
       RequestRecord record = client.stream(history, max_tokens, start_);
       record.index = index;
       record.session_id = session.id;
+      record.label = session.label;
       record.round = round;
       const bool ok = record.ok();
       if (ok && round + 1 < rounds) {

@@ -126,6 +126,26 @@ std::string format_comparison(const Summary& a, const Summary& b, const std::str
 
 namespace kvstash::bench {
 
+std::string format_class_summaries(const std::map<std::string, Summary>& classes) {
+  if (classes.empty()) return "";
+  std::string out = "By class\n";
+  char line[320];
+  for (const auto& [label, s] : classes) {
+    std::snprintf(line, sizeof line,
+                  "  %-8s %4lld req  TTFT p50 %9.2f p90 %9.2f p99 %9.2f ms  ITL p50 %8.2f p90 %8.2f p99 %8.2f max %8.2f ms",
+                  label.c_str(), static_cast<long long>(s.requests), s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
+                  s.itl_ms.p50, s.itl_ms.p90, s.itl_ms.p99, s.itl_ms.max);
+    out += line;
+    if (s.slo.any()) {
+      std::snprintf(line, sizeof line, "  met the SLO %lld/%lld", static_cast<long long>(s.good_requests),
+                    static_cast<long long>(s.requests));
+      out += line;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 std::string format_cache_summary(const std::vector<RequestRecord>& records) {
   std::map<std::string, std::vector<double>> e2e_by_result;
   std::int64_t with_header = 0, ok = 0;

@@ -4,6 +4,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ std::string format_summary(const Summary& summary);
 // request: counts by result, hit ratio, and end-to-end latency (p50, p99) of hits vs misses.
 // "" when no response carried the header (a server without a response cache).
 std::string format_cache_summary(const std::vector<RequestRecord>& records);
+// A block per traffic class (mixed: stream, arrival): requests, TTFT and ITL percentiles, and the
+// share that met the --slo objectives. "" when there are no classes.
+std::string format_class_summaries(const std::map<std::string, Summary>& classes);
 
 // Both summaries side by side with b/a for every row ("-" where a is 0 or a value is missing).
 std::string format_comparison(const Summary& a, const Summary& b, const std::string& name_a,

@@ -133,6 +133,14 @@ Status validate(const WorkloadOptions& o) {
     }
   }
   if (o.kind == "trace" && o.trace_path.empty()) return invalid_argument("trace needs a file: --trace FILE.jsonl");
+  if (o.kind == "mixed") {
+    if (o.users < 0 || o.rounds < 1 || o.arrivals < 0 || o.users + o.arrivals < 1) {
+      return invalid_argument("mixed needs --users >= 0, --rounds >= 1, --arrivals >= 0, and some traffic");
+    }
+    if (o.arrival_len < 1 || o.arrival_output_len < 1 || !(o.arrival_rate > 0) || !(o.arrival_delay_s >= 0)) {
+      return invalid_argument("mixed needs --arrival-len, --arrival-output-len >= 1, --arrival-rate > 0, --arrival-delay >= 0");
+    }
+  }
   if (o.kind == "zipf" && (o.questions < 1 || !(o.zipf_exponent >= 0) || o.num_prompts < 1)) {
     return invalid_argument("zipf needs --questions >= 1, --zipf-exponent >= 0 and --num-prompts >= 1");
   }
@@ -153,13 +161,14 @@ Expected<Workload> make_workload(const WorkloadOptions& options) {
   if (kind == "long-doc") return Workload(kind, make_long_doc_sessions(options));
   if (kind == "agent") return Workload(kind, make_agent_sessions(options));
   if (kind == "zipf") return Workload(kind, make_zipf_sessions(options));
+  if (kind == "mixed") return Workload(kind, make_mixed_sessions(options));
   if (kind == "trace") {
     auto sessions = load_trace_sessions(options);
     if (!sessions) return sessions.status();
     return Workload(kind, std::move(*sessions));
   }
   return invalid_argument("unknown workload '" + kind +
-                          "' (random, shared-prefix, multi-turn, long-doc, agent, trace, zipf)");
+                          "' (random, shared-prefix, multi-turn, long-doc, agent, trace, zipf, mixed)");
 }
 
 }  // namespace kvstash::bench

@@ -15,6 +15,10 @@
 //   zipf           N requests over Q distinct questions, question k (0-based) drawn with probability
 //                  proportional to 1 / (k + 1)^s (a power law; s = --zipf-exponent): the repeated
 //                  questions of a response cache's workload
+//   mixed          two classes of traffic at once (issue 34's shape): U streaming users (multi-turn
+//                  sessions from t = 0, class "stream") and A long-prompt arrivals (one request each,
+//                  class "arrival") sent at Poisson times from --arrival-delay on, at --arrival-rate;
+//                  every session has its own connection, so an arrival is never held behind a stream
 //
 // Thread safety: a Workload is immutable after make_workload; session() may be called from any
 // thread.
@@ -40,7 +44,8 @@ struct Session {
   std::vector<ChatMessage> messages;    // the first request's messages
   std::vector<std::string> follow_ups;  // user turns of rounds 1.., each after the last answer
   int max_tokens = 0;                   // per request of this session
-  double timestamp_s = -1;              // trace only: send time after the trace's start; -1 = none
+  double timestamp_s = -1;              // trace, mixed: send time after the run's start; -1 = none
+  std::string label;                    // the traffic class (mixed: "stream" or "arrival"); "" = none
   int num_rounds() const { return 1 + static_cast<int>(follow_ups.size()); }
 };
 
@@ -74,6 +79,13 @@ struct WorkloadOptions {
   // zipf (num_prompts requests)
   int questions = 100;          // Q distinct questions
   double zipf_exponent = 1.0;   // s >= 0; 0 = uniform
+  // mixed: streams are `users` multi-turn sessions of `rounds` rounds (input_len, output_len,
+  // question_len, system_len as multi-turn); arrivals as below.
+  int arrivals = 8;               // A long-prompt requests
+  int arrival_len = 1500;         // their prompt length
+  int arrival_output_len = 16;    // their max_tokens
+  double arrival_rate = 0.2;      // per second (Poisson)
+  double arrival_delay_s = 2.0;   // before the first arrival, so the streams are decoding
 };
 
 class Workload {
@@ -90,8 +102,8 @@ class Workload {
   std::optional<Session> session(std::int64_t index) const;
   // Total requests over all sessions; -1 when endless.
   std::int64_t total_requests() const;
-  // True when sessions carry trace timestamps that set their send times.
-  bool timed() const { return kind_ == "trace"; }
+  // True when sessions carry timestamps that set their send times.
+  bool timed() const { return kind_ == "trace" || kind_ == "mixed"; }
 
  private:
   std::string kind_;

@@ -21,6 +21,7 @@ std::vector<Session> make_multi_turn_sessions(const WorkloadOptions& options);
 std::vector<Session> make_long_doc_sessions(const WorkloadOptions& options);
 std::vector<Session> make_agent_sessions(const WorkloadOptions& options);
 std::vector<Session> make_zipf_sessions(const WorkloadOptions& options);
+std::vector<Session> make_mixed_sessions(const WorkloadOptions& options);
 Expected<std::vector<Session>> load_trace_sessions(const WorkloadOptions& options);
 
 // Shuffles in place with a Fisher-Yates pass driven by rng (std::shuffle is not portable).

@@ -1,6 +1,7 @@
 // The conversational workloads: multi-turn, long-doc and agent.
 #include <string>
 
+#include "bench/arrival.h"
 #include "bench/text_gen.h"
 #include "bench/workload_kinds.h"
 
@@ -11,6 +12,8 @@ namespace {
 constexpr std::uint64_t kSystemPromptStream = 0x53595354454dULL;  // "SYSTEM"
 constexpr std::uint64_t kDocumentStream = 0x444f43ULL << 32;      // "DOC" << 32, + document index
 constexpr std::uint64_t kOrderStream = 0x4f52444552ULL;           // "ORDER"
+constexpr std::uint64_t kArrivalStream = 0x415252ULL << 32;       // "ARR" << 32, + arrival index
+constexpr std::uint64_t kArrivalTimes = 0x54494d4553ULL;          // "TIMES"
 
 }  // namespace
 
@@ -92,6 +95,31 @@ std::vector<Session> make_agent_sessions(const WorkloadOptions& options) {
                                    "\nContinue.");
     }
     sessions.push_back(std::move(session));
+  }
+  return sessions;
+}
+
+std::vector<Session> make_mixed_sessions(const WorkloadOptions& options) {
+  // The streams: the multi-turn workload's users, all from the start.
+  WorkloadOptions streams = options;
+  std::vector<Session> sessions;
+  if (options.users > 0) sessions = make_multi_turn_sessions(streams);
+  for (Session& s : sessions) {
+    s.timestamp_s = 0;
+    s.label = "stream";
+  }
+  // The arrivals: a long prompt and a question each, at Poisson times after the delay.
+  ArrivalSchedule times(options.arrival_rate, /*burstiness=*/1.0, Rng::for_stream(options.seed, kArrivalTimes).next_u64());
+  for (int a = 0; a < options.arrivals; ++a) {
+    Rng rng = Rng::for_stream(options.seed, kArrivalStream + static_cast<std::uint64_t>(a));
+    Session s;
+    s.id = static_cast<std::int64_t>(sessions.size());
+    s.label = "arrival";
+    s.max_tokens = options.arrival_output_len;
+    s.timestamp_s = options.arrival_delay_s + times.next_arrival_s();
+    s.messages.push_back({"user", pseudo_english(rng, draw_length(rng, options.arrival_len, options)) + "\n\n" +
+                                      pseudo_question(rng, options.question_len)});
+    sessions.push_back(std::move(s));
   }
   return sessions;
 }

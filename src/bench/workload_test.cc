@@ -1,6 +1,7 @@
 #include "bench/workload.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <unistd.h>
@@ -227,6 +228,54 @@ TEST(WorkloadTest, UnknownKindAndBadOptionsAreInvalid) {
   o.input_len = 0;
   EXPECT_EQ(make_workload(o).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(parse_length_distribution("zipf").has_value());
+}
+
+TEST(WorkloadTest, MixedIsStreamsFromTheStartAndPoissonArrivalsAfterTheDelay) {
+  WorkloadOptions o;
+  o.kind = "mixed";
+  o.seed = 11;
+  o.users = 3;
+  o.rounds = 4;
+  o.arrivals = 40;
+  o.arrival_len = 300;
+  o.arrival_output_len = 5;
+  o.arrival_rate = 2.0;
+  o.arrival_delay_s = 1.5;
+  auto w = make_workload(o);
+  ASSERT_TRUE(w.has_value()) << w.status().to_string();
+  EXPECT_TRUE(w->timed());
+  ASSERT_EQ(w->size(), 43);
+  EXPECT_EQ(w->total_requests(), 3 * 4 + 40);
+  double last = -1;
+  for (std::int64_t i = 0; i < w->size(); ++i) {
+    const Session s = *w->session(i);
+    EXPECT_EQ(s.id, i);
+    EXPECT_GE(s.timestamp_s, last) << "sessions are claimed in index order: their times must not go back";
+    last = s.timestamp_s;
+    if (i < 3) {
+      EXPECT_EQ(s.label, "stream");
+      EXPECT_EQ(s.timestamp_s, 0);
+      EXPECT_EQ(s.num_rounds(), 4);
+    } else {
+      EXPECT_EQ(s.label, "arrival");
+      EXPECT_GE(s.timestamp_s, 1.5);
+      EXPECT_EQ(s.num_rounds(), 1);
+      EXPECT_EQ(s.max_tokens, 5);
+      EXPECT_GT(s.messages[0].content.size(), 300u);  // about 300 words of prompt
+    }
+  }
+  // 40 Poisson gaps at 2/s: the last arrival near 1.5 + 20 s (within 5 sd of 39 gaps of mean 0.5).
+  EXPECT_NEAR(last, 1.5 + 39 * 0.5, 5 * 0.5 * std::sqrt(39.0));
+  // Deterministic from the seed.
+  auto again = make_workload(o);
+  EXPECT_EQ(again->session(10)->messages[0].content, w->session(10)->messages[0].content);
+  EXPECT_EQ(again->session(10)->timestamp_s, w->session(10)->timestamp_s);
+  o.arrival_rate = 0;
+  EXPECT_EQ(make_workload(o).status().code(), StatusCode::kInvalidArgument);
+  o.arrival_rate = 1;
+  o.users = 0;
+  o.arrivals = 0;
+  EXPECT_EQ(make_workload(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(WorkloadTest, ZipfRepeatsQuestionsWithPowerLawFrequencies) {

@@ -56,7 +56,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--api-key", config.client.api_key, "sent as a bearer token");
   std::vector<std::string> workload_args = {"random"};
   app.add_option("--workload", workload_args,
-                 "random | shared-prefix | multi-turn | long-doc | agent | zipf | trace FILE.jsonl")
+                 "random | shared-prefix | multi-turn | long-doc | agent | zipf | mixed | trace FILE.jsonl")
       ->expected(1, 2);
   app.add_option("--seed", w.seed, "workload and arrival seed")->capture_default_str();
   app.add_option("--input-len", w.input_len, "prompt length in tokens (approximate)")->capture_default_str();
@@ -67,8 +67,13 @@ int bench_main(int argc, char** argv) {
   app.add_option("--groups", w.groups, "shared-prefix: groups G")->capture_default_str();
   app.add_option("--prompts-per-group", w.prompts_per_group, "shared-prefix: prompts P per group")->capture_default_str();
   app.add_option("--prefix-len", w.prefix_len, "shared-prefix: shared system prompt tokens L")->capture_default_str();
-  app.add_option("--users", w.users, "multi-turn: users U; agent: agents")->capture_default_str();
-  app.add_option("--rounds", w.rounds, "multi-turn: rounds R; agent: steps")->capture_default_str();
+  app.add_option("--users", w.users, "multi-turn, mixed: users U (mixed: streaming users); agent: agents")->capture_default_str();
+  app.add_option("--rounds", w.rounds, "multi-turn, mixed: rounds R per user; agent: steps")->capture_default_str();
+  app.add_option("--arrivals", w.arrivals, "mixed: long-prompt arrivals A")->capture_default_str();
+  app.add_option("--arrival-len", w.arrival_len, "mixed: an arrival's prompt tokens")->capture_default_str();
+  app.add_option("--arrival-output-len", w.arrival_output_len, "mixed: an arrival's max_tokens")->capture_default_str();
+  app.add_option("--arrival-rate", w.arrival_rate, "mixed: arrivals per second (Poisson)")->capture_default_str();
+  app.add_option("--arrival-delay", w.arrival_delay_s, "mixed: seconds before the first arrival")->capture_default_str();
   app.add_option("--system-len", w.system_len, "multi-turn: shared system prompt tokens (0 = none); agent: tools")->capture_default_str();
   app.add_option("--question-len", w.question_len, "multi-turn: follow-up question tokens")->capture_default_str();
   app.add_option("--tool-output-len", w.tool_output_len, "agent: tokens per tool output")->capture_default_str();
@@ -96,7 +101,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--api", config.client.api, "chat | completions")->capture_default_str();
   app.add_option("--timeout", config.client.timeout_s, "per-request timeout in seconds")->capture_default_str();
   std::string slo;
-  app.add_option("--slo", slo, "goodput objectives, e.g. ttft:500,tpot:50,e2e:5000 (ms)");
+  app.add_option("--slo", slo, "goodput objectives, e.g. ttft:500,tpot:50,itl:100,e2e:5000 (ms; itl: every gap)");
   app.add_option("--out", config.out_path, "write records and summary as JSON");
   app.add_option("--report", config.report_path, "write a self-contained HTML report");
   bool no_progress = false;
@@ -131,6 +136,11 @@ int bench_main(int argc, char** argv) {
   w.num_prompts = requests >= 0 ? requests : (load.duration_s >= 0 ? -1 : 100);
   load.max_requests = requests;
   load.seed = w.seed;
+  if (w.kind == "mixed" && (load.concurrency != 0 || load.rate > 0)) {
+    std::cerr << "kvstash bench: mixed sends each session on its own connection at its own time: "
+                 "--concurrency and --rate do not apply (use --users, --arrivals, --arrival-rate)\n";
+    return 1;
+  }
   if (load.concurrency == 0) {
     if (w.kind == "multi-turn" || w.kind == "agent") load.concurrency = w.users;
     else if (load.rate > 0 || w.kind == "trace") load.concurrency = kDefaultRateConcurrency;
