@@ -112,7 +112,8 @@ Expected<std::string> OpenAiClient::first_model() {
   return json["data"][0]["id"].get<std::string>();
 }
 
-std::string OpenAiClient::request_body(const std::vector<ChatMessage>& messages, int max_tokens) const {
+std::string OpenAiClient::request_body(const std::vector<ChatMessage>& messages, int max_tokens,
+                                       const std::string& prompt_cache_key) const {
   nlohmann::json body = {{"model", options_.model},
                          {"max_tokens", max_tokens},
                          {"stream", true},
@@ -126,15 +127,16 @@ std::string OpenAiClient::request_body(const std::vector<ChatMessage>& messages,
   }
   if (options_.ignore_eos) body["ignore_eos"] = true;
   if (options_.temperature >= 0) body["temperature"] = options_.temperature;
+  if (!prompt_cache_key.empty()) body["prompt_cache_key"] = prompt_cache_key;
   return body.dump();
 }
 
 RequestRecord OpenAiClient::stream(const std::vector<ChatMessage>& messages, int max_tokens,
-                                   Clock::time_point run_start) {
+                                   Clock::time_point run_start, const std::string& prompt_cache_key) {
   httplib::Request request;
   request.method = "POST";
   request.path = endpoint_.base_path + (options_.api == "completions" ? "/v1/completions" : "/v1/chat/completions");
-  request.body = request_body(messages, max_tokens);
+  request.body = request_body(messages, max_tokens, prompt_cache_key);
   request.headers.emplace("Content-Type", "application/json");
   request.headers.emplace("Accept", "text/event-stream");
 

@@ -34,6 +34,9 @@ struct ClientOptions {
   double timeout_s = 60;    // per request: to connect, between bytes, and in total
   std::string api_key;      // sent as "Authorization: Bearer ..." when not empty
   double temperature = -1;  // >= 0: sent as "temperature" (0 = deterministic); < 0: not sent (server default)
+  // Sends "prompt_cache_key": "<prefix><session id>" with every request of a session (OpenAI's
+  // routing hint: a kvstash router keeps a key's requests on one worker); "" = not sent.
+  std::string prompt_cache_key_prefix;
 };
 
 class OpenAiClient {
@@ -53,17 +56,20 @@ class OpenAiClient {
   Expected<std::string> get_text(const std::string& path);
 
   // Sends one streamed request and waits for its end. start_s in the record is measured from
-  // `run_start`; index, session_id and round are left for the caller.
+  // `run_start`; index, session_id and round are left for the caller. A non-empty
+  // `prompt_cache_key` is sent as OpenAI's routing hint of that name.
   RequestRecord stream(const std::vector<ChatMessage>& messages, int max_tokens,
-                       std::chrono::steady_clock::time_point run_start);
+                       std::chrono::steady_clock::time_point run_start, const std::string& prompt_cache_key = "");
 
   // The request body `stream` sends (exposed for tests).
-  std::string request_body(const std::vector<ChatMessage>& messages, int max_tokens) const;
+  std::string request_body(const std::vector<ChatMessage>& messages, int max_tokens,
+                           const std::string& prompt_cache_key = "") const;
 
  private:
   // Requests sent again after the server closed a kept-alive connection before answering.
  public:
   int retries() const { return retries_; }
+  const ClientOptions& options() const { return options_; }
 
  private:
   struct Impl;

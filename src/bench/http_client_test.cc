@@ -47,6 +47,8 @@ TEST(RequestBodyTest, ChatAndCompletions) {
   EXPECT_EQ(body["ignore_eos"], true);
   ASSERT_EQ(body["messages"].size(), 2u);
   EXPECT_EQ(body["messages"][1]["content"], "Hi?");
+  EXPECT_FALSE(body.contains("prompt_cache_key"));
+  EXPECT_EQ(nlohmann::json::parse(chat.request_body(messages, 12, "user-7"))["prompt_cache_key"], "user-7");
 
   options.api = "completions";
   options.ignore_eos = false;

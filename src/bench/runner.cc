@@ -94,7 +94,9 @@ class Phase {
     for (int round = 0; round < rounds; ++round) {
       std::int64_t index;
       if (!claim_request(index)) return;
-      RequestRecord record = client.stream(history, max_tokens, start_);
+      const std::string& key_prefix = client.options().prompt_cache_key_prefix;
+      RequestRecord record =
+          client.stream(history, max_tokens, start_, key_prefix.empty() ? "" : key_prefix + std::to_string(session.id));
       record.index = index;
       record.session_id = session.id;
       record.label = session.label;

@@ -98,6 +98,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--warmup", config.warmup_requests, "unmeasured requests first")->capture_default_str();
   app.add_option("--max-tokens", load.max_tokens, "override every request's max_tokens");
   app.add_flag("--ignore-eos", config.client.ignore_eos, "send ignore_eos: true");
+  bool cache_keys = false;
+  app.add_flag("--prompt-cache-key", cache_keys,
+               "send prompt_cache_key (one per session) with every request: a kvstash router keeps each on one worker");
   app.add_option("--api", config.client.api, "chat | completions")->capture_default_str();
   app.add_option("--timeout", config.client.timeout_s, "per-request timeout in seconds")->capture_default_str();
   std::string slo;
@@ -147,6 +150,7 @@ int bench_main(int argc, char** argv) {
     else load.concurrency = 1;
   }
   config.progress = !no_progress;
+  if (cache_keys) config.client.prompt_cache_key_prefix = "kvstash-bench-" + std::to_string(w.seed) + "-";
 
   auto outcome = bench::run_bench(config, std::cout, std::cerr);
   if (!outcome.error.empty()) std::cerr << "kvstash bench: " << outcome.error << "\n";
