@@ -19,19 +19,16 @@ Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
   model.producible_ = std::move(producible);
   model.ignore_merges_ = ignore_merges;
   model.utf8_units_ = utf8_units;
-  model.index_.reserve(model.tokens_.size());
-  for (std::size_t id = 0; id < model.tokens_.size(); ++id) {
-    // The first id of a duplicated text wins, as in a vocabulary lookup table.
-    model.index_.emplace(model.tokens_[id], static_cast<TokenId>(id));
-  }
+  // The first id of a duplicated text wins, as in a vocabulary lookup table.
+  model.index_.build(model.tokens_);
   for (int b = 0; b < 256; ++b) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     const std::string mapped = utf8_units ? std::string{'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'}
                                           : bytes_to_mapped(std::string(1, static_cast<char>(b)));
-    const auto it = model.index_.find(mapped);
+    const std::optional<TokenId> id = model.find(mapped);
     // Some vocabularies lack bytes that never occur in UTF-8 (0xC0, 0xC1, 0xF5..); such a byte
     // encodes to nothing, as in the reference tokenizer.
-    model.byte_token_[b] = it == model.index_.end() ? kMissingByte : it->second;
+    model.byte_token_[b] = id ? *id : kMissingByte;
   }
   model.merges_.reserve(merges.size());
   std::string joined;
@@ -47,29 +44,22 @@ Expected<BpeModel> BpeModel::build(std::vector<std::string> tokens,
     const std::string_view left(merge.data(), space);
     const std::string_view right(merge.data() + space + 1, merge.size() - space - 1);
     joined.assign(left).append(right);
-    const auto l = model.index_.find(left);
-    const auto r = model.index_.find(right);
-    const auto result = model.index_.find(joined);
-    if (l == model.index_.end() || r == model.index_.end() || result == model.index_.end() ||
-        !model.producible_[static_cast<std::size_t>(result->second)]) {
+    const std::optional<TokenId> l = model.find(left);
+    const std::optional<TokenId> r = model.find(right);
+    const std::optional<TokenId> result = model.find(joined);
+    if (!l || !r || !result || !model.producible_[static_cast<std::size_t>(*result)]) {
       ++model.skipped_merges_;
       continue;
     }
-    model.merges_.emplace(pair_key(l->second, r->second),
-                          Merge{static_cast<std::uint32_t>(rank), result->second});
+    model.merges_.insert(pair_key(*l, *r), Merge{static_cast<std::uint32_t>(rank), *result});
   }
   return model;
 }
 
-std::optional<TokenId> BpeModel::find(std::string_view text) const {
-  const auto it = index_.find(text);
-  if (it == index_.end()) return std::nullopt;
-  return it->second;
-}
+std::optional<TokenId> BpeModel::find(std::string_view text) const { return index_.find(text, tokens_); }
 
 const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
-  const auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  return merges_.find(pair_key(left, right));
 }
 
 void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) const {
@@ -80,9 +70,9 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) c
     return;
   }
   if (ignore_merges_) {
-    const auto it = index_.find(bytes_to_mapped(bytes));
-    if (it != index_.end() && producible_[static_cast<std::size_t>(it->second)]) {
-      out->push_back(it->second);
+    const std::optional<TokenId> whole = find(bytes_to_mapped(bytes));
+    if (whole && producible_[static_cast<std::size_t>(*whole)]) {
+      out->push_back(*whole);
       return;
     }
   }
@@ -117,8 +107,8 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<TokenId>* out) c
     }
     symbols.resize(chars.size());
     for (std::size_t i = 0; i < chars.size(); ++i) {
-      const auto it = index_.find(chars[i]);
-      symbols[i].id = it != index_.end() && producible_[static_cast<std::size_t>(it->second)] ? it->second : kMissingChar;
+      const std::optional<TokenId> id = find(chars[i]);
+      symbols[i].id = id && producible_[static_cast<std::size_t>(*id)] ? *id : kMissingChar;
     }
   } else {
     symbols.resize(bytes.size());

@@ -26,10 +26,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kvstash/status.h"
+#include "tokenizer/flat_tables.h"
 
 namespace kvstash::tokenizer {
 
@@ -37,7 +37,7 @@ using TokenId = std::int32_t;
 
 class BpeModel {
  public:
-  // Move-only: index_ holds views into tokens_' strings, which a move keeps in place.
+  // Move-only (a copy would duplicate a whole vocabulary by accident).
   BpeModel(BpeModel&&) = default;
   BpeModel& operator=(BpeModel&&) = default;
   BpeModel(const BpeModel&) = delete;
@@ -77,9 +77,8 @@ class BpeModel {
 
   std::vector<std::string> tokens_;
   std::vector<bool> producible_;
-  // Keys view into tokens_, whose strings never move after build (the vector is not resized).
-  std::unordered_map<std::string_view, TokenId> index_;
-  std::unordered_map<std::uint64_t, Merge> merges_;
+  TokenIndex index_;  // over tokens_
+  PairTable<Merge> merges_;
   std::array<TokenId, 256> byte_token_{};
   bool ignore_merges_ = false;
   bool utf8_units_ = false;  // byte_token_ then holds the "<0xXX>" fallback tokens
