@@ -19,13 +19,8 @@ MODEL=${MODEL_FILE:-$OUT/$PRESET.gguf}
 USERS=${USERS:-8}
 WORKLOAD=(--workload multi-turn --users "$USERS" --rounds "${ROUNDS:-5}" --input-len "${INPUT_LEN:-512}" --question-len 32
           --output-len 16 --ignore-eos --api chat --concurrency "$USERS" --no-progress --timeout 600)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-trap cleanup EXIT
-wait_port() {  # bounded: 300 x 0.1 s
-  for _ in $(seq 300); do curl -fs "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "port $1 never answered" >&2; return 1
-}
+# shellcheck source=scripts/bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 start() {
   local workers=()
   for i in 1 2 3 4; do
