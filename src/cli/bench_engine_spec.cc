@@ -138,6 +138,8 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   }
   nlohmann::json out = {{"model", model.config().name}, {"simd", kernels::simd_path()}, {"threads", n_threads},
                         {"decode_tokens", decode_tokens}, {"repeats", repeats}, {"spec_k", spec.max_draft},
+                        {"drafter", spec.draft == DraftKind::kModel ? "model" : "ngram"},
+                        {"draft_model", spec.draft_model ? spec.draft_model->config().name : ""},
                         {"max_ngram", spec.max_ngram}, {"min_ngram", spec.min_ngram}, {"workloads", nlohmann::json::array()}};
   for (const Comparison& c : results) {
     const EngineStats& s = c.spec_stats;
@@ -165,9 +167,12 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("model %s, %s, %d threads; batch 1, %d decode tokens, best of %d; --spec ngram --spec-k %d (n-grams %d..%d)\n",
-                model.config().name.c_str(), kernels::simd_path(), n_threads, decode_tokens, repeats, spec.max_draft,
-                spec.min_ngram, spec.max_ngram);
+    const std::string drafter = spec.draft == DraftKind::kModel
+                                    ? "--spec model (draft model " + spec.draft_model->config().name + ")"
+                                    : "--spec ngram (n-grams " + std::to_string(spec.min_ngram) + ".." + std::to_string(spec.max_ngram) + ")";
+    std::printf("model %s, %s, %d threads; batch 1, %d decode tokens, best of %d; %s --spec-k %d\n",
+                model.config().name.c_str(), kernels::simd_path(), n_threads, decode_tokens, repeats, drafter.c_str(),
+                spec.max_draft);
     for (const Comparison& c : results) {
       const EngineStats& s = c.spec_stats;
       std::printf("  %-14s prompt %4d   plain %8.2f tokens/s   speculative %8.2f tokens/s   = %.2fx (median pair %.2fx)   acceptance %.0f%% "

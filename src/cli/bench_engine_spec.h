@@ -1,4 +1,4 @@
-// `kvstash bench-engine --draft ngram`: batch-1 decode tokens/s with speculative decoding against
+// `kvstash bench-engine --draft ngram` (or `--draft model --model-draft F`): batch-1 decode tokens/s with speculative decoding against
 // plain decoding, both in this process, on two workloads (engine/speculative.h):
 //   - copying: the answer repeats a span of the prompt. A generated model has random weights and
 //     copies nothing when asked to, but its greedy output soon loops; so the prompt is a passage P
