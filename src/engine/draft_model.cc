@@ -72,15 +72,15 @@ Status DraftModelDrafter::draft(std::span<Job> jobs, ThreadPool& threads) {
   std::vector<char> active(jobs.size(), 0);
   int passes = 0;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    active[i] = jobs[i].k > 0;
-    passes = std::max(passes, jobs[i].k);
+    active[i] = 1;
+    passes = std::max(passes, std::max(jobs[i].k, 1));  // k = 0: a catch-up pass alone
   }
   for (int pass = 0; pass < passes; ++pass) {
     ForwardBatch batch;
     std::vector<std::size_t> in_batch;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       Job& job = jobs[i];
-      if (!active[i] || pass >= job.k) continue;
+      if (!active[i] || pass >= std::max(job.k, 1)) continue;
       DraftKv& kv = *job.kv;
       const int size = static_cast<int>(job.tokens.size());
       BatchSequence bs;
@@ -89,7 +89,12 @@ Status DraftModelDrafter::draft(std::span<Job> jobs, ThreadPool& threads) {
         // Catch up on every token the draft KV lacks, the sequence's last one included: its row
         // gives the first drafted token.
         bs.n_new = size - kv.n_computed_;
-        if (bs.n_new > max_catch_up_) {
+        if (job.k == 0) {  // catch up only, on every token of the span
+          bs.n_new = std::min(bs.n_new, max_catch_up_);
+          bs.want_logits = false;
+          active[i] = 0;
+          if (bs.n_new <= 0) continue;
+        } else if (bs.n_new > max_catch_up_) {
           bs.n_new = max_catch_up_;
           bs.want_logits = false;  // still behind: this step only catches up
           active[i] = 0;

@@ -9,8 +9,9 @@
 // private to one sequence). A sequence's DraftKv covers the first n_computed tokens of
 // seq.tokens, always fewer than all of them: the last token is the input of the next draft. A
 // draft of k tokens runs k forward passes of the draft model, each batched across the drafting
-// sequences: the first also catches up on the tokens the draft KV lacks (the prompt at the first
-// draft, the accepted tokens and the bonus token after each verified draft), the others feed the
+// sequences: the first also catches up on the tokens the draft KV lacks (the prompt, when it was
+// not prefilled alongside the target's prefill; the accepted tokens and the bonus token after each
+// verified draft), the others feed the
 // token drafted before. After verification, rollback() cuts the draft KV back to the accepted
 // tokens: the KV of drafted tokens that the target rejected (and of the run's last drafted token,
 // never fed) is dropped and the blocks that held only such KV go back to the draft pool.
@@ -62,7 +63,9 @@ class DraftModelDrafter {
   DraftModelDrafter(const Model& draft, int block_size, std::int64_t kv_tokens, int max_catch_up);
 
   // One drafting sequence: its tokens (prompt and output so far), its draft KV, the draft length
-  // wanted and the vector the drafted tokens are appended to.
+  // wanted and the vector the drafted tokens are appended to. k = 0: catch up on the tokens only
+  // (no logits; `tokens` is then a prefix of the sequence's that leaves its last token out): the
+  // draft model prefills a prompt alongside the target instead of in the first decode steps.
   struct Job {
     std::span<const TokenId> tokens;
     DraftKv* kv = nullptr;

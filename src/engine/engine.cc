@@ -538,7 +538,21 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       budget -= n;
       prefill_tokens += n;
       shape.add_prefill(s->num_slots, n);
+      // The draft model prefills the same chunk (up to the prompt's last token, its first draft's
+      // input), so its first draft does not start with the whole prompt. Only while the batch is
+      // small enough to speculate in.
+      if (drafter && static_cast<int>(running.size()) <= spec.max_decoders) {
+        const int end = std::min(s->num_computed_tokens + n, static_cast<int>(s->tokens.size()) - 1);
+        if (end > s->draft_kv.n_computed()) {
+          draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft});
+        }
+      }
     }
+  }
+  if (!draft_jobs.empty()) {
+    const auto t1 = Clock::now();
+    draft_with_model();
+    draft_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
   }
   return plan;
 }
