@@ -129,12 +129,12 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   }
 
   std::vector<Comparison> results;
-  // A draft model drafts from its own weights, not the prompt: its first workload is the greedy
-  // continuation of the passage alone (acceptance = how often the draft's greedy token is the target's).
-  const bool model_drafter = spec.draft == DraftKind::kModel;
-  const std::pair<std::string, std::pair<const std::vector<TokenId>*, SamplingParams>> workloads[] = {
-      {model_drafter ? "greedy" : "copying", {model_drafter ? &passage : &copying, SamplingParams{}}},
-      {"no-acceptance", {&scrambled, noise}}};
+  // A draft model drafts from its own weights, not the prompt: it also gets the greedy
+  // continuation of the passage alone (acceptance = how often the draft's greedy token is the
+  // target's before the output loops); on copying both models are in the target's loop.
+  std::vector<std::pair<std::string, std::pair<const std::vector<TokenId>*, SamplingParams>>> workloads = {
+      {"copying", {&copying, SamplingParams{}}}, {"no-acceptance", {&scrambled, noise}}};
+  if (spec.draft == DraftKind::kModel) workloads.insert(workloads.begin(), {"greedy", {&passage, SamplingParams{}}});
   for (const auto& [name, work] : workloads) {
     auto c = compare(model, name, *work.first, work.second, decode_tokens, repeats, spec, n_threads, !json);
     if (!c) return fail(c.status());

@@ -6,8 +6,9 @@
 //     output is the next --decode-tokens tokens of that continuation, which repeat spans of G as
 //     far as the loop goes. The acceptance rate says how far: it is reported, not assumed (the
 //     run also checks the output is the same with and without speculation).
-//   - greedy (--draft model, in place of copying): the passage alone as the prompt, greedy; the
-//     acceptance is how often the draft model's greedy token is the target's.
+//   - greedy (--draft model only, besides the others): the passage alone as the prompt, greedy;
+//     the acceptance is how often the draft model's greedy token is the target's before the
+//     output loops (on copying, both models are in the target's loop).
 //   - no acceptance: a prompt drawn from 48 tokens in random order and an output sampled among
 //     them alone (every other token banned by logit_bias, temperature 1000, a fixed seed), so
 //     every last token occurred before (a draft is always found) and a draft continues the output
