@@ -121,6 +121,9 @@ int bench_engine_main(int argc, char** argv) {
                  "against plain decoding, on a copying and a no-acceptance workload, --decode-tokens tokens each, best "
                  "of --repeats (same as --spec)")
       ->transform(CLI::CheckedTransformer(drafters, CLI::ignore_case));
+  std::string spec_passage;
+  app.add_option("--draft-passage", spec_passage,
+                 "with --draft: the passage the greedy and copying workloads start from (default: a built-in one)");
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
@@ -159,7 +162,7 @@ int bench_engine_main(int argc, char** argv) {
       std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
       return 1;
     }
-    return bench_engine_spec(model, speculative, decode_tokens, repeats, threads.size(), json);
+    return bench_engine_spec(model, speculative, decode_tokens, repeats, threads.size(), json, spec_passage);
   }
   auto progress = [&](const char* what) { if (!json) std::fprintf(stderr, "… %s\n", what); };
 

@@ -96,7 +96,7 @@ double ratio(std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double
 }  // namespace
 
 int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int decode_tokens, int repeats, int n_threads,
-                      bool json) {
+                      bool json, const std::string& passage_text) {
   auto fail = [](const Status& st) {
     std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
     return 1;
@@ -105,7 +105,7 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   const int nv = model.config().n_vocab;
   std::vector<TokenId> passage;
   if (tok.add_bos() && tok.bos_id() >= 0) passage.push_back(tok.bos_id());
-  const auto text = tok.encode(kPassage, /*parse_special=*/false);
+  const auto text = tok.encode(passage_text.empty() ? std::string(kPassage) : passage_text, /*parse_special=*/false);
   passage.insert(passage.end(), text.begin(), text.end());
   if (!json) std::fprintf(stderr, "… the model's own continuation of the passage\n");
   auto own = generate_once(model, passage, SamplingParams{}, 2 * decode_tokens, SpeculativeOptions{}, n_threads);

@@ -18,6 +18,8 @@
 // Thread safety: called once from bench_engine_main.
 #pragma once
 
+#include <string>
+
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -25,7 +27,8 @@ namespace kvstash::cli {
 
 // The process exit code: 0, or 1 with the error on stderr (also when speculation changed an
 // output, which would be a bug).
+// `passage`: the passage's text (empty: the built-in one).
 int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int decode_tokens, int repeats, int n_threads,
-                      bool json);
+                      bool json, const std::string& passage = "");
 
 }  // namespace kvstash::cli
