@@ -22,6 +22,7 @@
 #include "cli/kv_budget_flags.h"
 #include "cli/speculative_flags.h"
 #include "engine/block_pool.h"
+#include "engine/draft_model.h"
 #include "engine/speculative.h"
 #include "kernels/machine_limits.h"
 #include "kernels/simd_dispatch.h"
@@ -111,12 +112,18 @@ int bench_engine_main(int argc, char** argv) {
       ->description("measure only this: decode tokens/s after --decode-context tokens with this KV budget against "
                     "full attention, over one shared prefill, --decode-tokens steps each (0 = off: the usual figures)");
   SpeculativeOptions speculative;
-  add_speculative_flags(app, speculative);
-  static const std::map<std::string, DraftKind> drafters = {{"off", DraftKind::kNone}, {"ngram", DraftKind::kNgram}};
+  std::string model_draft;
+  add_speculative_flags(app, speculative, model_draft);
+  static const std::map<std::string, DraftKind> drafters = {
+      {"off", DraftKind::kNone}, {"ngram", DraftKind::kNgram}, {"model", DraftKind::kModel}};
   app.add_option("--draft", speculative.draft,
-                 "measure only this: batch-1 decode tokens/s with this drafter (ngram) against plain decoding, on a "
-                 "copying and a no-acceptance workload, --decode-tokens tokens each, best of --repeats (same as --spec)")
+                 "measure only this: batch-1 decode tokens/s with this drafter (ngram, or model with --model-draft) "
+                 "against plain decoding, on a copying and a no-acceptance workload, --decode-tokens tokens each, best "
+                 "of --repeats (same as --spec)")
       ->transform(CLI::CheckedTransformer(drafters, CLI::ignore_case));
+  std::string spec_passage;
+  app.add_option("--draft-passage", spec_passage,
+                 "with --draft: the passage the greedy and copying workloads start from (default: a built-in one)");
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
@@ -136,6 +143,17 @@ int bench_engine_main(int argc, char** argv) {
     return 1;
   }
   const Model& model = **loaded;
+  std::unique_ptr<Model> draft_model;
+  if (Status st = load_draft_model(model_draft, model_load, speculative, draft_model); !st) {
+    std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  if (speculative.draft == DraftKind::kModel) {
+    if (Status st = check_same_vocabulary(model, *draft_model); !st) {
+      std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }
   const ModelConfig& c = model.config();
   ThreadPool threads(n_threads);
   if (kv_budget.budget > 0) return bench_engine_budget(model, kv_budget, decode_context, decode_tokens, json, threads);
@@ -144,7 +162,7 @@ int bench_engine_main(int argc, char** argv) {
       std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
       return 1;
     }
-    return bench_engine_spec(model, speculative, decode_tokens, repeats, threads.size(), json);
+    return bench_engine_spec(model, speculative, decode_tokens, repeats, threads.size(), json, spec_passage);
   }
   auto progress = [&](const char* what) { if (!json) std::fprintf(stderr, "… %s\n", what); };
 

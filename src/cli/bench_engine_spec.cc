@@ -96,7 +96,7 @@ double ratio(std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double
 }  // namespace
 
 int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int decode_tokens, int repeats, int n_threads,
-                      bool json) {
+                      bool json, const std::string& passage_text) {
   auto fail = [](const Status& st) {
     std::fprintf(stderr, "kvstash bench-engine: %s\n", st.to_string().c_str());
     return 1;
@@ -105,7 +105,7 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   const int nv = model.config().n_vocab;
   std::vector<TokenId> passage;
   if (tok.add_bos() && tok.bos_id() >= 0) passage.push_back(tok.bos_id());
-  const auto text = tok.encode(kPassage, /*parse_special=*/false);
+  const auto text = tok.encode(passage_text.empty() ? std::string(kPassage) : passage_text, /*parse_special=*/false);
   passage.insert(passage.end(), text.begin(), text.end());
   if (!json) std::fprintf(stderr, "… the model's own continuation of the passage\n");
   auto own = generate_once(model, passage, SamplingParams{}, 2 * decode_tokens, SpeculativeOptions{}, n_threads);
@@ -129,8 +129,12 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   }
 
   std::vector<Comparison> results;
-  const std::pair<std::string, std::pair<const std::vector<TokenId>*, SamplingParams>> workloads[] = {
+  // A draft model drafts from its own weights, not the prompt: it also gets the greedy
+  // continuation of the passage alone (acceptance = how often the draft's greedy token is the
+  // target's before the output loops); on copying both models are in the target's loop.
+  std::vector<std::pair<std::string, std::pair<const std::vector<TokenId>*, SamplingParams>>> workloads = {
       {"copying", {&copying, SamplingParams{}}}, {"no-acceptance", {&scrambled, noise}}};
+  if (spec.draft == DraftKind::kModel) workloads.insert(workloads.begin(), {"greedy", {&passage, SamplingParams{}}});
   for (const auto& [name, work] : workloads) {
     auto c = compare(model, name, *work.first, work.second, decode_tokens, repeats, spec, n_threads, !json);
     if (!c) return fail(c.status());
@@ -138,6 +142,8 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   }
   nlohmann::json out = {{"model", model.config().name}, {"simd", kernels::simd_path()}, {"threads", n_threads},
                         {"decode_tokens", decode_tokens}, {"repeats", repeats}, {"spec_k", spec.max_draft},
+                        {"drafter", spec.draft == DraftKind::kModel ? "model" : "ngram"},
+                        {"draft_model", spec.draft_model ? spec.draft_model->config().name : ""},
                         {"max_ngram", spec.max_ngram}, {"min_ngram", spec.min_ngram}, {"workloads", nlohmann::json::array()}};
   for (const Comparison& c : results) {
     const EngineStats& s = c.spec_stats;
@@ -165,9 +171,12 @@ int bench_engine_spec(const Model& model, const SpeculativeOptions& spec, int de
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("model %s, %s, %d threads; batch 1, %d decode tokens, best of %d; --spec ngram --spec-k %d (n-grams %d..%d)\n",
-                model.config().name.c_str(), kernels::simd_path(), n_threads, decode_tokens, repeats, spec.max_draft,
-                spec.min_ngram, spec.max_ngram);
+    const std::string drafter = spec.draft == DraftKind::kModel
+                                    ? "--spec model (draft model " + spec.draft_model->config().name + ")"
+                                    : "--spec ngram (n-grams " + std::to_string(spec.min_ngram) + ".." + std::to_string(spec.max_ngram) + ")";
+    std::printf("model %s, %s, %d threads; batch 1, %d decode tokens, best of %d; %s --spec-k %d\n",
+                model.config().name.c_str(), kernels::simd_path(), n_threads, decode_tokens, repeats, drafter.c_str(),
+                spec.max_draft);
     for (const Comparison& c : results) {
       const EngineStats& s = c.spec_stats;
       std::printf("  %-14s prompt %4d   plain %8.2f tokens/s   speculative %8.2f tokens/s   = %.2fx (median pair %.2fx)   acceptance %.0f%% "

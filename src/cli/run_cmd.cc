@@ -32,7 +32,8 @@ int run_main(int argc, char** argv) {
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
   SpeculativeOptions speculative;
-  add_speculative_flags(app, speculative);
+  std::string model_draft;
+  add_speculative_flags(app, speculative, model_draft);
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
   CLI11_PARSE(app, argc, argv);
@@ -40,6 +41,11 @@ int run_main(int argc, char** argv) {
   auto model = Model::load(model_path, model_load);
   if (!model) {
     std::fprintf(stderr, "kvstash run: %s\n", model.status().to_string().c_str());
+    return 1;
+  }
+  std::unique_ptr<Model> draft_model;  // outlives the engine
+  if (Status st = load_draft_model(model_draft, model_load, speculative, draft_model); !st) {
+    std::fprintf(stderr, "kvstash run: %s\n", st.to_string().c_str());
     return 1;
   }
   const Tokenizer& tok = (*model)->tokenizer();

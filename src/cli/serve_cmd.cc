@@ -502,7 +502,8 @@ int serve_main(int argc, char** argv) {
   app.add_flag("--no-prefix-cache", [&](std::int64_t) { engine_options.prefix_cache = false; },
                "Do not reuse KV across requests");
   add_kv_budget_flags(app, engine_options.kv_budget);
-  add_speculative_flags(app, engine_options.speculative);
+  std::string model_draft;
+  add_speculative_flags(app, engine_options.speculative, model_draft);
   app.add_option("--kv-load-timeout-ms", [&](CLI::results_t r) {
         // A number >= 0; anything else is a parse error (false), never an exception out of stoll.
         std::int64_t ms = 0;
@@ -685,6 +686,12 @@ int serve_main(int argc, char** argv) {
     if (model_load.weights == WeightMemory::kHugePages) log_line("serve: weights cache: " + r.weights_cache);
   }
   log_line("serve: " + (*model)->weight_memory_summary());
+  std::unique_ptr<Model> draft_model;  // outlives the engine (declared before it)
+  if (Status st = load_draft_model(model_draft, model_load, engine_options.speculative, draft_model); !st) {
+    log_line("serve: " + st.to_string());
+    return 1;
+  }
+  if (draft_model) log_line("serve: draft model " + model_draft + ": " + draft_model->weight_memory_summary());
   auto phase_start = std::chrono::steady_clock::now();
   auto end_phase = [&](const char* name) {
     const auto now = std::chrono::steady_clock::now();

@@ -79,6 +79,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   }
   if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
   if (Status st = validate_speculative(o.speculative); !st) return st;
+  if (o.speculative.draft == DraftKind::kModel) {
+    if (Status st = check_same_vocabulary(model, *o.speculative.draft_model); !st) return st;
+  }
   if (o.kv_pool_tokens <= 0) o.kv_pool_tokens = std::int64_t{o.max_running} * o.n_ctx / 2;
   // The pool must hold at least one full-length sequence, or a long request could never run.
   o.kv_pool_tokens = std::max<std::int64_t>(o.kv_pool_tokens, o.n_ctx + o.block_size);
@@ -86,6 +89,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   std::unique_ptr<Engine> engine(new Engine());
   engine->impl_ = std::make_unique<Impl>(model, o, n_blocks);
   Impl* impl = engine->impl_.get();
+  if (o.speculative.draft == DraftKind::kModel) {
+    // Default: every sequence that may draft in one step, each at full length.
+    std::int64_t kv_tokens = o.speculative.draft_kv_tokens;
+    if (kv_tokens <= 0) kv_tokens = std::int64_t{std::min(o.speculative.max_decoders, o.max_running)} * o.n_ctx;
+    kv_tokens = std::max<std::int64_t>(kv_tokens, o.n_ctx + o.block_size);
+    impl->drafter = std::make_unique<DraftModelDrafter>(*o.speculative.draft_model, o.block_size, kv_tokens, o.prefill_chunk);
+  }
   StepCostParams cost = o.step_cost;
   const bool given = cost.base_s > 0 || cost.per_decode_row_s > 0 || cost.per_row_s > 0 || cost.per_pair_s > 0;
   if (o.itl_slo_ms != 0 && !given) {  // the budget needs the model: measured here, before any request
@@ -330,6 +340,7 @@ void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   seq->kv = KvCompactionState{};
   seq->num_registered_blocks = 0;
   seq->draft.clear();
+  seq->draft_kv.release();  // rebuilt by catching up after re-admission
   enqueue_for_admission(std::move(seq), true);
   std::lock_guard<std::mutex> lock(mu);
   ++stats.preemptions;
@@ -478,6 +489,7 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
   StepShape shape;
   shape.installed_blocks = step_installed_blocks;
   const auto t0 = Clock::now();
+  draft_jobs.clear();
   for (auto& s : running) {
     if (s->pending() == 1 && budget > 0) {
       int drafted = 0;
@@ -487,8 +499,18 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       }
       plan.push_back({s.get(), 1 + drafted});
       budget -= 1 + drafted;
-      for (int j = 0; j <= drafted; ++j) shape.add_decode(s->num_slots + j);
     }
+  }
+  if (!draft_jobs.empty()) {
+    draft_with_model();
+    for (Planned& p : plan) {  // the draft model may have drafted less than asked (catching up, pool full)
+      const int n_new = 1 + static_cast<int>(p.seq->draft.size());
+      budget += p.n_new - n_new;
+      p.n_new = n_new;
+    }
+  }
+  for (const Planned& p : plan) {
+    for (int j = 0; j < p.n_new; ++j) shape.add_decode(p.seq->num_slots + j);
   }
   if (speculate) draft_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   step_budget_s = step_time_budget(shape);
@@ -516,7 +538,21 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       budget -= n;
       prefill_tokens += n;
       shape.add_prefill(s->num_slots, n);
+      // The draft model prefills the same chunk (up to the prompt's last token, its first draft's
+      // input), so its first draft does not start with the whole prompt. Only while the batch is
+      // small enough to speculate in.
+      if (drafter && static_cast<int>(running.size()) <= spec.max_decoders) {
+        const int end = std::min(s->num_computed_tokens + n, static_cast<int>(s->tokens.size()) - 1);
+        if (end > s->draft_kv.n_computed()) {
+          draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft});
+        }
+      }
     }
+  }
+  if (!draft_jobs.empty()) {
+    const auto t1 = Clock::now();
+    draft_with_model();
+    draft_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
   }
   return plan;
 }
@@ -668,7 +704,18 @@ int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
   const SpeculativeOptions& o = options.speculative;
   const int k = std::min(room, s.spec.length(o.max_draft));
   if (k <= 0) return 0;
+  if (drafter) {
+    draft_jobs.push_back({s.tokens, &s.draft_kv, k, &s.draft});
+    return k;
+  }
   return ngram_draft(s.tokens, o.min_ngram, o.max_ngram, k, s.draft);
+}
+
+void Engine::Impl::draft_with_model() {
+  if (!drafter->draft(draft_jobs, threads)) {
+    for (auto& job : draft_jobs) job.out->clear();  // plain decoding this step: never a wrong token
+  }
+  draft_jobs.clear();
 }
 
 int Engine::Impl::verify_draft(Sequence& s, const float* rows, int n_vocab) {
@@ -683,6 +730,15 @@ int Engine::Impl::verify_draft(Sequence& s, const float* rows, int n_vocab) {
     if (s.finished || j == drafted || s.tokens.back() != s.draft[static_cast<std::size_t>(j)]) break;
     ++accepted;
     advance_computed(s, 1);  // the drafted token's KV was computed on accepted tokens only: kept
+  }
+  if (drafter) {
+    // The draft model's KV of the accepted tokens stays (fed, the run's last drafted token is
+    // not); the rest goes. The next draft catches up on the bonus token.
+    if (s.finished) {
+      s.draft_kv.release();
+    } else {
+      drafter->rollback(s.draft_kv, static_cast<int>(s.tokens.size()) - 1);
+    }
   }
   if (!s.finished) {
     // Roll back: the KV past num_slots is the rejected tokens'; blocks holding only such KV (all

@@ -154,6 +154,7 @@ struct StepRecord {
 enum class DraftKind {
   kNone,   // off: one token per decoding sequence per step
   kNgram,  // prompt lookup: the continuation of the sequence's last n-gram where it occurred before
+  kModel,  // a draft model with the same vocabulary drafts greedily (engine/draft_model.h)
 };
 
 struct SpeculativeOptions {
@@ -164,6 +165,12 @@ struct SpeculativeOptions {
   // Speculation only while the step has at most this many decoding sequences: past it the batch
   // already reads each weight for many rows, and drafts would cost their rows' compute.
   int max_decoders = 4;
+  // DraftKind::kModel: the draft model (same vocabulary as the target: same token count, same
+  // token texts; refused otherwise). Not owned; must outlive the engine.
+  const Model* draft_model = nullptr;
+  // Its own paged KV pool, in tokens; 0 = max_decoders * n_ctx (every sequence that may draft at
+  // once, at full length). A sequence the pool cannot hold skips drafting until it can.
+  std::int64_t draft_kv_tokens = 0;
 };
 
 struct EngineOptions {

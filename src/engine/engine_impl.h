@@ -15,6 +15,7 @@
 #include "cache/tiered_store.h"
 #include "common/thread_pool.h"
 #include "engine/block_pool.h"
+#include "engine/draft_model.h"
 #include "engine/engine.h"
 #include "engine/prefetcher.h"
 #include "engine/sequence.h"
@@ -32,6 +33,9 @@ struct Engine::Impl {
   EngineOptions options;
   BlockPool pool;
   ThreadPool threads;
+  // DraftKind::kModel only (null otherwise). Before the sequence lists: their DraftKv blocks go
+  // back to its pool as they are destroyed, so it must outlive them.
+  std::unique_ptr<DraftModelDrafter> drafter;
   const std::string kv_format;
   std::thread thread;
 
@@ -54,6 +58,7 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::int64_t step_number = 0;
   double draft_seconds = 0;  // drafting time not yet in stats (plan_step to run_batch)
+  std::vector<DraftModelDrafter::Job> draft_jobs;  // this step's draft model jobs (plan_step)
   std::int64_t blocks_forgotten = 0;  // pool blocks dropped for a banned producer (log only)
   std::vector<cache::ProducerKey> banned_producers;  // forget_producer()'s, so far
   // A sequence whose KV derives from a banned producer (admitted before the ban): its blocks are
@@ -115,8 +120,13 @@ struct Engine::Impl {
 
   // Speculative decoding (engine/speculative.h), engine.cc.
   // Fills seq.draft for this step with at most max_tokens tokens (fewer where the request's
-  // max_tokens, the context or the KV budget leave less room); returns its length.
+  // max_tokens, the context or the KV budget leave less room); returns its length. With a draft
+  // model it queues a job in draft_jobs instead and returns the length asked for: plan_step runs
+  // the jobs together (draft_with_model), which may draft fewer.
   int plan_draft(Sequence& seq, int max_tokens);
+  // Runs draft_jobs on the draft model (one batched pass per drafted position); a failed pass
+  // leaves every job without a draft (the step decodes plainly).
+  void draft_with_model();
   // After the forward pass of a drafting sequence (rows: its 1 + draft.size() logit rows): emits
   // the sampled tokens while they match the draft, rolls back the KV of the rejected ones. Returns
   // the tokens emitted.

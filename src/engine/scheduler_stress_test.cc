@@ -14,7 +14,9 @@
 // step-time budget on (issue 34), no step carrying decoding sequences is planned over its budget.
 // One configuration decodes with speculation (prompt lookup, engine/speculative.h) in every batch: its
 // drafts are verified and rolled back under preemption and cache hits, and the output must still
-// be each request's plain greedy output.
+// be each request's plain greedy output. Another drafts with a draft model (the same tiny model in
+// Q8_0, engine/draft_model.h) whose KV pool holds two contexts only: its catch-up, rollback and
+// release run under preemption, cache hits and a full draft pool.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +183,9 @@ class SchedulerStressTest : public ::testing::Test {
     auto m = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF16));
     ASSERT_TRUE(m.has_value()) << m.status().to_string();
     model_ = std::move(m.value()).release();
+    auto d = Model::load(testing::test_model_path("tiny", gguf::TensorType::kQ8_0));
+    ASSERT_TRUE(d.has_value()) << d.status().to_string();
+    draft_model_ = std::move(d.value()).release();
     // Brace-delimited runs of lower-case words: a language the random model never keeps to alone.
     const Tokenizer& tok = model_->tokenizer();
     std::vector<std::string> bytes;
@@ -193,6 +198,7 @@ class SchedulerStressTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete model_;
+    delete draft_model_;
     grammar_.reset();
   }
 
@@ -222,7 +228,7 @@ class SchedulerStressTest : public ::testing::Test {
     return expected;
   }
 
-  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative };
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative, kDraftModel };
 
   // Config::kStepBudget: the step-time budget at its default factor on fixed coefficients (not
   // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
@@ -243,6 +249,18 @@ class SchedulerStressTest : public ::testing::Test {
   static SpeculativeOptions stress_speculation() {
     SpeculativeOptions s;
     s.draft = DraftKind::kNgram;
+    s.max_draft = 4;
+    s.max_decoders = 64;
+    return s;
+  }
+
+  // Config::kDraftModel: drafts of up to 4 tokens from the draft model in every step, its KV pool
+  // two contexts (a dozen sequences run at once: some find it full and skip drafting).
+  static SpeculativeOptions stress_draft_model() {
+    SpeculativeOptions s;
+    s.draft = DraftKind::kModel;
+    s.draft_model = draft_model_;
+    s.draft_kv_tokens = 2 * kCtx;
     s.max_draft = 4;
     s.max_decoders = 64;
     return s;
@@ -279,6 +297,7 @@ class SchedulerStressTest : public ::testing::Test {
         o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
       }
       if (config == Config::kSpeculative) o.speculative = stress_speculation();
+      if (config == Config::kDraftModel) o.speculative = stress_draft_model();
       std::unique_ptr<cache::TieredStore> store;
       if (config == Config::kPrefixCacheAndStore || config == Config::kStepBudget) {
         std::vector<std::unique_ptr<cache::Tier>> tiers;
@@ -375,7 +394,7 @@ class SchedulerStressTest : public ::testing::Test {
       EXPECT_GT(forced_steps, 0) << "no prefill ever needed its minimum progress";
       EXPECT_GT(installs_beside_decoding, 0) << "no store install beside decoding sequences";
     }
-    if (config == Config::kSpeculative) {
+    if (config == Config::kSpeculative || config == Config::kDraftModel) {
       std::printf("  %lld of %lld drafted tokens accepted\n", static_cast<long long>(accepted), static_cast<long long>(drafted));
       EXPECT_GT(accepted, 0) << "no draft accepted: speculation went unchecked";
       EXPECT_LT(accepted, drafted) << "no draft rejected: rollback went unchecked";
@@ -410,9 +429,11 @@ class SchedulerStressTest : public ::testing::Test {
     return n ? std::atoi(n) : 100;
   }
   static Model* model_;
+  static Model* draft_model_;
   static std::shared_ptr<const grammar::CompiledGrammar> grammar_;
 };
 Model* SchedulerStressTest::model_ = nullptr;
+Model* SchedulerStressTest::draft_model_ = nullptr;
 std::shared_ptr<const grammar::CompiledGrammar> SchedulerStressTest::grammar_;
 
 TEST_F(SchedulerStressTest, WithoutPrefixCache) { run_seeds(Config::kNoPrefixCache, first_seed(), n_seeds()); }
@@ -424,6 +445,8 @@ TEST_F(SchedulerStressTest, WithPrefixCache) { run_seeds(Config::kPrefixCache, f
 TEST_F(SchedulerStressTest, WithKvBudgets) { run_seeds(Config::kKvBudget, first_seed(), n_seeds()); }
 
 TEST_F(SchedulerStressTest, WithPrefixCacheAndSpeculation) { run_seeds(Config::kSpeculative, first_seed(), n_seeds()); }
+
+TEST_F(SchedulerStressTest, WithPrefixCacheAndDraftModel) { run_seeds(Config::kDraftModel, first_seed(), n_seeds()); }
 
 TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
   run_seeds(Config::kPrefixCacheAndStore, first_seed(), n_seeds());

@@ -10,6 +10,7 @@
 #include "cache/chunk_key.h"
 #include "engine/engine.h"
 #include "engine/block_pool.h"
+#include "engine/draft_model.h"
 #include "engine/kv_compactor.h"
 #include "engine/prefetcher.h"
 #include "engine/sampler.h"
@@ -78,6 +79,7 @@ struct Sequence {
   // forward pass, then cleared; never in `tokens` until accepted) and the adaptive draft length.
   std::vector<TokenId> draft;
   SpecState spec;
+  DraftKv draft_kv;  // DraftKind::kModel: the draft model's KV of this sequence (engine/draft_model.h)
 
   double ttft_s = -1.0;        // < 0 until the first token is out
   bool cancelled = false;

@@ -10,6 +10,9 @@ constexpr int kMaxDraftLimit = 64;  // verification rows per sequence; past this
 }  // namespace
 
 Status validate_speculative(const SpeculativeOptions& o) {
+  if (o.draft != DraftKind::kModel && o.draft_model != nullptr) {
+    return invalid_argument("a draft_model is given (--model-draft) but the speculative drafter is not the draft model");
+  }
   if (o.draft == DraftKind::kNone) return Status::ok();
   if (o.max_draft < 1 || o.max_draft > kMaxDraftLimit) {
     return invalid_argument("speculative max_draft is " + std::to_string(o.max_draft) + "; it must be 1.." +
@@ -18,6 +21,12 @@ Status validate_speculative(const SpeculativeOptions& o) {
   if (o.min_ngram < 1 || o.max_ngram < o.min_ngram) {
     return invalid_argument("speculative n-gram lengths must satisfy 1 <= min_ngram (" + std::to_string(o.min_ngram) +
                             ") <= max_ngram (" + std::to_string(o.max_ngram) + ")");
+  }
+  if (o.draft == DraftKind::kModel && o.draft_model == nullptr) {
+    return invalid_argument("speculative drafter is the draft model, but no draft_model is given (--model-draft)");
+  }
+  if (o.draft_kv_tokens < 0) {
+    return invalid_argument("speculative draft_kv_tokens is " + std::to_string(o.draft_kv_tokens) + "; it must be 0 (default) or more");
   }
   if (o.max_decoders < 1) {
     return invalid_argument("speculative max_decoders is " + std::to_string(o.max_decoders) + "; it must be at least 1");

@@ -292,7 +292,7 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   header(out, "kvstash_spec_mean_accepted_length", "gauge", "Drafted tokens accepted per verified draft, since the start.");
   sample(out, "kvstash_spec_mean_accepted_length",
          engine.drafts > 0 ? static_cast<double>(engine.draft_tokens_accepted) / static_cast<double>(engine.drafts) : 0.0);
-  header(out, "kvstash_spec_draft_seconds_total", "counter", "Time spent drafting (looking n-grams up).");
+  header(out, "kvstash_spec_draft_seconds_total", "counter", "Time spent drafting (looking n-grams up, or the draft model's forward passes).");
   sample(out, "kvstash_spec_draft_seconds_total", engine.draft_seconds);
   if (store.enabled) render_kv_store(out, store);
   return out;

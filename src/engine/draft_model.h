@@ -1,0 +1,93 @@
+// Speculative decoding's second drafter: a draft model (DraftKind::kModel, engine/speculative.h).
+//
+// A smaller (or more coarsely quantized) model with the target's vocabulary proposes each
+// drafting sequence's next k tokens greedily; the target verifies them in its step exactly as it
+// verifies prompt-lookup drafts (engine.cc, verify_draft), so the output is the one plain decoding
+// gives, greedy or seeded, whatever the draft model proposes.
+//
+// The draft model keeps its own paged KV in a second BlockPool (no prefix cache: its blocks are
+// private to one sequence). A sequence's DraftKv covers the first n_computed tokens of
+// seq.tokens, always fewer than all of them: the last token is the input of the next draft. A
+// draft of k tokens runs k forward passes of the draft model, each batched across the drafting
+// sequences: the first also catches up on the tokens the draft KV lacks (the prompt, when it was
+// not prefilled alongside the target's prefill; the accepted tokens and the bonus token after each
+// verified draft), the others feed the
+// token drafted before. After verification, rollback() cuts the draft KV back to the accepted
+// tokens: the KV of drafted tokens that the target rejected (and of the run's last drafted token,
+// never fed) is dropped and the blocks that held only such KV go back to the draft pool.
+//
+// Thread safety: owned and used by the engine thread only, like the target's BlockPool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "kvstash/status.h"
+#include "model/model.h"
+
+namespace kvstash {
+
+class ThreadPool;
+
+// kInvalidArgument naming what differs when `draft` cannot draft for `target`: a different token
+// count (embedding rows or tokenizer vocabulary), or a token id whose text differs.
+Status check_same_vocabulary(const Model& target, const Model& draft);
+
+// One sequence's KV in the draft pool. Releases its blocks when destroyed (a sequence that ends,
+// is cancelled or dropped at shutdown gives them back with no call to make).
+class DraftKv {
+ public:
+  DraftKv() = default;
+  DraftKv(const DraftKv&) = delete;
+  DraftKv& operator=(const DraftKv&) = delete;
+  ~DraftKv() { release(); }
+  // Frees every block; the next draft catches up from the first token.
+  void release();
+  int n_computed() const { return n_computed_; }
+  int n_blocks() const { return static_cast<int>(blocks_.size()); }
+
+ private:
+  friend class DraftModelDrafter;
+  BlockPool* pool_ = nullptr;  // the pool its blocks came from; null while it holds none
+  std::vector<std::int32_t> blocks_;
+  int n_computed_ = 0;  // leading tokens of the sequence whose draft KV is computed
+};
+
+class DraftModelDrafter {
+ public:
+  // kv_tokens: the draft pool's capacity in tokens. max_catch_up: tokens a sequence feeds the
+  // draft model in one step at most; one further behind catches up this many tokens and drafts
+  // nothing in that step.
+  DraftModelDrafter(const Model& draft, int block_size, std::int64_t kv_tokens, int max_catch_up);
+
+  // One drafting sequence: its tokens (prompt and output so far), its draft KV, the draft length
+  // wanted and the vector the drafted tokens are appended to. k = 0: catch up on the tokens only
+  // (no logits; `tokens` is then a prefix of the sequence's that leaves its last token out): the
+  // draft model prefills a prompt alongside the target instead of in the first decode steps.
+  struct Job {
+    std::span<const TokenId> tokens;
+    DraftKv* kv = nullptr;
+    int k = 0;
+    std::vector<TokenId>* out = nullptr;
+  };
+  // Drafts every job's k tokens (or none, for a job still catching up or that the draft pool
+  // cannot hold: its KV is released and it retries later). Errors: the draft model's forward.
+  Status draft(std::span<Job> jobs, ThreadPool& threads);
+  // Keeps the draft KV of the first n tokens at most (after verification: tokens.size() - 1).
+  void rollback(DraftKv& kv, int n) const;
+
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  // Gives kv blocks for n_tokens tokens; false (and kv released) when the pool has none left.
+  bool reserve(DraftKv& kv, int n_tokens);
+
+  const Model& model_;
+  BlockPool pool_;
+  int max_catch_up_;
+  std::vector<float> logits_;
+};
+
+}  // namespace kvstash
