@@ -27,7 +27,7 @@ BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_b
   // (A model whose every layer has a window keeps no full-layer KV: at least one value, never read.)
   view_.base = kv_storage(std::max<std::size_t>(1, view_.block_elems() * static_cast<std::size_t>(n_blocks)), storage_,
                           small_storage_);
-  if (split()) {
+  if (view_.window_group_layers > 0) {  // setup_split found window layers
     view_.window_base =
         kv_storage(std::max<std::size_t>(1, view_.window_block_elems() * static_cast<std::size_t>(n_blocks)),
                    window_storage_, small_window_storage_);

@@ -818,6 +818,7 @@ void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
                                             : stats.kv_blocks_used * pool.n_full_layers();
   stats.kv_layer_blocks_peak = std::max(stats.kv_layer_blocks_peak, stats.kv_layer_blocks_used);
   stats.kv_blocks_used_peak = std::max(stats.kv_blocks_used_peak, stats.kv_blocks_used);
+  stats.kv_window_blocks_peak = std::max(stats.kv_window_blocks_peak, stats.kv_window_blocks_used);
 }
 
 }  // namespace kvstash

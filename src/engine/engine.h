@@ -243,6 +243,7 @@ struct EngineStats {
   std::int64_t kv_layer_blocks_used = 0;
   std::int64_t kv_layer_blocks_peak = 0;
   std::int64_t kv_blocks_used_peak = 0;
+  std::int64_t kv_window_blocks_peak = 0;
   std::int64_t prompt_tokens_from_pool = 0;   // cached prompt tokens found in the engine's pool
   std::int64_t prompt_tokens_from_store = 0;  // cached prompt tokens loaded from the tiered store
   std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
