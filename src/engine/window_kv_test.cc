@@ -1,5 +1,6 @@
 // Window layers' KV freed as sequences grow (engine/block_pool.h, split pools): greedy output on
-// window models (gemma3-tiny: 6 of 7 layers with a window of 8; gpt-oss-tiny: 2 of 4) is token for
+// window models (gemma3-tiny: 6 of 7 layers with a window of 8; gpt-oss-tiny: 2 of 4; mistral-tiny:
+// every layer, so no full-layer KV at all) is token for
 // token a plain forward pass's over an unsplit pool (model.h), and the same with freeing off, through
 // chunked prefill, preemption, prefix-cache hits (at the end of a conversation: used; behind freed
 // window KV: refused and recomputed), forks, speculative decoding and a store round trip; and the
@@ -105,7 +106,7 @@ class WindowKvTest : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<Model> model_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Presets, WindowKvTest, ::testing::Values("gemma3-tiny", "gpt-oss-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, WindowKvTest, ::testing::Values("gemma3-tiny", "gpt-oss-tiny", "mistral-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
