@@ -17,6 +17,7 @@
 
 #include "cli/bench_engine_budget.h"
 #include "cli/bench_engine_spec.h"
+#include "cli/bench_engine_window.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/kv_budget_flags.h"
@@ -78,7 +79,8 @@ int bench_engine_main(int argc, char** argv) {
   std::string model_path;
   int prompt_tokens = 512, decode_tokens = 32, decode_context = 64, batch = 8, repeats = 3, n_threads = 0;
   int prefill_context = 0, prefill_step = 64, prefill_min_tokens = 0;
-  bool json = false, step_profile = false;
+  bool json = false, step_profile = false, window_kv = false;
+  int window_turns = 8;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--prompt-tokens", prompt_tokens, "prefill length")->capture_default_str();
   app.add_option("--decode-tokens", decode_tokens, "decode steps timed per batch size")
@@ -106,6 +108,11 @@ int bench_engine_main(int argc, char** argv) {
   app.add_flag("--step-profile", step_profile,
                "also time batch-1 decode phase by phase (projections, attention, norms, ...): each phase's share "
                "of the step and its weights' read rate");
+  app.add_flag("--window-kv", window_kv,
+               "measure only this: the peak KV a conversation of --prompt-tokens new tokens in --window-turns turns "
+               "(each generating --decode-tokens) holds on a model with sliding-window layers, with their KV freed "
+               "against kept (all-global), and that both give the same greedy output");
+  app.add_option("--window-turns", window_turns, "turns of the --window-kv conversation")->capture_default_str();
   KvBudgetOptions kv_budget;
   add_kv_budget_flags(app, kv_budget);
   app.get_option("--kv-budget")
@@ -156,6 +163,7 @@ int bench_engine_main(int argc, char** argv) {
   }
   const ModelConfig& c = model.config();
   ThreadPool threads(n_threads);
+  if (window_kv) return bench_engine_window(model, prompt_tokens, window_turns, decode_tokens, threads.size(), json);
   if (kv_budget.budget > 0) return bench_engine_budget(model, kv_budget, decode_context, decode_tokens, json, threads);
   if (speculative.draft != DraftKind::kNone) {
     if (Status st = validate_speculative(speculative); !st) {

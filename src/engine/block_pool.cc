@@ -3,25 +3,67 @@
 #include <algorithm>
 
 #include <cassert>
+#include <cstring>
 
 namespace kvstash {
+
+namespace {
+
+// Memory for `elems` f16 values: huge pages where the kernel gives them, else `fallback`.
+std::uint16_t* kv_storage(std::size_t elems, HugePageBuffer& huge, std::vector<std::uint16_t>& fallback) {
+  huge = HugePageBuffer::allocate(elems * sizeof(std::uint16_t));
+  if (huge.data() != nullptr) return reinterpret_cast<std::uint16_t*>(huge.data());
+  fallback.resize(elems);
+  return fallback.data();
+}
+
+}  // namespace
 
 BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_blocks) {
   view_.n_blocks = n_blocks;
   view_.set_shape(config);
   view_.block_size = block_size;
-  const std::size_t elems = view_.block_elems() * static_cast<std::size_t>(n_blocks);
-  storage_ = HugePageBuffer::allocate(elems * sizeof(std::uint16_t));
-  if (storage_.data() != nullptr) {
-    view_.base = reinterpret_cast<std::uint16_t*>(storage_.data());
-  } else {
-    small_storage_.resize(elems);
-    view_.base = small_storage_.data();
+  setup_split(config);
+  // (A model whose every layer has a window keeps no full-layer KV: at least one value, never read.)
+  view_.base = kv_storage(std::max<std::size_t>(1, view_.block_elems() * static_cast<std::size_t>(n_blocks)), storage_,
+                          small_storage_);
+  if (view_.window_group_layers > 0) {  // setup_split found window layers
+    view_.window_base =
+        kv_storage(std::max<std::size_t>(1, view_.window_block_elems() * static_cast<std::size_t>(n_blocks)),
+                   window_storage_, small_window_storage_);
+    window_of_.assign(static_cast<std::size_t>(n_blocks), -1);
+    window_holders_.assign(static_cast<std::size_t>(n_blocks), 0);
+    view_.window_of = window_of_.data();
+    window_free_.reserve(static_cast<std::size_t>(n_blocks));
+    for (std::int64_t b = n_blocks - 1; b >= 0; --b) window_free_.push_back(static_cast<std::int32_t>(b));
   }
   meta_.resize(static_cast<std::size_t>(n_blocks));
   free_.reserve(static_cast<std::size_t>(n_blocks));
   // Hand out low block numbers first (pop from the back).
   for (std::int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<std::int32_t>(b));
+}
+
+void BlockPool::setup_split(const ModelConfig& config) {
+  int n_window = 0, max_window = 0;
+  for (const LayerSpec& l : config.layers) {
+    if (l.attention.kind == AttentionKind::kSlidingWindow) {
+      ++n_window;
+      max_window = std::max(max_window, l.attention.window);
+    }
+  }
+  if (n_window == 0) return;  // one group: the layout of every model without window layers
+  int in_full = 0, in_window = 0;
+  for (const LayerSpec& l : config.layers) {
+    const bool window = l.attention.kind == AttentionKind::kSlidingWindow;
+    layer_window_.push_back(window ? 1 : 0);
+    layer_index_.push_back(static_cast<std::int16_t>(window ? in_window++ : in_full++));
+  }
+  view_.group_layers = in_full;
+  view_.window_group_layers = in_window;
+  view_.layer_index = layer_index_.data();
+  view_.layer_window = layer_window_.data();
+  view_.max_window = max_window;
+  // window_base is set by the constructor once the storage exists; split() tests it.
 }
 
 Expected<std::int32_t> BlockPool::allocate() {
@@ -36,37 +78,111 @@ Expected<std::int32_t> BlockPool::allocate() {
     key_changed(false, *m.key);
     by_key_.erase(*m.key);
     m.key.reset();
+    if (split() && window_of_[static_cast<std::size_t>(block)] >= 0) {
+      --n_window_cached_;
+      free_window(block);
+    }
   } else {
     return resource_exhausted("KV block pool is full (" + std::to_string(n_blocks()) + " blocks in use)");
+  }
+  if (split()) {
+    // Every window block belongs to a distinct allocated or cached block, so with as many window
+    // blocks as blocks one is free whenever this block was (block_pool.h).
+    assert(!window_free_.empty());
+    window_of_[static_cast<std::size_t>(block)] = window_free_.back();
+    window_free_.pop_back();
+    window_holders_[static_cast<std::size_t>(block)] = 1;
   }
   meta_[static_cast<std::size_t>(block)].refs = 1;
   meta_[static_cast<std::size_t>(block)].taint.reset();
   return block;
 }
 
-void BlockPool::retain(std::int32_t block) {
+void BlockPool::retain(std::int32_t block, bool need_window) {
   BlockMeta& m = meta_[static_cast<std::size_t>(block)];
+  const bool window = split() && window_of_[static_cast<std::size_t>(block)] >= 0;
   if (m.refs == 0) {
     assert(m.key && "retaining a free block");
     lru_.erase(m.lru_pos);
+    if (window) --n_window_cached_;
   }
   ++m.refs;
+  if (window && need_window) ++window_holders_[static_cast<std::size_t>(block)];
 }
 
-void BlockPool::release(std::int32_t block) {
+void BlockPool::release(std::int32_t block, bool need_window) {
   BlockMeta& m = meta_[static_cast<std::size_t>(block)];
   assert(m.refs > 0);
-  if (--m.refs > 0) return;
+  const bool window = split() && window_of_[static_cast<std::size_t>(block)] >= 0;
+  if (window && need_window) {
+    assert(window_holders_[static_cast<std::size_t>(block)] > 0);
+    --window_holders_[static_cast<std::size_t>(block)];
+  }
+  if (--m.refs > 0) {
+    // The holders left are all past this block's window part: nobody reads it again.
+    if (window && window_holders_[static_cast<std::size_t>(block)] == 0) free_window(block);
+    return;
+  }
   if (m.key) {
     m.lru_pos = lru_.insert(lru_.end(), block);
+    if (window) ++n_window_cached_;  // kept with the cached block: a later prefix hit may resume on it
   } else {
     free_.push_back(block);
+    if (window) free_window(block);
   }
 }
 
-void BlockPool::release_table(std::vector<std::int32_t>& table) {
-  for (auto it = table.rbegin(); it != table.rend(); ++it) release(*it);
+void BlockPool::release_table(std::vector<std::int32_t>& table, int n_window_dropped) {
+  for (std::size_t i = table.size(); i-- > 0;) release(table[i], static_cast<int>(i) >= n_window_dropped);
   table.clear();
+}
+
+void BlockPool::drop_window(std::int32_t block) {
+  if (!split() || window_of_[static_cast<std::size_t>(block)] < 0) return;
+  assert(meta_[static_cast<std::size_t>(block)].refs > 0 && window_holders_[static_cast<std::size_t>(block)] > 0);
+  if (--window_holders_[static_cast<std::size_t>(block)] == 0) free_window(block);
+}
+
+void BlockPool::free_window(std::int32_t block) {
+  window_free_.push_back(window_of_[static_cast<std::size_t>(block)]);
+  window_of_[static_cast<std::size_t>(block)] = -1;
+  window_holders_[static_cast<std::size_t>(block)] = 0;
+}
+
+bool BlockPool::key_has_window(const cache::ChunkKey& key) const {
+  auto it = by_key_.find(key);
+  return it != by_key_.end() && has_window(it->second);
+}
+
+std::int64_t BlockPool::n_window_used() const {
+  if (!split()) return 0;
+  return n_blocks() - static_cast<std::int64_t>(window_free_.size()) - n_window_cached_;
+}
+
+std::size_t BlockPool::record_bytes() const {
+  return view_.block_bytes() + view_.window_block_elems() * sizeof(std::uint16_t);
+}
+
+bool BlockPool::copy_out(std::int32_t block, std::uint8_t* out) const {
+  if (!has_window(block)) return false;
+  const std::size_t full = view_.block_bytes();
+  std::memcpy(out, view_.base + view_.block_elems() * static_cast<std::size_t>(block), full);
+  if (split()) {
+    std::memcpy(out + full,
+                view_.window_base + view_.window_block_elems() * static_cast<std::size_t>(window_of_[static_cast<std::size_t>(block)]),
+                view_.window_block_elems() * sizeof(std::uint16_t));
+  }
+  return true;
+}
+
+void BlockPool::copy_in(std::int32_t block, const std::uint8_t* in) {
+  assert(has_window(block));
+  const std::size_t full = view_.block_bytes();
+  std::memcpy(view_.base + view_.block_elems() * static_cast<std::size_t>(block), in, full);
+  if (split()) {
+    std::memcpy(view_.window_base + view_.window_block_elems() * static_cast<std::size_t>(window_of_[static_cast<std::size_t>(block)]),
+                in + full, view_.window_block_elems() * sizeof(std::uint16_t));
+  }
 }
 
 std::optional<std::int32_t> BlockPool::lookup(const cache::ChunkKey& key) {
@@ -106,6 +222,10 @@ std::int64_t BlockPool::forget_derived_from(const cache::ProducerKey& producer) 
     if (m.refs == 0) {  // cached: free now
       lru_.erase(m.lru_pos);
       free_.push_back(static_cast<std::int32_t>(b));
+      if (split() && window_of_[b] >= 0) {
+        --n_window_cached_;
+        free_window(static_cast<std::int32_t>(b));
+      }
     }
     ++forgotten;
   }

@@ -11,6 +11,20 @@
 // KV or loaded trusted; else the unchecked producers it derives from (cache/chunk_codec.h
 // Provenance). Trust flows downhill: a block computed after tainted blocks gets their taint.
 //
+// Window layers (a model with sliding-window layers: gemma3's local layers, gpt-oss's even ones,
+// Mistral's): the pool keeps two groups of storage (model/model.h KvPoolView, "split"). A block id
+// is the unit of block tables, references, keys and LRU as above, and names the block's full-layer
+// KV; each allocated block also gets a window-layer block (window_of), counted by the holders that
+// still need it (window_holders: a holder whose window has moved past the block calls drop_window;
+// see engine/sequence.h window_dropped). When no holder needs it any more the window part goes back
+// to the window group's free list at once, while the block itself (full layers) stays in the
+// sequence's table and may stay registered: a prefix hit can use such a block only where no later
+// token's window reaches it (BlockPool::has_window; engine.cc count_pool_hits). A cached block
+// (no references) keeps its window part until it is evicted, so a finished conversation's last
+// window stays reusable. The window group has as many blocks as the full one: every window block
+// belongs to a distinct live block, so it never runs out first. docs/chunk-format.md has the
+// record (v3) that the store keeps for such blocks.
+//
 // Thread safety: not thread safe; owned and used by the engine thread only.
 #pragma once
 
@@ -56,15 +70,43 @@ class BlockPool {
 
   // A block with reference count 1, taken from the free list or else by evicting the least
   // recently used cached block (which forgets its key). kResourceExhausted when neither exists.
+  // With a split, the block comes with a window part that its caller needs (one window holder).
   Expected<std::int32_t> allocate();
-  void retain(std::int32_t block);
-  // Drops one reference; at zero a registered block becomes cached (most recently used), an
-  // unregistered one free.
-  void release(std::int32_t block);
+  // One more reference; with a split and the block's window part present, one more window holder
+  // unless need_window is false (a holder whose window has passed the block already).
+  void retain(std::int32_t block, bool need_window = true);
+  // Drops one reference (and, with need_window, its window holder); at zero a registered block
+  // becomes cached (most recently used), an unregistered one free. A window part no holder needs
+  // is freed.
+  void release(std::int32_t block, bool need_window = true);
   // Releases a whole block table, last block first, and clears it. Tail first, so that a cached
   // prefix's first block is its most recently used: eviction eats a prefix from its end, and
-  // what stays cached is always a usable prefix (lookups stop at the first missing block).
-  void release_table(std::vector<std::int32_t>& table);
+  // what stays cached is always a usable prefix (lookups stop at the first missing block). The
+  // first n_window_dropped blocks are released without their window holder (drop_window done).
+  void release_table(std::vector<std::int32_t>& table, int n_window_dropped = 0);
+
+  // Window layers (split pools, above). Whether the pool is split; whether the block still has its
+  // window part (always without a split); the holder no longer needs the block's window part
+  // (freed when it was the last holder that did). Precondition of drop_window: the caller holds
+  // the block and counted as a window holder (retained with need_window while it had one).
+  bool split() const { return view_.split(); }
+  bool has_window(std::int32_t block) const { return !split() || window_of_[static_cast<std::size_t>(block)] >= 0; }
+  void drop_window(std::int32_t block);
+  // Whether the block registered under `key` has its window part (false when none is registered).
+  bool key_has_window(const cache::ChunkKey& key) const;
+  // Window-group blocks allocated to referenced blocks (not counting those of cached blocks, which
+  // eviction reclaims): the window group's "used".
+  std::int64_t n_window_used() const;
+  // The layers in each group: full-attention layers and window layers (all and 0 without a split).
+  int n_full_layers() const { return view_.group_layers; }
+  int n_window_layers() const { return view_.window_group_layers; }
+
+  // A block's KV as one record (its full layers, then its window layers with a split: kv_format
+  // v3, docs/chunk-format.md), for export, import and copy-on-write. copy_out fails (false) when
+  // the block's window part was freed; copy_in writes a block allocated with its window part.
+  std::size_t record_bytes() const;
+  bool copy_out(std::int32_t block, std::uint8_t* out) const;
+  void copy_in(std::int32_t block, const std::uint8_t* in);
 
   // The block registered under `key`, retained for the caller; nullopt when there is none.
   std::optional<std::int32_t> lookup(const cache::ChunkKey& key);
@@ -74,7 +116,7 @@ class BlockPool {
   // (the existing block keeps serving it; this one stays private and is freed on release).
   void register_block(std::int32_t block, const cache::ChunkKey& key);
 
-  // The block's bytes (all layers' K and V of its tokens): for export and import of KV.
+  // The block's bytes in the full group (all layers' K and V of its tokens without a split).
   std::span<std::uint8_t> block_bytes(std::int32_t block);
   int ref_count(std::int32_t block) const { return meta_[static_cast<std::size_t>(block)].refs; }
   // Forgets a referenced block's prefix key (the prefix cache loses that entry), so that its
@@ -111,7 +153,21 @@ class BlockPool {
   std::vector<std::int32_t> free_;
   std::list<std::int32_t> lru_;  // cached blocks, least recently used first
   std::unordered_map<cache::ChunkKey, std::int32_t> by_key_;
+  // The window group (empty without a split): per block its window block (-1: none) and how many
+  // of its holders still need it; the window group's storage and free list; the layer mapping
+  // the view points into; windows of cached blocks.
+  std::vector<std::int32_t> window_of_;
+  std::vector<int> window_holders_;
+  HugePageBuffer window_storage_;
+  std::vector<std::uint16_t> small_window_storage_;
+  std::vector<std::int32_t> window_free_;
+  std::vector<std::int16_t> layer_index_;
+  std::vector<std::uint8_t> layer_window_;
+  std::int64_t n_window_cached_ = 0;
   bool record_changes_ = false;
+
+  void setup_split(const ModelConfig& config);
+  void free_window(std::int32_t block);
   std::vector<cache::KvChange> changes_;
 
   void key_changed(bool stored, const cache::ChunkKey& key) {

@@ -30,7 +30,9 @@ constexpr int kPrefetchThreads = 2;
 
 Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
     : model(m), options(o), pool(m.config(), o.block_size, n_blocks), threads(o.n_threads),
-      kv_format("f16-blk" + std::to_string(o.block_size) + "-v2") {
+      // v3: a model with window layers keeps them in their own group (block_pool.h), and a chunk
+      // holds each block's full layers, then its window layers (docs/chunk-format.md).
+      kv_format("f16-blk" + std::to_string(o.block_size) + (pool.split() ? "-v3" : "-v2")) {
   pool.record_key_changes(o.kv_events != nullptr);
   if (o.kv_store && o.prefix_cache) {
     prefetcher = std::make_unique<Prefetcher>(*o.kv_store, kPrefetchThreads, [this] {
@@ -61,6 +63,19 @@ int Engine::Impl::count_pool_hits(Sequence& seq) {
   extend_block_keys(seq, max_reuse);
   int hits = 0;
   while (hits < max_reuse && pool.contains(seq.block_keys[static_cast<std::size_t>(hits)])) ++hits;
+  if (pool.split()) {
+    // Window layers: resuming after `hits` blocks, the next token's window reaches back to slot
+    // hits * bs + 1 - window, and the blocks from there on must still have their window layers'
+    // KV (a sequence that went past them freed it). Else a shorter hit, down to none (recompute).
+    const int bs = pool.block_size(), window = pool.view().max_window;
+    const auto window_ready = [&](int k) {
+      for (int j = std::max(0, k * bs + 1 - window) / bs; j < k; ++j) {
+        if (!pool.key_has_window(seq.block_keys[static_cast<std::size_t>(j)])) return false;
+      }
+      return true;
+    };
+    while (hits > 0 && !window_ready(hits)) --hits;
+  }
   return hits;
 }
 
@@ -285,7 +300,7 @@ bool Engine::Impl::admit(Sequence& seq) {
   // A request with n > 1 also needs a copy of its last partial block per other choice at the fork.
   const int needed = ceil_div(n_tokens + 1, bs) - hits + (seq.choices_held() - 1);
   if (pool.n_available() < needed + static_cast<std::int64_t>(running.size())) {
-    pool.release_table(seq.block_table);
+    release_blocks(seq);
     return false;
   }
   // Then what the store prefetch brought, for the full chunks beyond what the pool had.
@@ -328,7 +343,7 @@ bool Engine::Impl::ensure_blocks(Sequence& seq, int n_new) {
 
 void Engine::Impl::preempt(std::unique_ptr<Sequence> seq) {
   // Its full blocks stay in the prefix cache, so re-admission usually finds most of its KV.
-  pool.release_table(seq->block_table);
+  release_blocks(*seq);
   // A compacted sequence recomputes its whole KV (its compacted state cannot be rebuilt) and
   // compacts again once it reaches its budget.
   if (seq->kv.compacted) {
@@ -382,8 +397,27 @@ void Engine::Impl::emit(Sequence& seq, const SampleResult& r, FinishReason reaso
   seq.on_token(ev);
 }
 
+void Engine::Impl::release_blocks(Sequence& seq) {
+  pool.release_table(seq.block_table, seq.window_dropped);
+  seq.window_dropped = 0;
+}
+
+void Engine::Impl::drop_window_blocks(Sequence& seq) {
+  if (!pool.split() || !options.free_window_kv || seq.kv.compacted) return;
+  // Block j is dropped once (j + 1) * bs <= num_computed - window: the next token (slot
+  // num_computed and on) sees slots from num_computed + 1 - window only (model/attention.h).
+  int cut = std::min((seq.num_computed_tokens - pool.view().max_window) / pool.block_size(),
+                     static_cast<int>(seq.block_table.size()));
+  // With a store, not before its chunk went to the store: a chunk's record holds every layer's KV
+  // (engine_store.cc), so the window parts wait for it (at most chunk_tokens more per sequence).
+  if (options.kv_store) cut = std::min(cut, seq.num_stored_chunks * (options.chunk_tokens / pool.block_size()));
+  for (; seq.window_dropped < cut; ++seq.window_dropped) {
+    pool.drop_window(seq.block_table[static_cast<std::size_t>(seq.window_dropped)]);
+  }
+}
+
 void Engine::Impl::finish(Sequence& seq, FinishReason reason, const std::string& error) {
-  pool.release_table(seq.block_table);
+  release_blocks(seq);
   TokenEvent ev;
   ev.finish = reason;
   ev.error = error;
@@ -675,6 +709,10 @@ void Engine::Impl::run_batch(const std::vector<Planned>& plan, int prefill_token
     stats.draft_seconds += draft_seconds;
   }
   draft_seconds = 0;
+  // After the step's KV (and any draft's rollback): the window layers' blocks it left behind.
+  for (const Planned& p : plan) {
+    if (!p.seq->finished) drop_window_blocks(*p.seq);
+  }
   for (auto& c : forked) running.push_back(std::move(c));
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }), running.end());
   publish_stats(step_s * prefill_tokens / total, step_s * decode_tokens / total);
@@ -776,7 +814,7 @@ void Engine::Impl::sample_and_emit(Sequence& s, const float* row, int n_vocab) {
   emit(s, r, reason);
   if (reason == FinishReason::kNone && s.kv_budget > 0 && s.num_slots >= s.kv_budget) compact(s);
   if (reason != FinishReason::kNone) {
-    pool.release_table(s.block_table);
+    release_blocks(s);
     s.finished = true;
     count_finished(s);
   }
@@ -830,6 +868,13 @@ void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
   stats.loading = static_cast<int>(loading.size());
   stats.kv_blocks_used = pool.n_used();
   stats.kv_blocks_cached = pool.n_cached();
+  stats.kv_window_blocks_used = pool.n_window_used();
+  stats.kv_layer_blocks_used = pool.split() ? stats.kv_blocks_used * pool.n_full_layers() +
+                                                  stats.kv_window_blocks_used * pool.n_window_layers()
+                                            : stats.kv_blocks_used * pool.n_full_layers();
+  stats.kv_layer_blocks_peak = std::max(stats.kv_layer_blocks_peak, stats.kv_layer_blocks_used);
+  stats.kv_blocks_used_peak = std::max(stats.kv_blocks_used_peak, stats.kv_blocks_used);
+  stats.kv_window_blocks_peak = std::max(stats.kv_window_blocks_peak, stats.kv_window_blocks_used);
 }
 
 }  // namespace kvstash

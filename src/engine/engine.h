@@ -182,6 +182,10 @@ struct EngineOptions {
   int step_token_budget = 1024;     // tokens (prefill + decode) per step at most
   int max_queued = 64;              // waiting requests beyond the running batch; more = rejected
   bool prefix_cache = true;         // keep and reuse full blocks by prefix hash
+  // Models with sliding-window layers (engine/block_pool.h): a sequence's window layers' KV in
+  // blocks wholly before its window goes back to the pool as it grows. Off keeps every layer's
+  // KV for every token (the all-global accounting; the same output, for comparisons).
+  bool free_window_kv = true;
   int n_threads = 0;                // 0 = all cores
   // The tiered KV store (memory → disk → redis) behind the pool, or nullptr for none. Not owned;
   // must outlive the engine. Full chunks of chunk_tokens tokens are looked up there on admission
@@ -238,9 +242,20 @@ struct EngineStats {
   std::int64_t kv_blocks_total = 0;
   std::int64_t kv_blocks_used = 0;    // referenced by a sequence
   std::int64_t kv_blocks_cached = 0;  // free but holding reusable prefix KV
+  // With window layers (engine/block_pool.h): the window group's blocks referenced, and the KV
+  // held in one layer's blocks: kv_blocks_used * full layers + kv_window_blocks_used * window
+  // layers (kv_blocks_used * n_layers without window layers, or with free_window_kv off). The
+  // peaks are over every step so far.
+  std::int64_t kv_window_blocks_used = 0;
+  std::int64_t kv_layer_blocks_used = 0;
+  std::int64_t kv_layer_blocks_peak = 0;
+  std::int64_t kv_blocks_used_peak = 0;
+  std::int64_t kv_window_blocks_peak = 0;
   std::int64_t prompt_tokens_from_pool = 0;   // cached prompt tokens found in the engine's pool
   std::int64_t prompt_tokens_from_store = 0;  // cached prompt tokens loaded from the tiered store
   std::int64_t chunks_stored = 0;             // chunks handed to the store's write-behind queue
+  // chunks not stored because a block's window layers' KV was freed already (block_pool.h)
+  std::int64_t chunks_not_stored_window = 0;
   std::int64_t preemptions = 0;               // running sequences sent back to wait (pool ran dry)
   std::int64_t steps = 0;                     // scheduler steps run (batched forward passes or not)
   int loading = 0;                            // requests waiting for their KV to load from the store

@@ -103,6 +103,11 @@ struct Engine::Impl {
   bool ensure_blocks(Sequence& seq, int n_new);
   void preempt(std::unique_ptr<Sequence> seq);
   void register_full_blocks(Sequence& seq);
+  // Releases the sequence's block table (window holders only for blocks it still needed).
+  void release_blocks(Sequence& seq);
+  // Window layers (block_pool.h): gives up the window part of the sequence's blocks that lie wholly
+  // before its next token's window (before num_computed_tokens - max window), when free_window_kv.
+  void drop_window_blocks(Sequence& seq);
   // Extends seq.block_keys to cover its first n_blocks full blocks.
   void extend_block_keys(Sequence& seq, int n_blocks) const;
   int count_pool_hits(Sequence& seq);  // leading full blocks the pool holds (no references taken)

@@ -169,7 +169,7 @@ void Engine::Impl::poll_loads() {
 
 int Engine::Impl::prefetched_blocks(const Sequence& seq) const {
   if (!seq.prefetch || !seq.prefetch->done.load(std::memory_order_acquire)) return 0;
-  return static_cast<int>(held_bytes(*seq.prefetch) / pool.view().block_bytes());
+  return static_cast<int>(held_bytes(*seq.prefetch) / pool.record_bytes());
 }
 
 int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
@@ -182,7 +182,7 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
   if (hits < first * bpc) return hits;
   // Copies n_blocks blocks of payload, the first at block index `at`, after the first `hits`;
   // false when the payload is not this pool's layout or the pool is out of blocks.
-  const std::size_t block_bytes = pool.view().block_bytes();
+  const std::size_t block_bytes = pool.record_bytes();
   // Only the first n_use of them are installed (a whole last chunk: all but the last token's block).
   // Trust flows downhill: the chunk's own taint (its provenance) joins the sequence's, and each block
   // installed carries the sequence's (the KV it attends to is everything before it).
@@ -195,7 +195,7 @@ int Engine::Impl::install_prefetched(Sequence& seq, int hits) {
       if (g < hits) continue;  // the pool already had this block
       auto b = pool.allocate();
       if (!b) return false;
-      std::memcpy(pool.block_bytes(*b).data(), payload.data() + static_cast<std::size_t>(j) * block_bytes, block_bytes);
+      pool.copy_in(*b, payload.data() + static_cast<std::size_t>(j) * block_bytes);
       seq.block_table.push_back(*b);
       pool.set_taint(*b, seq.taint);
       pool.register_block(*b, seq.block_keys[static_cast<std::size_t>(g)]);
@@ -237,11 +237,17 @@ void Engine::Impl::store_tail(Sequence& seq) {
 bool Engine::Impl::store_blocks(const Sequence& seq, const cache::ChunkMeta& meta, int first_block, int n_blocks,
                                 int n_predecessors) {
   if (derives_from_banned(seq)) return false;
-  const std::size_t block_bytes = pool.view().block_bytes();
+  const std::size_t block_bytes = pool.record_bytes();
   std::vector<std::uint8_t> payload(block_bytes * static_cast<std::size_t>(n_blocks));
   for (int j = 0; j < n_blocks; ++j) {
-    auto bytes = pool.block_bytes(seq.block_table[static_cast<std::size_t>(first_block + j)]);
-    std::memcpy(payload.data() + static_cast<std::size_t>(j) * block_bytes, bytes.data(), block_bytes);
+    // A block whose window layers' KV was freed cannot make a whole record (block_pool.h): the
+    // chunk is not stored (a later request computes it; docs/chunk-format.md, kv_format v3).
+    if (!pool.copy_out(seq.block_table[static_cast<std::size_t>(first_block + j)],
+                       payload.data() + static_cast<std::size_t>(j) * block_bytes)) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.chunks_not_stored_window;
+      return false;
+    }
   }
   const std::span<const cache::ChunkKey> predecessors(seq.chunk_keys.data(), static_cast<std::size_t>(n_predecessors));
   // The block-chain keys at the end of each block but the last: the store writes a prefix alias

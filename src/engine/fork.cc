@@ -11,6 +11,7 @@
 //
 // Thread safety: engine thread only, like everything in Engine::Impl.
 #include <cstring>
+#include <vector>
 
 #include "engine/engine_impl.h"
 
@@ -39,7 +40,10 @@ std::vector<std::unique_ptr<Sequence>> Engine::Impl::fork_choices(Sequence& pare
     c.submitted = parent.submitted;
     c.tokens = parent.tokens;
     c.block_table = parent.block_table;
-    for (std::int32_t block : c.block_table) pool.retain(block);
+    c.window_dropped = parent.window_dropped;  // it needs the window parts its parent needs
+    for (std::size_t b = 0; b < c.block_table.size(); ++b) {
+      pool.retain(c.block_table[b], static_cast<int>(b) >= c.window_dropped);
+    }
     c.num_computed_tokens = parent.num_computed_tokens;
     c.num_slots = parent.num_slots;
     c.kv_budget = parent.kv_budget;
@@ -71,7 +75,13 @@ bool Engine::Impl::unshare_write_block(Sequence& seq) {
   if (pool.ref_count(old) == 1) return true;
   auto fresh = pool.allocate();
   if (!fresh) return false;
-  std::memcpy(pool.block_bytes(*fresh).data(), pool.block_bytes(old).data(), pool.view().block_bytes());
+  // Both groups' KV (the window layers' too: the block is the last one, inside the window).
+  std::vector<std::uint8_t> record(pool.record_bytes());
+  if (!pool.copy_out(old, record.data())) {
+    pool.release(*fresh);
+    return false;
+  }
+  pool.copy_in(*fresh, record.data());
   pool.set_taint(*fresh, pool.taint(old));
   pool.release(old);
   seq.block_table[index] = *fresh;

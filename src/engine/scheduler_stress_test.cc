@@ -16,7 +16,10 @@
 // drafts are verified and rolled back under preemption and cache hits, and the output must still
 // be each request's plain greedy output. Another drafts with a draft model (the same tiny model in
 // Q8_0, engine/draft_model.h) whose KV pool holds two contexts only: its catch-up, rollback and
-// release run under preemption, cache hits and a full draft pool.
+// release run under preemption, cache hits and a full draft pool. One runs a model with
+// sliding-window layers (gemma3-tiny, engine/block_pool.h) with the prefix cache, the store and
+// speculation: its window layers' KV is freed as sequences grow, and every output must still be
+// the request's alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,30 +189,40 @@ class SchedulerStressTest : public ::testing::Test {
     auto d = Model::load(testing::test_model_path("tiny", gguf::TensorType::kQ8_0));
     ASSERT_TRUE(d.has_value()) << d.status().to_string();
     draft_model_ = std::move(d.value()).release();
-    // Brace-delimited runs of lower-case words: a language the random model never keeps to alone.
-    const Tokenizer& tok = model_->tokenizer();
+    auto w = Model::load(testing::test_model_path("gemma3-tiny", gguf::TensorType::kF16));
+    ASSERT_TRUE(w.has_value()) << w.status().to_string();
+    window_model_ = std::move(w.value()).release();
+    grammar_ = stress_grammar(*model_);
+    window_grammar_ = stress_grammar(*window_model_);
+  }
+  // Brace-delimited runs of lower-case words: a language the random model never keeps to alone.
+  static std::shared_ptr<const grammar::CompiledGrammar> stress_grammar(const Model& model) {
+    const Tokenizer& tok = model.tokenizer();
     std::vector<std::string> bytes;
     for (std::size_t i = 0; i < tok.vocab_size(); ++i) bytes.push_back(tok.token_to_piece(static_cast<TokenId>(i)));
     auto g = grammar::parse_gbnf(R"(root ::= ("{" [a-z ]* "}" "\n"?)+)");
-    ASSERT_TRUE(g) << g.status().to_string();
+    EXPECT_TRUE(g) << g.status().to_string();
     auto compiled = grammar::CompiledGrammar::create(std::move(*g), grammar::TokenVocabulary::create(bytes, {}), "stress");
-    ASSERT_TRUE(compiled) << compiled.status().to_string();
-    grammar_ = std::move(*compiled);
+    EXPECT_TRUE(compiled) << compiled.status().to_string();
+    return std::move(*compiled);
   }
   static void TearDownTestSuite() {
     delete model_;
     delete draft_model_;
+    delete window_model_;
     grammar_.reset();
+    window_grammar_.reset();
   }
 
   // Each request alone on a roomy engine without any cache: the expected tokens.
-  static std::vector<std::vector<TokenId>> solo(const Workload& w, const KvBudgetOptions& budget) {
+  static std::vector<std::vector<TokenId>> solo(const Model& model, const Workload& w, const KvBudgetOptions& budget) {
     EngineOptions o;
     o.n_ctx = kCtx;
     o.prefix_cache = false;
     o.n_threads = 1;
     o.kv_budget = budget;
-    auto engine = Engine::create(*model_, o);
+    o.free_window_kv = false;  // the window model's reference: every layer's KV kept
+    auto engine = Engine::create(model, o);
     EXPECT_TRUE(engine.has_value());
     std::vector<std::vector<TokenId>> expected;
     std::map<std::pair<std::vector<TokenId>, bool>, std::vector<TokenId>> memo;  // (prompt, constrained) -> longest run
@@ -228,7 +241,8 @@ class SchedulerStressTest : public ::testing::Test {
     return expected;
   }
 
-  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative, kDraftModel };
+  enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative, kDraftModel,
+                      kWindowModel };
 
   // Config::kStepBudget: the step-time budget at its default factor on fixed coefficients (not
   // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
@@ -282,9 +296,14 @@ class SchedulerStressTest : public ::testing::Test {
     std::int64_t forks = 0, forked_finished = 0, drafted = 0, accepted = 0;
     std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
+    const bool windowed = config == Config::kWindowModel;
+    const Model& model = windowed ? *window_model_ : *model_;
+    const auto& used_grammar = windowed ? window_grammar_ : grammar_;
+    const bool speculative = config == Config::kSpeculative || windowed;
+    std::int64_t window_freed = 0;  // seeds whose window layers held fewer blocks than the others
     for (std::uint64_t seed = first_seed; seed < first_seed + static_cast<std::uint64_t>(n_seeds); ++seed) {
-      const Workload w = make_workload(seed, model_->config().n_vocab, grammar_);
-      const auto expected = solo(w, budget);
+      const Workload w = make_workload(seed, model.config().n_vocab, used_grammar);
+      const auto expected = solo(model, w, budget);
       EngineOptions o = w.options;
       o.kv_budget = budget;
       o.prefix_cache = config != Config::kNoPrefixCache;
@@ -296,10 +315,10 @@ class SchedulerStressTest : public ::testing::Test {
         o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
         o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
       }
-      if (config == Config::kSpeculative) o.speculative = stress_speculation();
+      if (speculative) o.speculative = stress_speculation();
       if (config == Config::kDraftModel) o.speculative = stress_draft_model();
       std::unique_ptr<cache::TieredStore> store;
-      if (config == Config::kPrefixCacheAndStore || config == Config::kStepBudget) {
+      if (config == Config::kPrefixCacheAndStore || config == Config::kStepBudget || windowed) {
         std::vector<std::unique_ptr<cache::Tier>> tiers;
         tiers.push_back(std::make_unique<cache::MemoryTier>(std::uint64_t{64} << 20));
         store = std::make_unique<cache::TieredStore>(std::move(tiers));
@@ -307,7 +326,8 @@ class SchedulerStressTest : public ::testing::Test {
         o.chunk_tokens = 2 * kBlock;
       }
       EngineStats stats;
-      const auto got = run_workload(*model_, w, o, &stats);
+      const auto got = run_workload(model, w, o, &stats);
+      window_freed += stats.kv_window_blocks_peak < stats.kv_blocks_used_peak;
       // While sequences decode, no step is planned over its budget, but for the oldest prefill's
       // minimum progress (one block).
       for (const StepRecord& r : steps) {
@@ -358,9 +378,9 @@ class SchedulerStressTest : public ::testing::Test {
           ASSERT_EQ(r.tokens.size(), expected[i].size()) << where;
           if (p.request.sampling.grammar) {
             ++constrained;
-            grammar::MatcherState state = grammar_->initial_state();
+            grammar::MatcherState state = used_grammar->initial_state();
             for (TokenId t : r.tokens) {
-              auto next = grammar_->advance(state, t);
+              auto next = used_grammar->advance(state, t);
               ASSERT_TRUE(next) << where << ": a constrained output left its grammar: " << next.status().to_string();
               state = *next;
             }
@@ -394,7 +414,11 @@ class SchedulerStressTest : public ::testing::Test {
       EXPECT_GT(forced_steps, 0) << "no prefill ever needed its minimum progress";
       EXPECT_GT(installs_beside_decoding, 0) << "no store install beside decoding sequences";
     }
-    if (config == Config::kSpeculative || config == Config::kDraftModel) {
+    if (windowed) {
+      std::printf("  %lld seeds freed window layers' KV\n", static_cast<long long>(window_freed));
+      EXPECT_GT(window_freed, 0) << "no window layers' KV freed: the window model went unchecked";
+    }
+    if (speculative || config == Config::kDraftModel) {
       std::printf("  %lld of %lld drafted tokens accepted\n", static_cast<long long>(accepted), static_cast<long long>(drafted));
       EXPECT_GT(accepted, 0) << "no draft accepted: speculation went unchecked";
       EXPECT_LT(accepted, drafted) << "no draft rejected: rollback went unchecked";
@@ -430,11 +454,14 @@ class SchedulerStressTest : public ::testing::Test {
   }
   static Model* model_;
   static Model* draft_model_;
-  static std::shared_ptr<const grammar::CompiledGrammar> grammar_;
+  static Model* window_model_;
+  static std::shared_ptr<const grammar::CompiledGrammar> grammar_, window_grammar_;
 };
 Model* SchedulerStressTest::model_ = nullptr;
 Model* SchedulerStressTest::draft_model_ = nullptr;
+Model* SchedulerStressTest::window_model_ = nullptr;
 std::shared_ptr<const grammar::CompiledGrammar> SchedulerStressTest::grammar_;
+std::shared_ptr<const grammar::CompiledGrammar> SchedulerStressTest::window_grammar_;
 
 TEST_F(SchedulerStressTest, WithoutPrefixCache) { run_seeds(Config::kNoPrefixCache, first_seed(), n_seeds()); }
 
@@ -455,6 +482,13 @@ TEST_F(SchedulerStressTest, WithPrefixCacheAndMemoryStore) {
 // The step-time budget (issue 34) on top of the store's config: chunks cut to the budget while
 // sequences decode, every greedy output still the request's alone.
 TEST_F(SchedulerStressTest, WithStepBudget) { run_seeds(Config::kStepBudget, first_seed(), n_seeds()); }
+
+// A model with sliding-window layers (gemma3-tiny, window 8) with the prefix cache, the store and
+// speculation: window layers' KV freed under preemption, hits, forks, drafts and stores. A quarter
+// of the seeds (CI time).
+TEST_F(SchedulerStressTest, WindowModelWithPrefixCacheStoreAndSpeculation) {
+  run_seeds(Config::kWindowModel, first_seed(), std::max(1, n_seeds() / 4));
+}
 
 }  // namespace
 }  // namespace kvstash

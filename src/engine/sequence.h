@@ -53,6 +53,9 @@ struct Sequence {
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
 
   std::vector<std::int32_t> block_table;
+  // Leading blocks whose window layers' KV this sequence no longer needs (its window starts after
+  // them) and whose window holder it gave up (BlockPool::drop_window); 0 without window layers.
+  int window_dropped = 0;
   int num_computed_tokens = 0;  // leading tokens whose KV has been computed (the next position)
   int num_slots = 0;            // KV slots they occupy: num_computed_tokens until a compaction
   int kv_budget = 0;            // KV slots this sequence may hold; 0 = no budget

@@ -155,6 +155,18 @@ Status check_batch(const ForwardBatch& batch, const KvPoolView& kv, const ModelC
                               std::to_string(seq.block_table[b]) + ", outside the pool of " + std::to_string(kv.n_blocks));
       }
     }
+    if (kv.split()) {
+      // The window layers read (and write) the blocks from the first token's window on: those
+      // must still have their window part (model.h; the engine frees only blocks before it).
+      const std::int64_t first = std::max(0, seq.first_slot() + 1 - kv.max_window) / kv.block_size;
+      for (std::int64_t b = first; b < needed; ++b) {
+        if (kv.window_of[seq.block_table[b]] < 0) {
+          return internal_error("forward: sequence " + std::to_string(s) + " attends to KV block " +
+                                std::to_string(seq.block_table[b]) + " (slots from " + std::to_string(b * kv.block_size) +
+                                ") whose window layers' KV was freed");
+        }
+      }
+    }
     n_tokens += static_cast<std::size_t>(seq.n_new);
   }
   if (n_tokens != batch.tokens.size()) {

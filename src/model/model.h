@@ -35,6 +35,13 @@ namespace kvstash {
 // layer is one contiguous run that attention, a task per KV head, streams. (Version 1 stored rows
 // of all heads token by token: a task then read head_dim values of every n_kv_heads * head_dim,
 // and the prefetchers pulled in the other heads' values too, several times over at long contexts.)
+//
+// Split pools (window_base set; engine/block_pool.h, models with sliding-window layers): the layers
+// form two groups, full-attention layers and window layers, each with its own storage. A block id
+// names the full group's block `block` (its full layers only, in layer order) and, through
+// window_of[block], a block of the window group (its window layers only), which the engine frees
+// once every holder's window has passed it (window_of[block] = -1 then; attention never reads it).
+// Without a split (window_base null) the layout is the one above, byte for byte.
 struct KvPoolView {
   std::uint16_t* base = nullptr;
   std::int64_t n_blocks = 0;
@@ -42,21 +49,42 @@ struct KvPoolView {
   int block_size = 16;
   int n_kv_heads = 0;
   int head_dim = 0;
+  // The split (all null/0 without one). group_layers: the layers in `base`'s blocks (n_layers
+  // without a split); layer_index[l]: layer l's place in its group; layer_window[l]: whether it is
+  // a window layer; max_window: the widest window of the window layers.
+  int group_layers = 0;
+  std::uint16_t* window_base = nullptr;
+  const std::int32_t* window_of = nullptr;
+  const std::int16_t* layer_index = nullptr;
+  const std::uint8_t* layer_window = nullptr;
+  int window_group_layers = 0;
+  int max_window = 0;
 
   void set_shape(const ModelConfig& c) {
     n_layers = c.n_layers;
+    group_layers = c.n_layers;
     n_kv_heads = c.n_kv_heads;
     head_dim = c.head_dim;
   }
+  bool split() const { return window_base != nullptr; }
   int row_elems() const { return n_kv_heads * head_dim; }  // K (or V) elements per token per layer
+  // Elements of one block of `base` (all layers without a split; the full layers with one).
   std::size_t block_elems() const {
-    return static_cast<std::size_t>(n_layers) * 2 * block_size * row_elems();
+    return static_cast<std::size_t>(group_layers) * 2 * block_size * row_elems();
   }
   std::size_t block_bytes() const { return block_elems() * sizeof(std::uint16_t); }
+  std::size_t window_block_elems() const {
+    return static_cast<std::size_t>(window_group_layers) * 2 * block_size * row_elems();
+  }
   // KV head kvh's K (V) rows of one block and layer: block_size rows, head_dim apart.
   std::uint16_t* k_head(std::int64_t block, int layer, int kvh) const {
-    return base + block * block_elems() + static_cast<std::size_t>(layer) * 2 * block_size * row_elems() +
-           static_cast<std::size_t>(kvh) * block_size * head_dim;
+    const std::size_t within = static_cast<std::size_t>(kvh) * block_size * head_dim;
+    if (window_base == nullptr) {
+      return base + block * block_elems() + static_cast<std::size_t>(layer) * 2 * block_size * row_elems() + within;
+    }
+    const std::size_t in_group = static_cast<std::size_t>(layer_index[layer]) * 2 * block_size * row_elems() + within;
+    if (layer_window[layer]) return window_base + window_of[block] * window_block_elems() + in_group;
+    return base + block * block_elems() + in_group;
   }
   std::uint16_t* v_head(std::int64_t block, int layer, int kvh) const {
     return k_head(block, layer, kvh) + static_cast<std::size_t>(block_size) * row_elems();
