@@ -188,6 +188,11 @@ class ReferenceModel {
 
   int n_vocab() const { return n_vocab_; }
 
+  // Rounds every K (after RoPE) and V to f16 before attention reads it, as the engine's KV pool
+  // stores them: the rest stays double. To tell the engine's KV rounding from a difference in
+  // what is computed.
+  void set_kv_f16(bool on) { kv_f16_ = on; }
+
   // MoE models, after forward() or final_hidden(): per position, the smallest gap over the layers
   // between the router logits of the last expert kept and the first dropped. Where it is below the
   // rounding of an f16 KV cache, an exact engine may route that token differently, and its logits
@@ -233,6 +238,11 @@ class ReferenceModel {
           for (double& value : q[t]) value *= temp;
         }
         for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t, base);
+        if (kv_f16_) {
+          for (auto* row : {&k[t], &v[t]}) {
+            for (double& value : *row) value = f16_to_f32(f32_to_f16(static_cast<float>(value)));
+          }
+        }
       }
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < nh_; ++h) {
@@ -482,6 +492,7 @@ class ReferenceModel {
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
   mutable std::vector<double> routing_margin_;
+  bool kv_f16_ = false;
   std::vector<Layer> layers_;
 };
 
