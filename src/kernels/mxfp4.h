@@ -6,8 +6,8 @@
 // an integer sum per block times one float.
 //
 // The decode path multiplies the activations quantized per 32 (QuantizedActivations, as every
-// 32-block type here and llama.cpp's mxfp4 x q8_0 do); scalar code on every SIMD path (correctness
-// first; gpt-oss's experts are its only users). Prefill converts rows to f32 for sgemm.
+// 32-block type here and llama.cpp's mxfp4 x q8_0 do): scalar code, and an AVX2 kernel (also on the
+// AVX-512 path) with the same bits. Prefill converts rows to f32 for sgemm.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -32,6 +32,9 @@ void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int
 // y[t * y_stride + r] = dot(row r, activations of token t) for rows [row_begin, row_end).
 void mxfp4_matmul_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                        std::int64_t row_end, float* y, std::int64_t y_stride);
+// The same on AVX2 (mxfp4_avx2.cc; only where the CPU has it), bit for bit the scalar result.
+void mxfp4_matmul_rows_avx2(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                            std::int64_t row_end, float* y, std::int64_t y_stride);
 // Encodes n values (a multiple of 32) as llama.cpp's reference quantizer does: per block, the
 // exponent e = floor(log2(max |x|)) - 2 + 127 (0 for an all-zero block), each value the nearest
 // code (the first of equals).
