@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/simd_dispatch.h"
@@ -26,7 +27,14 @@ inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1,
 
 // 2^(e - 128): the block scale halved, to go with the doubled values. Exact for every e (denormal
 // for e < 2, as llama.cpp's ggml_e8m0_to_fp32_half).
-float mxfp4_half_scale(std::uint8_t e);
+inline float mxfp4_half_scale(std::uint8_t e) {
+  // The float with only exponent bits e - 1 (e >= 2) is 2^(e - 128); below, the denormals
+  // 2^-128 and 2^-127 (mantissa bit 21 or 22).
+  const std::uint32_t bits = e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);
 // y[t * y_stride + r] = dot(row r, activations of token t) for rows [row_begin, row_end).
