@@ -37,7 +37,7 @@ struct KvRoundingFlip {
   std::size_t step;
 };
 std::vector<KvRoundingFlip> kv_rounding_flips(const std::string& preset) {
-  if (preset == "gpt-oss-tiny") return {{3, 31}, {4, 12}};  // router logits 4e-5 apart upstream
+  if (preset == "gpt-oss-tiny") return {{3, 31}, {4, 12}};  // router logits 3e-4 and 4e-5 apart upstream
   return {};
 }
 
