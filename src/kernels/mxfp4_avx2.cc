@@ -38,7 +38,9 @@ inline __m128i four_sums(__m256i a, __m256i b, __m256i c, __m256i d) {
 
 }  // namespace
 
-// fp-contract off: a fused multiply-add would round once where the scalar kernel rounds twice.
+// fp-contract off (and the products in statements of their own, which compilers that ignore the
+// attribute do not fuse across): a fused multiply-add would round once where the scalar kernel
+// rounds twice.
 // Blocks go four at a time: their integer sums in one vector, each times (activation scale × block
 // scale) as the scalar kernel multiplies, then added to the row's sum one after another.
 __attribute__((optimize("fp-contract=off"))) void mxfp4_matmul_rows_avx2(const WeightView& w, const QuantizedActivations& xq,
@@ -85,7 +87,8 @@ __attribute__((optimize("fp-contract=off"))) void mxfp4_matmul_rows_avx2(const W
         for (int t = 0; t < nt; ++t) {
           const __m256i q = block_dot(wv, xv[t] + i * kMxfp4BlockElems);
           const __m128i isum = four_sums(q, q, q, q);
-          sum[t] += xs[t][i] * d * static_cast<float>(_mm_cvtsi128_si32(isum));
+          const float product = xs[t][i] * d * static_cast<float>(_mm_cvtsi128_si32(isum));  // rounded, then added
+          sum[t] += product;
         }
       }
       for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = sum[t];
