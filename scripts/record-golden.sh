@@ -22,7 +22,7 @@
 # usage: scripts/record-golden.sh [KVSTASH_BINARY] [LLAMA_CPP_DIR] [PRESET...]
 #   KVSTASH_BINARY  default build/kvstash
 #   LLAMA_CPP_DIR   default /tmp/llama.cpp-reference/llama.cpp (a source tree with build/bin/llama-server)
-#   PRESET          default: qwen3-tiny qwen3moe-tiny gemma3-tiny tiny
+#   PRESET          default: every preset with a fixture (qwen3-tiny ... mistral3-tiny)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +30,7 @@ KVSTASH=${1:-$ROOT/build/kvstash}
 LLAMA_DIR=${2:-/tmp/llama.cpp-reference/llama.cpp}
 shift $(( $# > 2 ? 2 : $# )) || true
 PRESETS=("$@")
-[ ${#PRESETS[@]} -eq 0 ] && PRESETS=(qwen3-tiny qwen3moe-tiny gemma3-tiny tiny)
+[ ${#PRESETS[@]} -eq 0 ] && PRESETS=(qwen3-tiny qwen3moe-tiny gemma3-tiny tiny phi3-tiny gpt-oss-tiny mistral3-tiny)
 SERVER=$LLAMA_DIR/build/bin/llama-server
 OUT_DIR=$ROOT/src/model/testdata/golden
 PORT=${GOLDEN_PORT:-18931}

@@ -1,9 +1,12 @@
 // The golden outputs of llama.cpp (src/model/testdata/golden, recorded by scripts/record-golden.sh;
 // model/golden_test.cc checks the forward pass against them) through the engine, where the caches
 // are: greedy generation must give llama.cpp's 32 tokens with nothing cached, after a prefix-cache
-// hit, after a restart on the disk tier, and under preemption.
+// hit, after a restart on the disk tier, and under preemption. (gpt-oss-tiny: two greedy steps flip
+// with the f16 KV pool, kv_rounding_flips below; from there the cold run's own tokens are the
+// expectation of every cached path.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -25,9 +28,23 @@ namespace fs = std::filesystem;
 const fs::path kGoldenDir = fs::path(__FILE__).parent_path().parent_path() / "model" / "testdata" / "golden";
 constexpr int kBlockSize = 16;
 
+// Greedy steps where the engine picks another token than llama.cpp, each proved by
+// model_golden_test to come from the f16 KV pool alone (the double reference with f16 K and V picks
+// the engine's token, computed exactly llama.cpp's): {prompt index, step}. From such a step on, a
+// prompt's tokens are compared with the engine's own first (cold) run instead of llama.cpp's.
+struct KvRoundingFlip {
+  std::size_t prompt;
+  std::size_t step;
+};
+std::vector<KvRoundingFlip> kv_rounding_flips(const std::string& preset) {
+  if (preset == "gpt-oss-tiny") return {{3, 31}, {4, 12}};  // router logits 3e-4 and 4e-5 apart upstream
+  return {};
+}
+
 class Golden : public ::testing::TestWithParam<const char*> {};
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, Golden, ::testing::Values("qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "tiny", "phi3-tiny"),
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Golden, ::testing::Values("qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "tiny", "phi3-tiny",
+                                                             "gpt-oss-tiny", "mistral3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -80,12 +97,27 @@ TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
     for (TokenId id : end_of_generation) r.sampling.logit_bias.emplace_back(id, -1e9f);
     return r;
   };
+  // What each prompt must generate: llama.cpp's tokens, or up to a KV-rounding flip llama.cpp's
+  // and from there the cold run's (filled in by it).
+  std::vector<std::vector<TokenId>> want;
+  for (const auto& record : golden["prompts"]) want.push_back(record["tokens"].get<std::vector<TokenId>>());
+  std::vector<std::size_t> flip_at(want.size(), std::string::npos);
+  for (const KvRoundingFlip& f : kv_rounding_flips(preset)) flip_at.at(f.prompt) = f.step;
   auto run_all_in_turn = [&](Engine& engine, const char* what, bool expect_cached) {
-    for (const auto& record : golden["prompts"]) {
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const auto& record = golden["prompts"][i];
       const auto req = request(record);
       auto r = generate(engine, req);
       ASSERT_TRUE(r) << r.status().to_string();
-      EXPECT_EQ(r->tokens, record["tokens"].get<std::vector<TokenId>>()) << what << ", prompt of " << req.prompt.size();
+      if (flip_at[i] != std::string::npos && !expect_cached && std::string(what) == "cold") {
+        ASSERT_EQ(r->tokens.size(), want[i].size());
+        EXPECT_TRUE(std::equal(want[i].begin(), want[i].begin() + static_cast<std::ptrdiff_t>(flip_at[i]), r->tokens.begin()))
+            << "prompt " << i << " differs from llama.cpp before its KV-rounding flip at step " << flip_at[i];
+        EXPECT_NE(r->tokens[flip_at[i]], want[i][flip_at[i]]) << "prompt " << i << ": the known flip at step " << flip_at[i]
+                                                              << " is gone: remove it from kv_rounding_flips";
+        want[i] = r->tokens;
+      }
+      EXPECT_EQ(r->tokens, want[i]) << what << ", prompt of " << req.prompt.size();
       if (expect_cached && req.prompt.size() > static_cast<std::size_t>(kBlockSize)) {
         EXPECT_GT(r->cached_tokens, 0) << what << ", prompt of " << req.prompt.size();
       }
@@ -129,7 +161,7 @@ TEST_P(Golden, EngineMatchesLlamaCppAfterPoolHitDiskRestartAndPreemption) {
   }
   EXPECT_GT(engine->stats().preemptions, 0) << "the pool held all five: nothing was preempted";
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    EXPECT_EQ(outputs[i], golden["prompts"][i]["tokens"].get<std::vector<TokenId>>()) << "under preemption, prompt " << i;
+    EXPECT_EQ(outputs[i], want[i]) << "under preemption, prompt " << i;
   }
 }
 

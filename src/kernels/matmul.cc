@@ -243,7 +243,9 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
     const std::int64_t end = std::min(w.rows, begin + layout.chunk_rows[i]);
     if (w.type == WeightType::kMxfp4) {
-      mxfp4_matmul_rows(w, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
+      // AVX2's pshufb kernel from the AVX2 path up (it gives the scalar kernel's bits).
+      (k.path == SimdPath::kScalar ? mxfp4_matmul_rows : mxfp4_matmul_rows_avx2)(w, xq, n_tokens, begin, end,
+                                                                                 ys[static_cast<std::size_t>(i)], w.rows);
     } else {
       k.matmul_rows(w, x, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
     }

@@ -5,15 +5,6 @@
 
 namespace kvstash::kernels {
 
-float mxfp4_half_scale(std::uint8_t e) {
-  // The float with only exponent bits e - 1 (e >= 2) is 2^(e - 128); below, the denormals
-  // 2^-128 and 2^-127 (mantissa bit 21 or 22).
-  const std::uint32_t bits = e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out) {
   const std::int64_t blocks = w.cols / kMxfp4BlockElems;
   for (std::int64_t r = row_begin; r < row_end; ++r) {

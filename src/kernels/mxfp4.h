@@ -6,13 +6,14 @@
 // an integer sum per block times one float.
 //
 // The decode path multiplies the activations quantized per 32 (QuantizedActivations, as every
-// 32-block type here and llama.cpp's mxfp4 x q8_0 do); scalar code on every SIMD path (correctness
-// first; gpt-oss's experts are its only users). Prefill converts rows to f32 for sgemm.
+// 32-block type here and llama.cpp's mxfp4 x q8_0 do): scalar code, and an AVX2 kernel (also on the
+// AVX-512 path) with the same bits. Prefill converts rows to f32 for sgemm.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/simd_dispatch.h"
@@ -26,12 +27,22 @@ inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1,
 
 // 2^(e - 128): the block scale halved, to go with the doubled values. Exact for every e (denormal
 // for e < 2, as llama.cpp's ggml_e8m0_to_fp32_half).
-float mxfp4_half_scale(std::uint8_t e);
+inline float mxfp4_half_scale(std::uint8_t e) {
+  // The float with only exponent bits e - 1 (e >= 2) is 2^(e - 128); below, the denormals
+  // 2^-128 and 2^-127 (mantissa bit 21 or 22).
+  const std::uint32_t bits = e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);
 // y[t * y_stride + r] = dot(row r, activations of token t) for rows [row_begin, row_end).
 void mxfp4_matmul_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                        std::int64_t row_end, float* y, std::int64_t y_stride);
+// The same on AVX2 (mxfp4_avx2.cc; only where the CPU has it), bit for bit the scalar result.
+void mxfp4_matmul_rows_avx2(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                            std::int64_t row_end, float* y, std::int64_t y_stride);
 // Encodes n values (a multiple of 32) as llama.cpp's reference quantizer does: per block, the
 // exponent e = floor(log2(max |x|)) - 2 + 127 (0 for an all-zero block), each value the nearest
 // code (the first of equals).

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/reference_dequant.h"
+#include "kernels/simd_dispatch.h"
+#include "kernels/test_weights.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -57,6 +61,54 @@ TEST(Mxfp4, QuantizerPicksTheExponentOfTheLargestAndTheNearestCodes) {
   std::vector<float> zeros(32, 0.0f);
   quantize_mxfp4(zeros.data(), 32, block);
   EXPECT_EQ(block[0], 0);
+}
+
+// Every SIMD path this CPU has gives the scalar kernel's bits for an MXFP4 decode (the AVX2 kernel
+// from the AVX2 path up), for token counts across its 8-token tiles, and the scalar kernel is the
+// exact integer block sum times the two scales.
+TEST(Mxfp4, DecodeMatmulHasTheScalarBitsOnEveryPath) {
+  ThreadPool pool(2);
+  const std::int64_t rows = 37, cols = 2880;  // gpt-oss-20b's rows: 90 blocks
+  const TestWeights tw = make_test_weights(WeightType::kMxfp4, rows, cols, 91);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (int n_tokens : {1, 3, 8, 9, 17}) {
+    std::vector<float> x(static_cast<std::size_t>(n_tokens * cols));
+    for (float& v : x) v = dist(rng);
+    ASSERT_TRUE(set_simd_path_for_testing(SimdPath::kScalar));
+    std::vector<float> scalar(static_cast<std::size_t>(n_tokens * rows));
+    matmul(tw.view, x.data(), n_tokens, scalar.data(), pool);
+    // The scalar result against the block sums worked out here from the activations' quantization.
+    std::vector<float> xs(static_cast<std::size_t>(n_tokens * cols / 32));
+    std::vector<std::int8_t> xv(x.size());
+    scalar_kernel_table().quantize_activations(x.data(), static_cast<std::int64_t>(x.size()), 32, xs.data(), xv.data());
+    for (int t = 0; t < n_tokens; ++t) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (std::int64_t b = 0; b < cols / 32; ++b) {
+          const std::uint8_t* block = tw.bytes.data() + r * tw.view.row_bytes + b * kMxfp4BlockBytes;
+          std::int64_t isum = 0;
+          for (int j = 0; j < 32; ++j) {
+            const int code = j < 16 ? block[1 + j] & 15 : block[1 + j - 16] >> 4;
+            isum += kMxfp4Values[code] * xv[static_cast<std::size_t>(t * cols + b * 32 + j)];
+          }
+          want += static_cast<double>(xs[static_cast<std::size_t>(t * cols / 32 + b)]) * mxfp4_half_scale(block[0]) *
+                  static_cast<double>(isum);
+        }
+        ASSERT_NEAR(scalar[static_cast<std::size_t>(t * rows + r)], want, 1e-5 * (std::fabs(want) + 1)) << r << " " << t;
+      }
+    }
+    for (SimdPath path : supported_simd_paths()) {
+      ASSERT_TRUE(set_simd_path_for_testing(path));
+      std::vector<float> got(scalar.size(), std::nanf(""));
+      matmul(tw.view, x.data(), n_tokens, got.data(), pool);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(scalar[i]))
+            << simd_path_name(path) << " tokens " << n_tokens << " at " << i;
+      }
+    }
+  }
+  reset_simd_path_for_testing();
 }
 
 TEST(Mxfp4, Is17BytesPer32Values) {

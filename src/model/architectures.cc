@@ -8,7 +8,7 @@
 namespace kvstash {
 namespace {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kPhi3, kGptOss };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma3, kPhi3, kGptOss, kMistral3 };
 
 bool parse_arch(const std::string& name, Arch* out) {
   if (name == "llama") *out = Arch::kLlama;
@@ -18,6 +18,7 @@ bool parse_arch(const std::string& name, Arch* out) {
   else if (name == "gemma3") *out = Arch::kGemma3;
   else if (name == "phi3") *out = Arch::kPhi3;
   else if (name == "gpt-oss") *out = Arch::kGptOss;
+  else if (name == "mistral3") *out = Arch::kMistral3;
   else return false;
   return true;
 }
@@ -83,11 +84,20 @@ Status read_common(const gguf::File& f, const Keys& keys, ModelConfig* c) {
     } else if (*type == "yarn" && factor && *factor > 1.0) {
       // llama.cpp: freq_scale 1 / factor, ext_factor 1, and cos/sin × (1 + 0.1 ln factor) (its
       // yarn_attn_factor's own mscale cancels against the one rope_yarn applies once more).
-      if (f.find(a + ".rope.scaling.yarn_log_multiplier") != nullptr) {
-        return unsupported(f.path() + ": rope scaling 'yarn' with yarn_log_multiplier is not supported (supported: plain yarn)");
+      // mistral3 reads yarn_log_multiplier L (mscale_all_dim): yarn_attn_factor becomes
+      // (1 + 0.1 ln factor) / (1 + 0.1 L ln factor) before that cancellation, so cos/sin × the
+      // same ratio (1 for Ministral 3's L = 1). The other architectures' loaders ignore the key
+      // in llama.cpp; here it is refused for them rather than silently dropped.
+      double divisor = 1.0;
+      if (auto log_mul = f.get_float(a + ".rope.scaling.yarn_log_multiplier")) {
+        if (a != "mistral3") {
+          return unsupported(f.path() + ": rope scaling 'yarn' with yarn_log_multiplier is not supported for " + a +
+                             " (supported: plain yarn; mistral3's yarn_log_multiplier)");
+        }
+        if (*log_mul != 0.0) divisor = 1.0 + 0.1 * *log_mul * std::log(*factor);
       }
       c->rope_scale = static_cast<float>(1.0 / *factor);
-      c->rope_magnitude *= static_cast<float>(1.0 + 0.1 * std::log(*factor));
+      c->rope_magnitude *= static_cast<float>((1.0 + 0.1 * std::log(*factor)) / divisor);
       c->rope_yarn_original_ctx = c->n_ctx_train;
       KVSTASH_RETURN_IF_ERROR(keys.optional("rope.scaling.original_context_length", &c->rope_yarn_original_ctx));
       if (auto v = f.get_float(a + ".rope.scaling.yarn_beta_fast")) c->rope_yarn_beta_fast = static_cast<float>(*v);
@@ -148,7 +158,7 @@ Status read_windows(const gguf::File& f, const Keys& keys, int default_period, b
   return Status::ok();
 }
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, mistral3"; }
 
 Status describe_architecture(const gguf::File& f, ModelConfig* c) {
   auto arch_name = f.get_string("general.architecture");
@@ -163,7 +173,20 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
   KVSTASH_RETURN_IF_ERROR(read_common(f, keys, c));
   // llama permutes Q/K rows at conversion into adjacent pairs; the Qwen families keep the
   // checkpoint's halves (llama.cpp's LLAMA_ROPE_TYPE_NORM vs NEOX).
-  c->rope_style = arch == Arch::kLlama ? RopeStyle::kInterleaved : RopeStyle::kHalves;
+  // mistral3 is llama's layout, rotated the same way (LLAMA_ROPE_TYPE_NORM).
+  c->rope_style = arch == Arch::kLlama || arch == Arch::kMistral3 ? RopeStyle::kInterleaved : RopeStyle::kHalves;
+  if (arch == Arch::kMistral3) {
+    // llama.cpp's mistral3 loader reads only what llama's does plus the temperature and YaRN
+    // keys; its mixture-of-experts and MLP-bias branches have no model to test against here.
+    if (keys.has("expert_count")) {
+      return unsupported(f.path() + ": mistral3 with experts (expert_count) is not supported (supported: dense mistral3)");
+    }
+    for (const char* t : {"blk.0.ffn_gate.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
+      if (f.find_tensor(t) != nullptr) {
+        return unsupported(f.path() + ": mistral3 with feed-forward biases (" + t + ") is not supported");
+      }
+    }
+  }
   if (arch == Arch::kGemma3) {
     // Embeddings scaled by sqrt(n_embd); Q by 1/sqrt(head_dim), except the 62-layer 27B whose
     // query_pre_attn_scalar is n_embd / n_head (llama.cpp's f_attention_scale).
@@ -221,6 +244,16 @@ Status describe_architecture(const gguf::File& f, ModelConfig* c) {
       moe.activation = ExpertActivation::kClampedSwiGlu;
       moe.router_bias = true;
       moe.expert_biases = true;
+    }
+  }
+  if (arch == Arch::kMistral3) {
+    // Q × (1 + s ln(1 + floor(pos / n))) after RoPE, n the YaRN original context (llama.cpp's
+    // n_attn_temp_floor_scale = n_ctx_orig_yarn: rope.scaling.original_context_length, else the
+    // training context). llama.cpp's mistral3 does not read attention.temperature_length: nor here.
+    if (auto s = f.get_float(c->architecture + ".attention.temperature_scale"); s && *s != 0.0) {
+      layer.attention.temperature_scale = static_cast<float>(*s);
+      layer.attention.temperature_length = c->n_ctx_train;
+      KVSTASH_RETURN_IF_ERROR(keys.optional("rope.scaling.original_context_length", &layer.attention.temperature_length));
     }
   }
   c->layers.assign(static_cast<std::size_t>(c->n_layers), layer);

@@ -172,6 +172,13 @@ Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c)
       h.update("act").update_u32(static_cast<std::uint32_t>(l.ffn.moe.activation));
     }
   }
+  // mistral3's query temperature (a metadata key); hashed only when present.
+  for (const LayerSpec& l : c.layers) {
+    if (l.attention.temperature_scale == 0.0f) continue;
+    std::uint32_t bits;
+    std::memcpy(&bits, &l.attention.temperature_scale, 4);
+    h.update("temp").update_u32(bits).update_u32(static_cast<std::uint32_t>(l.attention.temperature_length));
+  }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     h.update_u32(static_cast<std::uint32_t>(t.name.size())).update(t.name);

@@ -3,13 +3,13 @@
 //
 // Embedding (× the model's embedding scale). Per layer: RMSNorm → Q, K, V projections (+ bias where
 // the layer has them) → per-head RMSNorm of Q and K where the layer has QK-norm → RoPE at each
-// token's absolute position, with the layer's RoPE table → K, V stored into the pool → causal
-// attention over the sequence's positions, or its last `window` of them for a sliding-window layer,
-// with a per-head sink logit in the denominator where the layer has sinks (GQA: query head h reads
-// KV head h / (n_heads / n_kv_heads)) → output projection (+ bias) (→ post-norm) +
-// residual → RMSNorm → feed-forward (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h)
-// (→ post-norm) + residual. Then the final norm and the output projection for the rows that need
-// logits (→ soft-cap).
+// token's absolute position, with the layer's RoPE table (→ Q × its position's temperature where the
+// layer has one: mistral3) → K, V stored into the pool → causal attention over the sequence's
+// positions, or its last `window` of them for a sliding-window layer, with a per-head sink logit in
+// the denominator where the layer has sinks (GQA: query head h reads KV head h / (n_heads /
+// n_kv_heads)) → output projection (+ bias) (→ post-norm) + residual → RMSNorm → feed-forward
+// (SwiGLU, GELU-gated, or a mixture of experts: model/moe.h) (→ post-norm) + residual. Then the
+// final norm and the output projection for the rows that need logits (→ soft-cap).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -245,6 +245,12 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
       const BatchSequence& seq = batch.sequences[static_cast<std::size_t>(slot.seq)];
       if (seq.q_stats) add_query_stats(&q[sz(t, q_dim)], nh, hd, rope_style, seq.q_stats + sz(l, nh) * half * 3);
       for (int h = 0; h < nh; ++h) apply_rope(&q[sz(t, q_dim) + sz(h, hd)], hd, rope_style, cs, sn);
+      if (spec.attention.temperature_scale != 0.0f) {
+        // The floor in float, the logarithm in double, as llama.cpp's llm_graph_input_attn_temp.
+        const float periods = std::floor(static_cast<float>(slot.pos) / static_cast<float>(spec.attention.temperature_length));
+        const float temp = static_cast<float>(std::log(periods + 1.0) * spec.attention.temperature_scale + 1.0);
+        for (int i = 0; i < q_dim; ++i) q[sz(t, q_dim) + static_cast<std::size_t>(i)] *= temp;
+      }
       for (int h = 0; h < nkv; ++h) apply_rope(&k[sz(t, kv_dim) + sz(h, hd)], hd, rope_style, cs, sn);
       const std::int32_t block = seq.block_table[slot.slot / kv.block_size];
       for (int h = 0; h < nkv; ++h) {

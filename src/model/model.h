@@ -1,5 +1,5 @@
 // A decoder-only transformer loaded from a GGUF file (the architectures of model/architectures.h:
-// llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), with weights used in place from the mapping or copied into huge
+// llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, mistral3), with weights used in place from the mapping or copied into huge
 // pages, and its batched forward pass over a paged KV cache. What each layer computes is the
 // ModelConfig's per-layer description (model_config.h); forward() walks it.
 //

@@ -33,6 +33,10 @@ Status check_runnable(const ModelConfig& c) {
         if (l.attention.window < 1) return internal_error(at + "has a sliding window of " + std::to_string(l.attention.window));
         break;
     }
+    if (l.attention.temperature_scale != 0.0f && l.attention.temperature_length < 1) {
+      return internal_error(at + "scales its queries by temperature over a length of " +
+                            std::to_string(l.attention.temperature_length));
+    }
     if (l.attention.rope.style != c.rope_style) {
       return unsupported(at + "rotates in another RoPE style than the model's (supported: one style)");
     }

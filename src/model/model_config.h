@@ -56,6 +56,11 @@ struct AttentionSpec {
   // head may attend to "nothing" (gpt-oss). With either kind.
   bool sinks = false;
   RopeSpec rope;
+  // Query temperature by position (mistral3's attention.temperature_scale, Llama 4's): after RoPE,
+  // Q of the token at position p is multiplied by 1 + temperature_scale * ln(1 + floor(p /
+  // temperature_length)), so far tokens sharpen their attention. temperature_scale 0: none.
+  float temperature_scale = 0.0f;
+  int temperature_length = 0;  // > 0 whenever temperature_scale is not 0 (the YaRN original context)
 };
 
 enum class FfnKind {
@@ -104,7 +109,7 @@ struct LayerSpec {
 };
 
 struct ModelConfig {
-  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3" or "gpt-oss"
+  std::string architecture;  // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss" or "mistral3"
   std::string name;          // general.name, or the file's stem
   int n_layers = 0;
   int n_embd = 0;

@@ -163,6 +163,62 @@ TEST(Architectures, MistralLlamaWindowsEveryLayer) {
   for (const LayerSpec& l : described("tiny-llama").layers) EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
 }
 
+// mistral3: llama's interleaved RoPE with YaRN (factor 16 over 32), whose magnitude the
+// yarn_log_multiplier of 1 cancels; every layer's queries get the temperature 0.1 over 32 positions.
+TEST(Architectures, Mistral3HasYarnAndQueryTemperature) {
+  const ModelConfig c = described("mistral3-tiny");
+  EXPECT_EQ(c.architecture, "mistral3");
+  EXPECT_EQ(c.rope_style, RopeStyle::kInterleaved);
+  EXPECT_EQ(c.head_dim, 32);  // attention.key_length: 4 heads of 32 over 64
+  EXPECT_FLOAT_EQ(c.rope_scale, 1.0f / 16.0f);
+  EXPECT_EQ(c.rope_yarn_original_ctx, 32);
+  EXPECT_FLOAT_EQ(c.rope_magnitude, 1.0f);  // (1 + 0.1 ln 16) / (1 + 0.1 · 1 · ln 16)
+  ASSERT_EQ(c.n_layers, 2);
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_EQ(l.attention.kind, AttentionKind::kFull);
+    EXPECT_FALSE(l.attention.qkv_bias);
+    EXPECT_FLOAT_EQ(l.attention.temperature_scale, 0.1f);
+    EXPECT_EQ(l.attention.temperature_length, 32);
+    EXPECT_EQ(l.ffn.kind, FfnKind::kSwiGlu);
+    EXPECT_TRUE(l.attention.rope == c.full_rope());
+  }
+  EXPECT_FALSE(c.has_local_layers());
+
+  // A multiplier of 2: cos and sin × (1 + 0.1 ln 16) / (1 + 0.2 ln 16), as llama.cpp's yarn_attn_factor.
+  auto mul2 = with_keys("mistral3-tiny", "mistral3-mul2.gguf", {{"mistral3.rope.scaling.yarn_log_multiplier", gguf::Value::f32(2.0f)}});
+  ASSERT_TRUE(mul2);
+  ModelConfig m;
+  ASSERT_TRUE(describe_architecture(*mul2, &m).is_ok());
+  EXPECT_FLOAT_EQ(m.rope_magnitude, static_cast<float>((1.0 + 0.1 * std::log(16.0)) / (1.0 + 0.2 * std::log(16.0))));
+
+  // Without the temperature key: none.
+  auto cold = with_keys("mistral3-tiny", "mistral3-cold.gguf", {{"mistral3.attention.temperature_scale", gguf::Value::f32(0.0f)}});
+  ASSERT_TRUE(cold);
+  ModelConfig k;
+  ASSERT_TRUE(describe_architecture(*cold, &k).is_ok());
+  EXPECT_EQ(k.layers[0].attention.temperature_scale, 0.0f);
+}
+
+// What mistral3 may carry that is not built is refused by name: experts; yarn_log_multiplier on
+// another architecture (llama.cpp's loaders for those ignore it) likewise.
+TEST(Architectures, Mistral3ExpertsAndForeignYarnLogMultiplierAreRefused) {
+  auto moe = with_keys("mistral3-tiny", "mistral3-moe.gguf", {{"mistral3.expert_count", gguf::Value::u32(8)}});
+  ASSERT_TRUE(moe);
+  ModelConfig c;
+  Status st = describe_architecture(*moe, &c);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("mistral3 with experts"), std::string::npos) << st.message();
+
+  auto qwen = with_keys("qwen3-tiny", "qwen3-yarn-mul.gguf",
+                        {{"qwen3.rope.scaling.type", gguf::Value::string("yarn")},
+                         {"qwen3.rope.scaling.factor", gguf::Value::f32(4.0f)},
+                         {"qwen3.rope.scaling.yarn_log_multiplier", gguf::Value::f32(1.0f)}});
+  ASSERT_TRUE(qwen);
+  st = describe_architecture(*qwen, &c);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("yarn_log_multiplier"), std::string::npos) << st.message();
+}
+
 // gpt-oss: even layers windowed, odd full, all with the global YaRN RoPE and sinks; the experts
 // ranked by logit, softmax over the k kept, biased, with the clamped SwiGLU.
 TEST(Architectures, GptOssAlternatesWindowsWithSinksAndBiasedExperts) {

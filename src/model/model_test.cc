@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <unistd.h>
@@ -162,7 +163,9 @@ INSTANTIATE_TEST_SUITE_P(Presets, ForwardVsReference,
                                            // with the clamped SwiGLU (MXFP4 experts: in Quantized).
                                            Case{"gpt-oss-tiny", TensorType::kF32, 5e-3},
                                            // Mistral: llama with a window of 8 on every layer.
-                                           Case{"mistral-tiny", TensorType::kF32, 5e-3}),
+                                           Case{"mistral-tiny", TensorType::kF32, 5e-3},
+                                           // mistral3: YaRN on interleaved pairs, the query temperature.
+                                           Case{"mistral3-tiny", TensorType::kF32, 5e-3}, Case{"mistral3-tiny", TensorType::kQ8_0, 4e-2, false}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.preset) + "_" +
                                            (info.param.scheme ? info.param.scheme : gguf::tensor_type_name(info.param.type));
@@ -212,6 +215,42 @@ TEST(RopeConvention, LlamaInterleavedEqualsCheckpointOrderWithHalves) {
   EXPECT_LT(relative_error(got, hf_order), 5e-3);
 }
 
+// mistral3's query temperature: 1 below position 32 (its original context), so the first 32
+// positions' logits are those of the same file without the key, bit for bit; from position 32 on
+// Q × 1 + 0.1 ln 2 moves them.
+TEST(RopeConvention, Mistral3TemperatureStartsAtItsOriginalContext) {
+  auto hot = load("mistral3-tiny", TensorType::kF32);
+  ASSERT_TRUE(hot);
+  const std::string cold_path = std::string(KVSTASH_BINARY_DIR) + "/test-models/pid" + std::to_string(::getpid()) + "-mistral3-cold.gguf";
+  {
+    gguf::Writer w;
+    for (const auto& [k, v] : hot->file().metadata()) w.set(k, v);
+    w.set("mistral3.attention.temperature_scale", gguf::Value::f32(0.0f));
+    for (const auto& t : hot->file().tensors()) ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims).is_ok());
+    ASSERT_TRUE(w.write(cold_path, [&](std::size_t i, std::span<std::uint8_t> bytes) {
+                   std::memcpy(bytes.data(), hot->file().tensors()[i].data, bytes.size());
+                   return Status::ok();
+                 }).is_ok());
+  }
+  auto cold = Model::load(cold_path);
+  std::filesystem::remove(cold_path);
+  ASSERT_TRUE(cold) << cold.status().to_string();
+  EXPECT_EQ((*cold)->config().layers[0].attention.temperature_scale, 0.0f);
+  const auto tokens = some_tokens(48, hot->config().n_vocab, 5);
+  const auto a = run_chunks(*hot, tokens, {20, 28});
+  const auto b = run_chunks(**cold, tokens, {20, 28});
+  const std::size_t nv = static_cast<std::size_t>(hot->config().n_vocab);
+  double before = 0, after = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    for (std::size_t i = 0; i < nv; ++i) {
+      const double diff = std::abs(a[t * nv + i] - b[t * nv + i]);
+      (t < 32 ? before : after) = std::max(t < 32 ? before : after, diff);
+    }
+  }
+  EXPECT_EQ(before, 0.0);
+  EXPECT_GT(after, 1e-2);
+}
+
 TEST(RopeConvention, Qwen2RotatesHalves) {
   auto model = load("tiny", TensorType::kF32);
   ASSERT_TRUE(model);
@@ -234,7 +273,7 @@ TEST(BosConvention, LlamaAddsBosQwen2DoesNot) {
 class Chunking : public ::testing::TestWithParam<const char*> {};
 
 INSTANTIATE_TEST_SUITE_P(Presets, Chunking, ::testing::Values("tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "phi3-tiny", "gpt-oss-tiny",
-                                                             "mistral-tiny"),
+                                                             "mistral-tiny", "mistral3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -267,7 +306,8 @@ class BatchedSequences : public ::testing::TestWithParam<const char*> {};
 
 // A MoE layer groups the batch's tokens by expert: a token's output must not depend on which other
 // tokens share its experts, so the same holds there as for the dense presets.
-INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "phi3-tiny", "gpt-oss-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, BatchedSequences, ::testing::Values("tiny-llama", "qwen3-tiny", "qwen3moe-tiny", "gemma3-tiny", "phi3-tiny", "gpt-oss-tiny",
+                                                                     "mistral3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -648,7 +688,7 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureAndTensorType) {
   ASSERT_FALSE(m1.has_value());
   EXPECT_EQ(m1.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(m1.status().message().find("gpt3"), std::string::npos) << m1.status().message();
-  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss"), std::string::npos)
+  EXPECT_NE(m1.status().message().find("supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, mistral3"), std::string::npos)
       << m1.status().message();
 
   // An IQ type: the file opens (its block size is known) and the model refuses it by name.

@@ -32,6 +32,11 @@
 //
 // llama files with attention.sliding_window (Mistral 7B v0.1): every layer windowed.
 //
+// mistral3 (llama.cpp's src/models/mistral3.cpp): llama's layout and rotation; YaRN whose cos and
+// sin are × (1 + 0.1 ln factor) / (1 + 0.1 L ln factor) with L = rope.scaling.yarn_log_multiplier
+// (when not 0); after RoPE, Q of position p × 1 + attention.temperature_scale · ln(1 + floor(p /
+// original_context_length)).
+//
 // RoPE conventions, from the GGUF converter (llama.cpp convert_hf_to_gguf.py) and llama.cpp's
 // rope types: for architecture `llama` the converter permutes the rows of attn_q/attn_k from the
 // Hugging Face "rotate half" order into interleaved pairs, and llama.cpp applies RoPE in its
@@ -94,8 +99,16 @@ class ReferenceModel {
       yarn_factor_ = *f.get_float(arch_ + ".rope.scaling.factor");
       yarn_original_ = u("rope.scaling.original_context_length");
       rope_magnitude_ *= 1.0 + 0.1 * std::log(yarn_factor_);
+      if (auto mul = f.get_float(arch_ + ".rope.scaling.yarn_log_multiplier"); mul && *mul != 0.0) {
+        rope_magnitude_ /= 1.0 + 0.1 * *mul * std::log(yarn_factor_);
+      }
     }
-    rope_ = arch_ == "llama" ? Rope::kInterleaved : Rope::kHalves;
+    if (auto s = f.get_float(arch_ + ".attention.temperature_scale"); s && arch_ == "mistral3") {
+      temperature_scale_ = *s;
+      temperature_length_ = f.find(arch_ + ".rope.scaling.original_context_length") ? u("rope.scaling.original_context_length")
+                                                                                       : u("context_length");
+    }
+    rope_ = arch_ == "llama" || arch_ == "mistral3" ? Rope::kInterleaved : Rope::kHalves;
     embd_ = load("token_embd.weight");
     n_vocab_ = static_cast<int>(embd_.size() / static_cast<std::size_t>(d_));
     out_ = f.find_tensor("output.weight") ? load("output.weight") : embd_;
@@ -175,6 +188,11 @@ class ReferenceModel {
 
   int n_vocab() const { return n_vocab_; }
 
+  // Rounds every K (after RoPE) and V to f16 before attention reads it, as the engine's KV pool
+  // stores them: the rest stays double. To tell the engine's KV rounding from a difference in
+  // what is computed.
+  void set_kv_f16(bool on) { kv_f16_ = on; }
+
   // MoE models, after forward() or final_hidden(): per position, the smallest gap over the layers
   // between the router logits of the last expert kept and the first dropped. Where it is below the
   // rounding of an f16 KV cache, an exact engine may route that token differently, and its logits
@@ -215,7 +233,16 @@ class ReferenceModel {
           for (int h = 0; h < nkv_; ++h) norm_head(&k[t][h * hd_], L.k_norm);
         }
         for (int h = 0; h < nh_; ++h) rope(&q[t][h * hd_], t, base);
+        if (temperature_scale_ != 0) {
+          const double temp = 1.0 + temperature_scale_ * std::log(1.0 + std::floor(static_cast<double>(t) / temperature_length_));
+          for (double& value : q[t]) value *= temp;
+        }
         for (int h = 0; h < nkv_; ++h) rope(&k[t][h * hd_], t, base);
+        if (kv_f16_) {
+          for (auto* row : {&k[t], &v[t]}) {
+            for (double& value : *row) value = f16_to_f32(f32_to_f16(static_cast<float>(value)));
+          }
+        }
       }
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < nh_; ++h) {
@@ -459,10 +486,13 @@ class ReferenceModel {
   bool oai_ = false;
   bool all_local_ = false;
   double yarn_factor_ = 0.0;
+  double temperature_scale_ = 0.0;  // mistral3's query temperature
+  int temperature_length_ = 1;
   int yarn_original_ = 0;
   Rope rope_;
   std::vector<double> embd_, out_, out_norm_, rope_factors_;
   mutable std::vector<double> routing_margin_;
+  bool kv_f16_ = false;
   std::vector<Layer> layers_;
 };
 

@@ -114,6 +114,8 @@ std::vector<std::string> train_merges() {
 std::string vocab_family(const std::string& arch) {
   if (arch == "phi3") return "phi3";  // SentencePiece in real files; the byte-level stand-in with Phi-3's specials
   // gpt-oss ships o200k_harmony (byte-level BPE): Qwen2's byte-level stand-in here.
+  // mistral3 ships Tekken (byte-level BPE): Llama 3's byte-level stand-in here.
+  if (arch == "mistral3") return "llama";
   return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || arch == "gpt-oss" ? "qwen2" : arch;
 }
 
@@ -192,7 +194,7 @@ Expected<std::vector<std::pair<std::string, gguf::Value>>> builtin_tokenizer_met
                                                                                     std::uint64_t n_vocab) {
   const std::string arch = vocab_family(model_arch);
   if (arch != "qwen2" && arch != "llama" && arch != "phi3") {
-    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss)");
+    return unsupported("no built-in vocabulary for architecture " + model_arch + " (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, mistral3)");
   }
   std::vector<std::string> tokens = normal_tokens();
   std::vector<std::int32_t> types(tokens.size(), kNormal);

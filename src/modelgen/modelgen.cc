@@ -178,7 +178,8 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
   md.emplace_back(lowercase_arch_key(arch, "attention.layer_norm_rms_epsilon"), Value::f32(p.rms_eps));
   md.emplace_back(lowercase_arch_key(arch, "rope.dimension_count"), Value::u32(p.head_dim));
   md.emplace_back(lowercase_arch_key(arch, "vocab_size"), Value::u32(static_cast<std::uint32_t>(n_vocab)));
-  if (p.qk_norm || p.gpt_oss_layout) {  // llama.cpp's converter writes them whenever config.json has head_dim
+  // llama.cpp's converter writes them whenever config.json has head_dim (mistral3: 128 over 3072 / 32).
+  if (p.qk_norm || p.gpt_oss_layout || std::uint64_t{p.n_heads} * p.head_dim != p.n_embd) {
     md.emplace_back(lowercase_arch_key(arch, "attention.key_length"), Value::u32(p.head_dim));
     md.emplace_back(lowercase_arch_key(arch, "attention.value_length"), Value::u32(p.head_dim));
   }
@@ -190,6 +191,14 @@ Expected<ModelPlan> describe_model(const GenerateOptions& options) {
     md.emplace_back(lowercase_arch_key(arch, "rope.scaling.type"), Value::string("yarn"));
     md.emplace_back(lowercase_arch_key(arch, "rope.scaling.factor"), Value::f32(p.yarn_factor));
     md.emplace_back(lowercase_arch_key(arch, "rope.scaling.original_context_length"), Value::u32(p.yarn_original_ctx));
+  }
+  if (p.yarn_log_multiplier > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.yarn_beta_fast"), Value::f32(32.0f));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.yarn_beta_slow"), Value::f32(1.0f));
+    md.emplace_back(lowercase_arch_key(arch, "rope.scaling.yarn_log_multiplier"), Value::f32(p.yarn_log_multiplier));
+  }
+  if (p.attn_temperature_scale > 0) {
+    md.emplace_back(lowercase_arch_key(arch, "attention.temperature_scale"), Value::f32(p.attn_temperature_scale));
   }
   if (p.longrope_original_ctx > 0) {
     md.emplace_back(lowercase_arch_key(arch, "rope.scaling.original_context_length"), Value::u32(p.longrope_original_ctx));

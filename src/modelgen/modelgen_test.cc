@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -444,6 +445,28 @@ TEST(Describe, GptOssPresetHasTheRealShapeAndMxfp4Experts) {
   EXPECT_TRUE(general_type);
   // --type mxfp4 is for MoE presets only.
   EXPECT_EQ(describe_model(opts("tiny", TensorType::kMXFP4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ministral-3-3b: 3,429,006,336 parameters (the published "3.4B language model"), head_dim 128
+// over 3072 / 32 written as attention.key_length, and Ministral 3's YaRN and temperature keys.
+TEST(Describe, Ministral3PresetHasTheRealShapeAndItsKeys) {
+  auto plan = describe_model(opts("ministral-3-3b", TensorType::kBF16));
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->n_params, 3429006336u);
+  std::map<std::string, double> nums;
+  std::string rope_type;
+  for (const auto& [key, value] : plan->metadata) {
+    if (const auto* u = std::get_if<std::uint64_t>(&value.data)) nums[key] = static_cast<double>(*u);
+    if (const auto* f = std::get_if<double>(&value.data)) nums[key] = *f;
+    if (key == "mistral3.rope.scaling.type") rope_type = std::get<std::string>(value.data);
+  }
+  EXPECT_EQ(rope_type, "yarn");
+  EXPECT_EQ(nums["mistral3.attention.key_length"], 128);
+  EXPECT_EQ(nums["mistral3.rope.scaling.factor"], 16);
+  EXPECT_EQ(nums["mistral3.rope.scaling.original_context_length"], 16384);
+  EXPECT_EQ(nums["mistral3.rope.scaling.yarn_log_multiplier"], 1);
+  EXPECT_FLOAT_EQ(static_cast<float>(nums["mistral3.attention.temperature_scale"]), 0.1f);
+  EXPECT_EQ(nums["mistral3.context_length"], 262144);
 }
 
 // phi3 files carry Phi-3's special tokens: llama.cpp's loader looks up "</s>" by name for them.

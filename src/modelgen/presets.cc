@@ -87,8 +87,27 @@ ModelPreset mistral_tiny() {
   return p;
 }
 
-const std::array<ModelPreset, 17>& presets() {
-  static const std::array<ModelPreset, 17> kPresets = {{
+// Ministral 3 (mistral3; config.json text_config): rope_theta 1e6, YaRN factor 16 over
+// original_max_position_embeddings 16384 (max_position_embeddings 262144), beta_fast 32,
+// beta_slow 1, mscale_all_dim 1, llama_4_scaling_beta 0.1; head_dim 128 over hidden 3072 with 32
+// heads (4096 != 3072), 8 KV heads, rms_norm_eps 1e-5; the 3B: 26 layers, intermediate 9216,
+// vocab 131072, tied. mistral3-tiny: the same layout at 64 wide (4 heads of 32, 2 KV, 2 layers,
+// untied) with an original context of 32, so that the tests' prompts (up to 103 positions) cross
+// three temperature steps (Q × 1 + 0.1 ln(1 + floor(pos / 32))).
+ModelPreset mistral3(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
+                     std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t ff, std::uint64_t vocab, std::uint32_t ctx,
+                     bool tied, std::uint32_t original) {
+  ModelPreset p{std::move(name), "mistral3", layers, embd, heads, kv_heads, head_dim, ff, vocab, ctx,
+                1e6f, 1e-5f, tied, false, false};
+  p.yarn_factor = 16.0f;
+  p.yarn_original_ctx = original;
+  p.yarn_log_multiplier = 1.0f;
+  p.attn_temperature_scale = 0.1f;
+  return p;
+}
+
+const std::array<ModelPreset, 19>& presets() {
+  static const std::array<ModelPreset, 19> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -106,6 +125,8 @@ const std::array<ModelPreset, 17>& presets() {
       mistral_tiny(),
       gpt_oss("gpt-oss-tiny", 4, 64, 4, 2, 32, 0, 16, 64, 8),
       gpt_oss("gpt-oss-20b", 24, 2880, 64, 8, 64, 201088, 32, 2880, 128),
+      mistral3("mistral3-tiny", 2, 64, 4, 2, 32, 160, 0, 4096, false, 32),
+      mistral3("ministral-3-3b", 26, 3072, 32, 8, 128, 9216, 131072, 262144, true, 16384),
   }};
   return kPresets;
 }

@@ -1,5 +1,5 @@
 // The model shapes `kvstash gen-model` can produce: tiny ones for tests and the exact shapes of
-// real Qwen2.5, Qwen3, Qwen3-MoE, Gemma 3, Phi-3, gpt-oss and Llama 3.2 checkpoints (from their config.json) for benchmarks.
+// real Qwen2.5, Qwen3, Qwen3-MoE, Gemma 3, Phi-3, gpt-oss, Ministral 3 and Llama 3.2 checkpoints (from their config.json) for benchmarks.
 //
 // Thread safety: the preset table is immutable.
 #pragma once
@@ -13,7 +13,7 @@ namespace kvstash::modelgen {
 
 struct ModelPreset {
   std::string name;          // "qwen2.5-0.5b"
-  std::string arch;          // "qwen2", "llama", "qwen3", "qwen3moe", "gemma3", "phi3" or "gpt-oss": the GGUF general.architecture
+  std::string arch;          // "qwen2", "llama", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss" or "mistral3": the GGUF general.architecture
   std::uint32_t n_layers = 0;
   std::uint32_t n_embd = 0;
   std::uint32_t n_heads = 0;
@@ -56,6 +56,10 @@ struct ModelPreset {
   // YaRN: > 0 writes rope.scaling.type yarn, this factor and yarn_original_ctx.
   float yarn_factor = 0.0f;
   std::uint32_t yarn_original_ctx = 0;
+  // mistral3: > 0 writes rope.scaling.yarn_log_multiplier (Ministral 3's mscale_all_dim) and
+  // attention.temperature_scale (its llama_4_scaling_beta).
+  float yarn_log_multiplier = 0.0f;
+  float attn_temperature_scale = 0.0f;
 };
 
 // Llama 3's rope scaling (config.json "rope_scaling" of Llama 3.2 1B).

@@ -76,11 +76,14 @@ std::vector<std::uint8_t> fill_weights(WeightType type, std::int64_t rows, std::
   std::uint64_t s = 0x9e3779b97f4a7c15ull;
   auto next = [&s] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
   const std::size_t n = bytes.size();
-  if (is_quantized(type)) {  // random codes, every f16 scale field 0x2000 (2^-7)
+  if (is_quantized(type)) {  // random codes, every f16 scale field 0x2000 (2^-7), MXFP4's scale 2^-7
     for (std::size_t i = 0; i < n; i += 8) { const std::uint64_t r = next(); std::memcpy(&bytes[i], &r, std::min<std::size_t>(8, n - i)); }
     const std::size_t block = weight_block_bytes(type);
     for (std::size_t b = 0; b < n; b += block) {
       for (int f : half_fields(type)) { bytes[b + f] = 0; bytes[b + f + 1] = 0x20; }
+      // MXFP4's E8M0 scale byte: 2^-7 too (random bytes would reach denormals and infinities, whose
+      // float arithmetic is many times slower).
+      if (type == WeightType::kMxfp4) bytes[b] = 121;
     }
     return bytes;
   }
