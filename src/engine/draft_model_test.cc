@@ -16,6 +16,7 @@
 #include <random>
 
 #include "common/thread_pool.h"
+#include "engine/chi_square_test_util.h"
 #include "engine/cli_test_util.h"
 #include "engine/draft_model.h"
 #include "engine/engine.h"
@@ -294,33 +295,11 @@ TEST_F(DraftModelTest, SampledNextTokenDistributionIsUnchanged) {
   const auto with_spec = count(true, 1, &stats);
   const auto without = count(false, 1'000'000, nullptr);
   EXPECT_GT(stats.draft_tokens_accepted, kSamples / 10) << "too few accepted drafts to test their distribution";
-  std::map<TokenId, std::pair<int, int>> bins;
-  for (const auto& [t, n] : with_spec) bins[t].first += n;
-  for (const auto& [t, n] : without) bins[t].second += n;
-  double chi2 = 0.0;
-  int dof = -1;
-  int pooled_a = 0, pooled_b = 0;
-  auto add = [&](int a, int b) {
-    const double e = (a + b) / 2.0;
-    chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
-    ++dof;
-  };
-  for (const auto& [t, ab] : bins) {
-    if (ab.first + ab.second < 10) {
-      pooled_a += ab.first;
-      pooled_b += ab.second;
-    } else {
-      add(ab.first, ab.second);
-    }
-  }
-  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
-  ASSERT_GE(dof, 3) << "the distribution is too narrow to test";
-  const double z = 3.090;
-  const double h = 2.0 / (9.0 * dof);
-  const double bound = dof * std::pow(1.0 - h + z * std::sqrt(h), 3);
-  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f); %lld of %lld drafted tokens accepted\n", chi2, dof, bound,
+  const testing::ChiSquare c = testing::two_sample_chi_square(with_spec, without);
+  ASSERT_GE(c.dof, 3) << "the distribution is too narrow to test";
+  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f); %lld of %lld drafted tokens accepted\n", c.chi2, c.dof, c.bound,
               static_cast<long long>(stats.draft_tokens_accepted), static_cast<long long>(stats.draft_tokens));
-  EXPECT_LT(chi2, bound);
+  EXPECT_LT(c.chi2, c.bound);
 }
 
 using kvstash::testing::run_kvstash;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 
+#include "engine/chi_square_test_util.h"
 #include "engine/cli_test_util.h"
 #include "engine/engine.h"
 #include "engine/speculative.h"
@@ -326,34 +327,11 @@ TEST_F(SpeculativeEngineTest, SampledNextTokenDistributionIsUnchanged) {
   const auto without = count(false, 1'000'000, nullptr);
   // 1000 runs of 6 tokens: about 150 drafted tokens accepted (these seeds: 156).
   EXPECT_GT(stats.draft_tokens_accepted, kSamples / 10) << "too few accepted drafts to test their distribution";
-  std::map<TokenId, std::pair<int, int>> bins;
-  for (const auto& [t, n] : with_spec) bins[t].first += n;
-  for (const auto& [t, n] : without) bins[t].second += n;
-  // Equal sample sizes: a bin's expected count in each arm is half its total.
-  double chi2 = 0.0;
-  int dof = -1;
-  int pooled_a = 0, pooled_b = 0;
-  auto add = [&](int a, int b) {
-    const double e = (a + b) / 2.0;
-    chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
-    ++dof;
-  };
-  for (const auto& [t, ab] : bins) {
-    if (ab.first + ab.second < 10) {
-      pooled_a += ab.first;
-      pooled_b += ab.second;
-    } else {
-      add(ab.first, ab.second);
-    }
-  }
-  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
-  ASSERT_GE(dof, 3) << "the distribution is too narrow to test";
-  const double z = 3.090;  // the standard normal's 99.9% quantile
-  const double h = 2.0 / (9.0 * dof);
-  const double bound = dof * std::pow(1.0 - h + z * std::sqrt(h), 3);
-  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f); %lld drafted tokens accepted\n", chi2, dof, bound,
+  const testing::ChiSquare c = testing::two_sample_chi_square(with_spec, without);
+  ASSERT_GE(c.dof, 3) << "the distribution is too narrow to test";
+  std::printf("chi-square %.2f over %d degrees of freedom (bound %.2f); %lld drafted tokens accepted\n", c.chi2, c.dof, c.bound,
               static_cast<long long>(stats.draft_tokens_accepted));
-  EXPECT_LT(chi2, bound);
+  EXPECT_LT(c.chi2, c.bound);
 }
 
 // The batch switch: 8 sequences that decode side by side draft nothing while max_decoders is below
