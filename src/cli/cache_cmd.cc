@@ -159,65 +159,42 @@ int live_stats(const std::string& url, const std::string& api_key) {
 
 }  // namespace
 
-int cache_main(int argc, char** argv) {
-  CLI::App app{"Inspect, verify or clear the KV chunk tiers", "kvstash cache"};
-  std::string action;
-  std::string disk_dir;
-  std::string redis_url;
-  app.add_option("action", action, "stats | verify | clear")->required()->check(
-      CLI::IsMember({"stats", "verify", "clear"}));
-  app.add_option("--cache-disk", disk_dir, "the disk tier's directory");
-  app.add_option("--cache-redis", redis_url, "redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]");
-  std::string server_url, api_key;
-  app.add_option("--server", server_url,
-                 "stats: also a running server's tiers and pins, from its /metrics (http://HOST:PORT)");
-  app.add_option("--api-key", api_key, "the server's API key, for --server (unless it serves --public-metrics)");
-  std::string trust_file;
-  app.add_option("--trust-keys", trust_file,
-                 "verify: also count response records whose producer is not one of these keys (a file of hex keys)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (!server_url.empty() && action != "stats") {
-    std::fprintf(stderr, "kvstash cache: --server is for stats only (%s works on the tiers' storage)\n", action.c_str());
-    return 2;
-  }
-  if (disk_dir.empty() && redis_url.empty()) {
-    if (!server_url.empty()) return live_stats(server_url, api_key);
-    std::fprintf(stderr, "kvstash cache: give --cache-disk and/or --cache-redis (stats also: --server URL)\n");
-    return 2;
-  }
+namespace {
 
-  std::vector<std::unique_ptr<Tier>> tiers;
-  std::vector<std::unique_ptr<Tier>> record_tiers;  // response records (their own directory / prefix)
-  std::unique_ptr<identity::TrustList> trust;
-  if (!trust_file.empty()) {
-    trust = std::make_unique<identity::TrustList>();
-    if (Status st = trust->add_file(trust_file); !st) {
-      std::fprintf(stderr, "kvstash cache: --trust-keys: %s\n", st.to_string().c_str());
-      return 2;
-    }
-  }
-  std::uint64_t disk_rejected_at_open = 0;
-  if (!disk_dir.empty()) {
+struct CacheOptions {
+  std::string action;  // stats | verify | clear
+  std::string disk_dir, redis_url;
+  std::string server_url, api_key;  // stats --server
+  std::string trust_file;           // verify --trust-keys
+};
+
+// The tiers a maintenance pass walks: KV chunks, and the response records beside them (their own
+// directory / redis prefix).
+struct OpenedTiers {
+  std::vector<std::unique_ptr<Tier>> chunks;
+  std::vector<std::unique_ptr<Tier>> records;
+  std::uint64_t disk_rejected_at_open = 0;  // damaged chunk files the disk tier dropped while opening
+};
+
+// 0 and the tiers, or the exit code (1: cannot open, 2: a bad flag) after printing why.
+int open_tiers(const CacheOptions& o, OpenedTiers& out) {
+  if (!o.disk_dir.empty()) {
     // No size bound here: a maintenance pass must not evict what the server would keep.
-    auto disk = cache::DiskTier::open({.dir = disk_dir, .capacity_bytes = UINT64_MAX});
+    auto disk = cache::DiskTier::open({.dir = o.disk_dir, .capacity_bytes = UINT64_MAX});
     if (!disk) {
       std::fprintf(stderr, "kvstash cache: %s\n", disk.status().to_string().c_str());
       return 1;
     }
-    disk_rejected_at_open = (*disk)->stats().rejected_chunks;
-    tiers.push_back(std::move(*disk));
+    out.disk_rejected_at_open = (*disk)->stats().rejected_chunks;
+    out.chunks.push_back(std::move(*disk));
     std::error_code ec;
-    if (std::filesystem::is_directory(disk_dir + "/responses", ec)) {
-      auto records = cache::DiskTier::open({.dir = disk_dir + "/responses", .capacity_bytes = UINT64_MAX});
-      if (records) record_tiers.push_back(std::move(*records));
+    if (std::filesystem::is_directory(o.disk_dir + "/responses", ec)) {
+      auto records = cache::DiskTier::open({.dir = o.disk_dir + "/responses", .capacity_bytes = UINT64_MAX});
+      if (records) out.records.push_back(std::move(*records));
     }
   }
-  if (!redis_url.empty()) {
-    auto target = cache::parse_redis_target(redis_url);
+  if (!o.redis_url.empty()) {
+    auto target = cache::parse_redis_target(o.redis_url);
     if (!target) {
       std::fprintf(stderr, "kvstash cache: %s\n", target.status().to_string().c_str());
       return 2;
@@ -231,13 +208,17 @@ int cache_main(int argc, char** argv) {
       std::fprintf(stderr, "kvstash cache: %s\n", connected.status().to_string().c_str());
       return 1;
     }
-    tiers.push_back(std::move(tier));
+    out.chunks.push_back(std::move(tier));
     options.key_prefix = std::string(cache::kRedisResponseKeyPrefix);
-    record_tiers.push_back(std::make_unique<cache::RedisTier>(options));
+    out.records.push_back(std::make_unique<cache::RedisTier>(options));
   }
+  return 0;
+}
 
+// The action over the response records; 1 when a tier could not be walked or cleared.
+int walk_record_tiers(const std::string& action, OpenedTiers& tiers, const identity::TrustList* trust) {
   int rc = 0;
-  for (auto& tier : record_tiers) {
+  for (auto& tier : tiers.records) {
     if (action == "clear") {
       auto keys = tier->list_keys();
       Status st = tier->clear();
@@ -245,7 +226,7 @@ int cache_main(int argc, char** argv) {
       if (!st) rc = 1;
       continue;
     }
-    RecordCounts c = walk_records(*tier, action == "verify", trust.get());
+    RecordCounts c = walk_records(*tier, action == "verify", trust);
     if (action == "stats") {
       std::printf("%s responses: records=%llu bytes=%llu\n", tier->name().c_str(),
                   static_cast<unsigned long long>(c.ok + c.untrusted), static_cast<unsigned long long>(c.bytes));
@@ -256,8 +237,14 @@ int cache_main(int argc, char** argv) {
     }
     if (c.errors) rc = 1;
   }
-  for (auto& tier : tiers) {
-    const std::uint64_t at_open = tier->name() == "disk" ? disk_rejected_at_open : 0;
+  return rc;
+}
+
+// The action over the KV chunks; 1 when a tier could not be walked or cleared.
+int walk_chunk_tiers(const std::string& action, OpenedTiers& tiers) {
+  int rc = 0;
+  for (auto& tier : tiers.chunks) {
+    const std::uint64_t at_open = tier->name() == "disk" ? tiers.disk_rejected_at_open : 0;
     if (action == "clear") {
       auto keys = tier->list_keys();
       Status st = tier->clear();
@@ -273,14 +260,55 @@ int cache_main(int argc, char** argv) {
                   static_cast<unsigned long long>(c.aliases));
     } else {
       std::printf("%s: ok=%llu bad_removed=%llu errors=%llu\n", tier->name().c_str(),
-                  static_cast<unsigned long long>(c.entries),
-                  static_cast<unsigned long long>(c.bad + at_open),
+                  static_cast<unsigned long long>(c.entries), static_cast<unsigned long long>(c.bad + at_open),
                   static_cast<unsigned long long>(c.errors));
     }
     if (c.errors) rc = 1;
   }
-  if (!server_url.empty()) {
-    if (int live = live_stats(server_url, api_key); live != 0) rc = live;
+  return rc;
+}
+
+}  // namespace
+
+int cache_main(int argc, char** argv) {
+  CLI::App app{"Inspect, verify or clear the KV chunk tiers", "kvstash cache"};
+  CacheOptions o;
+  app.add_option("action", o.action, "stats | verify | clear")->required()->check(CLI::IsMember({"stats", "verify", "clear"}));
+  app.add_option("--cache-disk", o.disk_dir, "the disk tier's directory");
+  app.add_option("--cache-redis", o.redis_url, "redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]");
+  app.add_option("--server", o.server_url,
+                 "stats: also a running server's tiers and pins, from its /metrics (http://HOST:PORT)");
+  app.add_option("--api-key", o.api_key, "the server's API key, for --server (unless it serves --public-metrics)");
+  app.add_option("--trust-keys", o.trust_file,
+                 "verify: also count response records whose producer is not one of these keys (a file of hex keys)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!o.server_url.empty() && o.action != "stats") {
+    std::fprintf(stderr, "kvstash cache: --server is for stats only (%s works on the tiers' storage)\n", o.action.c_str());
+    return 2;
+  }
+  if (o.disk_dir.empty() && o.redis_url.empty()) {
+    if (!o.server_url.empty()) return live_stats(o.server_url, o.api_key);
+    std::fprintf(stderr, "kvstash cache: give --cache-disk and/or --cache-redis (stats also: --server URL)\n");
+    return 2;
+  }
+  std::unique_ptr<identity::TrustList> trust;
+  if (!o.trust_file.empty()) {
+    trust = std::make_unique<identity::TrustList>();
+    if (Status st = trust->add_file(o.trust_file); !st) {
+      std::fprintf(stderr, "kvstash cache: --trust-keys: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
+  OpenedTiers tiers;
+  if (int rc = open_tiers(o, tiers); rc != 0) return rc;
+  int rc = walk_record_tiers(o.action, tiers, trust.get());
+  if (int chunks_rc = walk_chunk_tiers(o.action, tiers); chunks_rc != 0) rc = chunks_rc;
+  if (!o.server_url.empty()) {
+    if (int live = live_stats(o.server_url, o.api_key); live != 0) rc = live;
   }
   return rc;
 }
