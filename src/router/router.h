@@ -42,7 +42,13 @@ struct RouterOptions {
   int port = 8090;                 // 0 = any free port
   std::string model_path;          // GGUF whose vocabulary and chat template the workers serve ("" = route without keys)
   std::string chat_template;       // as serve's --chat-template ("" = the GGUF's)
-  std::vector<std::string> workers;  // http://HOST:PORT each
+  std::vector<std::string> workers;  // http://HOST:PORT each (decode or colocated workers)
+  // Prefill/decode disaggregation (docs/router.md; empty = off): workers that only prefill. A
+  // tokenized chat/completions request whose prompt has at least prefill_min_tokens tokens not
+  // predicted cached on the best decode worker is first sent to one of them with max_tokens 1,
+  // then answered by a decode worker as usual; a failed hop only skips it (colocated serving).
+  std::vector<std::string> prefill_workers;
+  std::int64_t prefill_min_tokens = 1024;
   Policy policy = Policy::kCacheAware;
   ScoreWeights weights;
   int hash_prefix_tokens = 256;    // prefix-hash: the prefix hashed (router/policy.h)

@@ -1,0 +1,142 @@
+// Prefill/decode disaggregation (issue 34, RouterOptions::prefill_workers) end to end: real
+// `kvstash serve` workers (tiny model, loopback), one in the prefill role and one decoding. A long
+// prompt takes the prefill hop and its greedy answer is the one a single node gives; a short one
+// skips the hop; a prefill worker killed before the request only costs the hop (colocated
+// serving on the decode worker, same answer, no error). Workers here share no store: these tests
+// prove routing and fallbacks, not the decode worker's loading of the prefilled KV.
+#include "cache/test_util.h"
+#include "modelgen/test_models.h"
+#include "router/router_test_util.h"
+
+namespace kvstash::router::testing {
+namespace {
+
+using server::testing::ServeProcess;
+
+std::vector<int> prompt(int seed, int n) {
+  std::vector<int> out;
+  std::uint32_t x = 2246822519u * static_cast<std::uint32_t>(seed + 7);
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(3 + static_cast<int>((x >> 8) % 240));
+  }
+  return out;
+}
+
+std::string text_of(const Answer& a) {
+  json j = a.json_body();
+  return j.is_object() && j.contains("choices") ? j["choices"][0].value("text", "") : "<no answer: " + a.body + ">";
+}
+
+class DisaggE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_path_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+    for (const char* name : {"decode", "prefill", "single"}) {
+      workers_.push_back(std::make_unique<ServeProcess>(
+          model_path_, std::vector<std::string>{"--cache-ram", "64MiB", "--chunk-tokens", "32"},
+          scratch_.path() + "/" + name + ".log"));
+      ASSERT_TRUE(workers_.back()->ready()) << workers_.back()->log();
+    }
+  }
+  ServeProcess& decode() { return *workers_[0]; }
+  ServeProcess& prefill() { return *workers_[1]; }
+  ServeProcess& single() { return *workers_[2]; }  // the reference: a node outside the router
+  std::unique_ptr<Router> start_router() {
+    RouterOptions o;
+    o.port = 0;
+    o.model_path = model_path_;
+    o.health_interval = std::chrono::milliseconds(600000);  // only failed requests take a worker out
+    o.worker.backoff_min = std::chrono::milliseconds(100);
+    o.workers = {worker_url(decode())};
+    o.prefill_workers = {worker_url(prefill())};
+    o.prefill_min_tokens = 64;
+    auto r = Router::create(o);
+    EXPECT_TRUE(r) << r.status().to_string();
+    if (!r) return nullptr;
+    EXPECT_TRUE((*r)->start());
+    return std::move(*r);
+  }
+  double metric(const Router& r, const std::string& sample) { return ServeProcess::metric_in("\n" + r.metrics_text(), sample); }
+
+  std::string model_path_;
+  cache::testing::ScratchDir scratch_;
+  std::vector<std::unique_ptr<ServeProcess>> workers_;
+};
+
+TEST_F(DisaggE2E, ALongPromptIsPrefilledOnThePrefillWorkerAndAnsweredAsOneNodeWould) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(1, 150);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.worker, worker_url(decode())) << "a prefill worker never answers";
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"failed\"}"), 0);
+  // The prefill worker computed the prompt's KV: its events reached the router's index.
+  EXPECT_TRUE(wait_until([&] { return status_of(*router, worker_url(prefill())).pool_keys > 0; }));
+  EXPECT_TRUE(status_of(*router, worker_url(prefill())).prefill);
+  EXPECT_FALSE(status_of(*router, worker_url(decode())).prefill);
+  // A chat request with a stream takes the hop too, and its stream still comes from the decode worker.
+  std::string words;
+  for (int x : prompt(7, 200)) words += " " + std::to_string(x);
+  json chat = {{"messages", json::array({json{{"role", "user"}, {"content", words}}})},
+               {"max_tokens", 4}, {"temperature", 0}, {"stream", true}};
+  Answer s = post(router->port(), "/v1/chat/completions", chat);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.worker, worker_url(decode()));
+  EXPECT_NE(s.body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 2);
+}
+
+TEST_F(DisaggE2E, AShortPromptSkipsTheHop) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(2, 20);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"skipped\"}"), 1);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 0);
+  EXPECT_EQ(status_of(*router, worker_url(prefill())).pool_keys, 0u);
+}
+
+TEST_F(DisaggE2E, AKilledPrefillWorkerFallsBackToColocatedServingWithTheSameAnswer) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const std::string dead = worker_url(prefill());
+  prefill().kill9();
+  const auto p = prompt(3, 150);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.worker, worker_url(decode()));
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"failed\"}"), 1);
+  EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
+  EXPECT_FALSE(status_of(*router, dead).up) << "the failed hop took the prefill worker out";
+  // While it is out, long prompts skip the hop (no prefill worker eligible).
+  Answer b = post(router->port(), "/v1/completions", completion(prompt(4, 150), 8));
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(text_of(b), text_of(post(single().port(), "/v1/completions", completion(prompt(4, 150), 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"skipped\"}"), 1);
+}
+
+TEST_F(DisaggE2E, APrefillWorkerIsNeverTheOnlyWorkerThatAnswers) {
+  RouterOptions o;
+  o.port = 0;
+  o.model_path = model_path_;
+  o.prefill_workers = {worker_url(prefill())};
+  auto r = Router::create(o);
+  ASSERT_TRUE(r) << r.status().to_string();
+  ASSERT_TRUE((*r)->start());
+  Answer a = post((*r)->port(), "/v1/completions", completion(prompt(5, 20), 4));
+  EXPECT_EQ(a.status, 503) << "no decode worker: refused, not answered by the prefill worker";
+  o.model_path.clear();
+  auto no_model = Router::create(o);
+  ASSERT_FALSE(no_model);
+  EXPECT_NE(no_model.status().message().find("--prefill-worker needs -m"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvstash::router::testing
