@@ -84,7 +84,7 @@ class RouterMetrics {
   std::map<std::pair<std::string, std::string>, std::int64_t> requests_;  // (worker, decision)
   std::map<std::pair<std::string, int>, std::int64_t> responses_;         // (worker, status)
   std::int64_t retries_ = 0, failed_ = 0;
-  std::map<std::string, std::int64_t> prefill_;  // outcome -> count
+  std::map<std::string, std::int64_t> prefill_ = {{"failed", 0}, {"hop", 0}, {"skipped", 0}};  // outcome -> count
   struct Cached {
     std::int64_t predicted = 0, actual = 0, prompt = 0, answers_with_usage = 0;
   };
