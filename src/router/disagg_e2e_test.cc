@@ -6,6 +6,7 @@
 // prove routing and fallbacks, not the decode worker's loading of the prefilled KV.
 #include <csignal>
 
+#include "cache/redis_test_server.h"
 #include "cache/test_util.h"
 #include "modelgen/test_models.h"
 #include "router/router_test_util.h"
@@ -35,17 +36,18 @@ class DisaggE2E : public ::testing::Test {
   void SetUp() override {
     model_path_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
     for (const char* name : {"decode", "prefill", "single"}) {
-      workers_.push_back(std::make_unique<ServeProcess>(
-          model_path_, std::vector<std::string>{"--cache-ram", "64MiB", "--chunk-tokens", "32"},
-          scratch_.path() + "/" + name + ".log"));
+      std::vector<std::string> args = {"--cache-ram", "64MiB", "--chunk-tokens", "32"};
+      if (std::string(name) != "single") args.insert(args.end(), shared_store_.begin(), shared_store_.end());
+      workers_.push_back(std::make_unique<ServeProcess>(model_path_, args, scratch_.path() + "/" + name + ".log"));
       ASSERT_TRUE(workers_.back()->ready()) << workers_.back()->log();
     }
   }
   ServeProcess& decode() { return *workers_[0]; }
   ServeProcess& prefill() { return *workers_[1]; }
   ServeProcess& single() { return *workers_[2]; }  // the reference: a node outside the router
-  std::unique_ptr<Router> start_router() {
+  std::unique_ptr<Router> start_router(std::chrono::milliseconds read_timeout = std::chrono::milliseconds(600000)) {
     RouterOptions o;
+    o.worker.read_timeout = read_timeout;
     o.port = 0;
     o.model_path = model_path_;
     o.health_interval = std::chrono::milliseconds(600000);  // only failed requests take a worker out
@@ -64,6 +66,7 @@ class DisaggE2E : public ::testing::Test {
   double metric(const Router& r, const std::string& sample) { return ServeProcess::metric_in("\n" + r.metrics_text(), sample); }
 
   std::string model_path_;
+  std::vector<std::string> shared_store_;  // serve arguments of the decode and prefill workers' shared store
   cache::testing::ScratchDir scratch_;
   std::vector<std::unique_ptr<ServeProcess>> workers_;
 };
@@ -171,6 +174,52 @@ TEST_F(DisaggE2E, APrefillWorkerIsNeverTheOnlyWorkerThatAnswers) {
   auto no_model = Router::create(o);
   ASSERT_FALSE(no_model);
   EXPECT_NE(no_model.status().message().find("--prefill-worker needs -m"), std::string::npos);
+}
+
+// The decode and prefill workers share a redis-server (--cache-redis); the reference node does not.
+class DisaggStoreE2E : public DisaggE2E {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cache::testing::redis_installed()) << "redis-server is not installed";
+    redis_ = std::make_unique<cache::testing::RedisTestServer>(cache::testing::free_port());
+    ASSERT_TRUE(redis_->ready());
+    shared_store_ = {"--cache-redis", "redis://127.0.0.1:" + std::to_string(redis_->port())};
+    DisaggE2E::SetUp();
+  }
+  std::unique_ptr<cache::testing::RedisTestServer> redis_;
+};
+
+// The hop's kvstash_store_sync: the prefill worker answers once its chunks (the prompt's tail
+// included) are in redis, so the decode worker, whose own pool never saw the prompt, loads them.
+TEST_F(DisaggStoreE2E, TheDecodeWorkerLoadsThePrefilledKvFromTheSharedStore) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(21, 150);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.worker, worker_url(decode()));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
+  EXPECT_GE(a.cached(), 128) << "the decode worker found the prefill worker's chunks in redis: " << a.body;
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+}
+
+// A store that refuses writes (the redis-server killed): whatever the hop does, the answer is the
+// single node's and nothing fails.
+TEST_F(DisaggStoreE2E, AStoreThatRefusesWritesStillGivesTheSameAnswer) {
+  auto router = start_router(std::chrono::milliseconds(30000));
+  ASSERT_TRUE(router);
+  redis_->kill();
+  for (int seed : {22, 23}) {
+    const auto p = prompt(seed, 150);
+    Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.worker, worker_url(decode()));
+    EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  }
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}") +
+                metric(*router, "kvstash_router_prefill_total{outcome=\"failed\"}"),
+            2);
+  EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
 }
 
 }  // namespace
