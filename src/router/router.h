@@ -12,6 +12,9 @@
 //   GET /admin/workers, POST /admin/workers {"url"}, DELETE /admin/workers?url=U,
 //   POST /admin/workers/drain {"url", "drain": true|false}; any other path is proxied to the
 //   least-loaded worker (/v1/models, /tokenize, ...).
+// Prefill/decode disaggregation (RouterOptions::prefill_workers, docs/router.md): a long prompt
+// is first sent with max_tokens 1 and kvstash_store_sync to a prefill worker (which writes its KV
+// to the shared store), then answered by a decode worker as above; a failed hop only skips it.
 // Keys (RouterOptions): clients' API keys on proxied requests, a separate key towards the
 // workers, and a bearer token on /admin/* (required when listening beyond loopback).
 //
