@@ -21,6 +21,14 @@ int route_main(int argc, char** argv) {
   int health_ms = static_cast<int>(o.health_interval.count());
   int backoff_max_ms = static_cast<int>(o.worker.backoff_max.count());
   app.add_option("--worker", o.workers, "A worker's URL, http://HOST:PORT (repeatable; more via POST /admin/workers)");
+  app.add_option("--prefill-worker", o.prefill_workers,
+                 "A prefill worker's URL (repeatable): long prompts are prefilled there first, then decoded on a --worker "
+                 "that loads their KV from the shared store (docs/router.md, disaggregation)");
+  app.add_option("--prefill-min-tokens", o.prefill_min_tokens,
+                 "The prefill hop is taken when at least this many prompt tokens are not predicted cached on the best "
+                 "decode worker")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("-m,--model", o.model_path,
                  "The workers' GGUF: its vocabulary and chat template (metadata only) tokenize requests; without it "
                  "requests are routed by load alone");

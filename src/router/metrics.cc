@@ -31,6 +31,11 @@ void RouterMetrics::count_retry() {
   ++retries_;
 }
 
+void RouterMetrics::count_prefill(const std::string& outcome) {
+  std::lock_guard lock(mu_);
+  ++prefill_[outcome];
+}
+
 void RouterMetrics::count_failed() {
   std::lock_guard lock(mu_);
   ++failed_;
@@ -129,6 +134,8 @@ std::string RouterMetrics::render(const std::vector<WorkerStatus>& workers, cons
   m.family("kvstash_router_responses_total", "counter", "Worker responses by HTTP status.");
   for (const auto& [k, v] : responses_) m.sample({{"worker", k.first}, {"status", std::to_string(k.second)}}, v);
   m.counter("kvstash_router_retries_total", "Requests sent again to another worker after a failure.", retries_);
+  m.family("kvstash_router_prefill_total", "counter", "Prefill hops to a prefill worker: hop (done), skipped, failed (colocated instead).");
+  for (const auto& [k, v] : prefill_) m.sample("outcome", k, v);
   m.counter("kvstash_router_failed_total", "Requests no worker could answer.", failed_);
   m.family("kvstash_router_predicted_cached_tokens_total", "counter", "Cached prompt tokens the router's index predicted.");
   for (const auto& [w, c] : cached_) m.sample("worker", w, c.predicted);

@@ -2,6 +2,7 @@
 //   kvstash_router_requests_total{worker,decision}            requests sent, by why
 //   kvstash_router_responses_total{worker,status}             answers by HTTP status
 //   kvstash_router_retries_total                              requests sent again after a failure before the first byte
+//   kvstash_router_prefill_total{outcome="hop"|"skipped"|"failed"}  the prefill hop (docs/router.md)
 //   kvstash_router_failed_total                               requests no worker could take (503)
 //   kvstash_router_predicted_cached_tokens_total{worker}      what the index predicted
 //   kvstash_router_actual_cached_tokens_total{worker}         what usage.prompt_tokens_details.cached_tokens said
@@ -59,6 +60,10 @@ class RouterMetrics {
   void count_response(const std::string& worker, int status);
   void count_retry();
   void count_failed();
+  // The prefill hop (prefill/decode disaggregation): sent and answered 200, skipped (the prompt's
+  // uncached part under prefill_min_tokens, or no prefill worker eligible), failed (fell back to
+  // colocated serving on the decode worker).
+  void count_prefill(const std::string& outcome);
   // predicted: what the index said; actual: from usage (-1 when the answer had none).
   void count_cached(const std::string& worker, std::int64_t predicted, std::int64_t actual, std::int64_t prompt_tokens);
   void observe_overhead(double seconds);
@@ -79,6 +84,7 @@ class RouterMetrics {
   std::map<std::pair<std::string, std::string>, std::int64_t> requests_;  // (worker, decision)
   std::map<std::pair<std::string, int>, std::int64_t> responses_;         // (worker, status)
   std::int64_t retries_ = 0, failed_ = 0;
+  std::map<std::string, std::int64_t> prefill_ = {{"failed", 0}, {"hop", 0}, {"skipped", 0}};  // outcome -> count
   struct Cached {
     std::int64_t predicted = 0, actual = 0, prompt = 0, answers_with_usage = 0;
   };

@@ -87,12 +87,13 @@ std::shared_ptr<Worker> Router::Impl::find_worker(const std::string& url) const 
   return nullptr;
 }
 
-Status Router::Impl::add_worker(const std::string& url) {
+Status Router::Impl::add_worker(const std::string& url, bool prefill) {
   std::string host;
   int port = 0;
   if (Status st = parse_worker_url(url, &host, &port); !st) return st;
   std::string normal = "http://" + host + ":" + std::to_string(port);
   auto worker = std::make_shared<Worker>(normal, host, port, options.worker);
+  worker->set_prefill(prefill);
   {
     std::lock_guard lock(workers_mu);
     for (const auto& w : workers) {
@@ -166,7 +167,7 @@ void Router::Impl::handle(http::Request req, std::shared_ptr<http::Exchange> exc
   const std::string& path = req.path;
   if (path == "/health" && req.method == "GET") {
     int up = 0;
-    for (const auto& w : worker_list()) up += w->eligible() ? 1 : 0;
+    for (const auto& w : worker_list()) up += w->eligible() && !w->prefill() ? 1 : 0;
     exchange->respond({up > 0 ? 200 : 503, "application/json", {},
                        json{{"status", up > 0 ? "ok" : "no worker available"}, {"workers_up", up}}.dump()});
     return;
@@ -197,6 +198,7 @@ json worker_json(const WorkerStatus& s) {
   return {{"url", s.url},
           {"up", s.up},
           {"draining", s.draining},
+          {"role", s.prefill ? "prefill" : "decode"},
           {"in_flight", s.in_flight},
           {"load_tokens", s.load_tokens},
           {"events_connected", s.events_connected},
@@ -273,6 +275,15 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
   }
   for (const std::string& url : options.workers) {
     if (Status st = s.add_worker(url); !st) return st;
+  }
+  if (!options.prefill_workers.empty() && options.model_path.empty()) {
+    return invalid_argument("--prefill-worker needs -m (the router tokenizes a prompt to decide its prefill hop)");
+  }
+  if (!options.prefill_workers.empty() && options.policy == Policy::kRoundRobin) {
+    return invalid_argument("--prefill-worker is not supported with --policy round-robin (it does not tokenize)");
+  }
+  for (const std::string& url : options.prefill_workers) {
+    if (Status st = s.add_worker(url, /*prefill=*/true); !st) return st;
   }
   return router;
 }

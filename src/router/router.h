@@ -12,6 +12,9 @@
 //   GET /admin/workers, POST /admin/workers {"url"}, DELETE /admin/workers?url=U,
 //   POST /admin/workers/drain {"url", "drain": true|false}; any other path is proxied to the
 //   least-loaded worker (/v1/models, /tokenize, ...).
+// Prefill/decode disaggregation (RouterOptions::prefill_workers, docs/router.md): a long prompt
+// is first sent with max_tokens 1 and kvstash_store_sync to a prefill worker (which writes its KV
+// to the shared store), then answered by a decode worker as above; a failed hop only skips it.
 // Keys (RouterOptions): clients' API keys on proxied requests, a separate key towards the
 // workers, and a bearer token on /admin/* (required when listening beyond loopback).
 //
@@ -42,7 +45,13 @@ struct RouterOptions {
   int port = 8090;                 // 0 = any free port
   std::string model_path;          // GGUF whose vocabulary and chat template the workers serve ("" = route without keys)
   std::string chat_template;       // as serve's --chat-template ("" = the GGUF's)
-  std::vector<std::string> workers;  // http://HOST:PORT each
+  std::vector<std::string> workers;  // http://HOST:PORT each (decode or colocated workers)
+  // Prefill/decode disaggregation (docs/router.md; empty = off): workers that only prefill. A
+  // tokenized chat/completions request whose prompt has at least prefill_min_tokens tokens not
+  // predicted cached on the best decode worker is first sent to one of them with max_tokens 1,
+  // then answered by a decode worker as usual; a failed hop only skips it (colocated serving).
+  std::vector<std::string> prefill_workers;
+  std::int64_t prefill_min_tokens = 1024;
   Policy policy = Policy::kCacheAware;
   ScoreWeights weights;
   int hash_prefix_tokens = 256;    // prefix-hash: the prefix hashed (router/policy.h)

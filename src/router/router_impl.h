@@ -94,7 +94,7 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
   void handle_admin(const http::Request& req, const std::shared_ptr<http::Exchange>& ex);
   std::vector<std::shared_ptr<Worker>> worker_list() const;
   std::shared_ptr<Worker> find_worker(const std::string& url) const;
-  Status add_worker(const std::string& url);
+  Status add_worker(const std::string& url, bool prefill = false);
   Status remove_worker(const std::string& url);
   void health_loop();
   std::string metrics_text() const;
@@ -111,6 +111,8 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
     // The Responses API: the node tag of the response the request continues (previous_response_id)
     // or addresses (GET/DELETE /v1/responses/{id}); it goes to the worker that stores it.
     std::string owner_tag;
+    // The prefill hop's request body (RouterOptions::prefill_workers); "" = no hop.
+    std::string prefill_body;
   };
   Prompt tokenize(const http::Request& req) const;
   // One proxied request, from handle() to its answer's last byte (router_proxy.cc).

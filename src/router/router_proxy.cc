@@ -48,6 +48,21 @@ std::pair<std::int64_t, std::int64_t> usage_of(const json& j) {
   return {cached, u.value("prompt_tokens", std::int64_t{0})};
 }
 
+// The prefill hop's body: the client's request with max_tokens 1 (no max_completion_tokens), no
+// stream (nor stream_options), n 1 and "kvstash_store_sync": true (the worker answers once its KV
+// reached the shared store). "" when the body is not a JSON object.
+std::string prefill_body(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return "";
+  j.erase("max_completion_tokens");
+  j.erase("stream_options");
+  j["max_tokens"] = 1;
+  j["stream"] = false;
+  j["n"] = 1;
+  j["kvstash_store_sync"] = true;
+  return j.dump();
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path, const std::string& chat_template_override,
@@ -87,6 +102,10 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   p.tokens = std::move(gen.prompt);
   p.cache_salt = std::move(gen.cache_salt);
   p.max_tokens = gen.max_tokens;
+  // The prefill hop's body, when a hop may be taken (whether it is, the index decides later on the strand).
+  if (!options.prefill_workers.empty() && static_cast<std::int64_t>(p.tokens.size()) >= options.prefill_min_tokens) {
+    p.prefill_body = prefill_body(req.body);
+  }
   return p;
 }
 
@@ -106,6 +125,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   int attempt = 0;
   bool gone = false;  // the client's connection closed
   std::shared_ptr<http::UpstreamCall> upstream;  // the exchange in flight
+  std::shared_ptr<Worker> prefill_worker;  // the prefill hop in flight
 
   // The attempt in flight.
   std::shared_ptr<Worker> worker;
@@ -150,6 +170,69 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     if (!options.worker_api_key.empty()) up.headers.push_back({"Authorization", "Bearer " + options.worker_api_key});
   }
 
+  // The request's route: the prefill hop first when it needs one (RouterOptions::prefill_workers),
+  // then next(). The hop's failure, whatever it is, only leaves the decode worker to prefill.
+  void start() {
+    Impl& r = *router;
+    if (r.options.prefill_workers.empty() || !prompt.tokenized || gone) return next();
+    if (prompt.prefill_body.empty()) {  // fewer tokens than prefill_min_tokens in all
+      r.metrics.count_prefill("skipped");
+      return next();
+    }
+    // The prompt's tokens predicted cached on the best eligible decode worker.
+    std::int64_t best_cached = 0;
+    std::vector<std::shared_ptr<Worker>> prefill;
+    for (auto& w : r.worker_list()) {
+      if (!w->eligible()) continue;
+      if (w->prefill()) {
+        prefill.push_back(w);
+      } else if (std::optional<WorkerKvInfo> info = w->kv_info()) {
+        best_cached = std::max<std::int64_t>(best_cached, w->index().match(*info, keys_for(*info)).total());
+      }
+    }
+    const auto uncached = static_cast<std::int64_t>(prompt.tokens.size()) - best_cached;
+    if (prefill.empty() || uncached < r.options.prefill_min_tokens) {
+      r.metrics.count_prefill("skipped");
+      return next();
+    }
+    // The least loaded prefill worker (tokens, then requests in flight).
+    prefill_worker = *std::min_element(prefill.begin(), prefill.end(), [](const auto& a, const auto& b) {
+      return std::pair(a->load_tokens(), a->in_flight()) < std::pair(b->load_tokens(), b->in_flight());
+    });
+    http::UpstreamRequest hop;
+    hop.method = upstream_request.method;
+    hop.target = upstream_request.target;
+    hop.headers = upstream_request.headers;
+    hop.body = std::move(prompt.prefill_body);
+    prompt.prefill_body.clear();
+    prefill_worker->begin_request(uncached + 1);
+    auto self = shared_from_this();
+    auto hop_status = std::make_shared<int>(0);
+    http::UpstreamHandlers handlers;
+    handlers.on_head = [self, hop_status](http::UpstreamHead h) {
+      *hop_status = h.status;
+      return !self->gone;
+    };
+    handlers.on_body = [self](std::string_view) { return !self->gone; };  // the one token is not needed
+    handlers.on_done = [self, hop_status, uncached](const http::UpstreamResult& result) {
+      self->upstream.reset();
+      std::shared_ptr<Worker> w = std::move(self->prefill_worker);
+      self->prefill_worker = nullptr;
+      w->end_request(uncached + 1);
+      const bool ok = result.answered && result.ok && *hop_status == 200;
+      if (!result.answered && !self->gone) w->mark_failed();  // in transport: taken out, checked again later
+      self->router->metrics.count_prefill(ok ? "hop" : "failed");
+      if (self->router->options.log_requests) {
+        server::log_line("prefill " + self->req.path + " -> " + w->url() +
+                         (ok ? "" : " failed (" + (result.answered ? "HTTP " + std::to_string(*hop_status) : result.error) +
+                                        "): decode worker prefills"));
+      }
+      self->next();
+    };
+    std::shared_ptr<http::UpstreamCall> call = prefill_worker->upstream().send(ex, hop, std::move(handlers));
+    if (call) upstream = std::move(call);
+  }
+
   // Chooses a worker among those not tried and sends the request there; 503 when none is left.
   void next() {
     Impl& r = *router;
@@ -157,7 +240,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     if (attempt < r.options.max_attempts) {
       std::vector<std::shared_ptr<Worker>> eligible;
       for (auto& w : r.worker_list()) {
-        if (w->eligible() && std::find(tried.begin(), tried.end(), w->url()) == tried.end()) eligible.push_back(w);
+        if (w->eligible() && !w->prefill() && std::find(tried.begin(), tried.end(), w->url()) == tried.end()) eligible.push_back(w);
       }
       if (!eligible.empty()) return send(eligible);
     }
@@ -365,14 +448,14 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
       p->router->metrics.observe_queue(seconds(Clock::now() - p->arrived));
       p->prompt = p->router->tokenize(p->req);  // (a generation request: no owner_tag to keep)
       p->build_upstream_request(p->router->options);
-      p->ex->post([p] { p->next(); });
+      p->ex->post([p] { p->start(); });
     });
     return;
   }
   metrics.observe_queue(seconds(Clock::now() - arrived));
   if (tokenizes) p->prompt = tokenize(p->req);
   p->build_upstream_request(options);
-  p->next();
+  p->start();
 }
 
 }  // namespace kvstash::router

@@ -139,6 +139,7 @@ WorkerStatus Worker::status() const {
   s.draining = draining_;
   s.in_flight = in_flight_;
   s.load_tokens = load_tokens_;
+  s.prefill = prefill_;
   s.pool_keys = index_.size(cache::KvSource::kPool);
   s.memory_keys = index_.size(cache::KvSource::kMemory);
   s.disk_keys = index_.size(cache::KvSource::kDisk);

@@ -58,6 +58,7 @@ struct WorkerStatus {
   std::size_t pool_keys = 0, memory_keys = 0, disk_keys = 0;
   int failures = 0;  // consecutive
   std::uint64_t marked_down = 0;  // times taken out (a failed request or health check), in all
+  bool prefill = false;  // a prefill worker (RouterOptions::prefill_workers), never a decode choice
 };
 
 class Worker {
@@ -75,6 +76,10 @@ class Worker {
   bool up() const { return up_.load(); }
   void set_draining(bool on) { draining_ = on; }
   bool draining() const { return draining_.load(); }
+  // Prefill role (prefill/decode disaggregation, docs/router.md): the router sends it only the
+  // prefill hop of long prompts, never a request to answer. Set once, before start().
+  void set_prefill(bool on) { prefill_ = on; }
+  bool prefill() const { return prefill_.load(); }
   // A transport failure (proxy or health check): down, next check after the backoff.
   void mark_failed();
   void mark_ok();
@@ -111,7 +116,7 @@ class Worker {
   const std::string url_, host_;
   const int port_;
   const WorkerOptions options_;
-  std::atomic<bool> up_{true}, draining_{false};
+  std::atomic<bool> up_{true}, draining_{false}, prefill_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<std::int64_t> load_tokens_{0};
   PrefixIndex index_;

@@ -48,6 +48,9 @@ class GenerationBackend {
   virtual EngineStats stats() const = 0;
   // The KV store's counters; the default is "no store" (scripted backends need not care).
   virtual KvStoreSnapshot kv_store_stats() const { return {}; }
+  // Blocks until the KV store's write-behind queues are empty (kvstash_store_sync); the default,
+  // and a backend without a store, returns at once. Never on an HTTP I/O thread or the engine's.
+  virtual void flush_kv_store() {}
   virtual const ModelInfo& model_info() const = 0;
   // The normalised mean-pooled embedding of `tokens` (engine/embedder.h), from any thread; the
   // default is kUnsupported (scripted backends). Errors: kInvalidArgument (empty, too long, id out

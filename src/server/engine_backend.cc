@@ -38,6 +38,9 @@ class EngineBackend final : public GenerationBackend {
     out.store = store->stats();
     return out;
   }
+  void flush_kv_store() override {
+    if (cache::TieredStore* store = engine_.options().kv_store) store->flush();
+  }
   const ModelInfo& model_info() const override { return info_; }
   // The embedder is made at the first call (its KV buffer is unused memory otherwise).
   Expected<std::vector<float>> embed(std::span<const TokenId> tokens) override { return embedder().embed(tokens); }

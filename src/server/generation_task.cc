@@ -198,7 +198,7 @@ json GenerationTask::choice_json(Choice& c, int index) const {
 }
 
 void GenerationTask::complete() {
-  if (finished_) return;
+  if (finished_ || gated_) return;
   const Outcome o = total_outcome();
   const bool chat = parsed_.endpoint == Endpoint::kChatCompletions;
   host_.metrics.observe_generation(o.prompt_tokens, o.cached_tokens, o.completion_tokens,
@@ -241,6 +241,21 @@ void GenerationTask::complete() {
   http::Response r;
   r.body = dump_json(body);
   r.headers = headers_;
+  if (gate_) {
+    AnswerGate gate = std::move(gate_);
+    gate_ = nullptr;
+    gated_ = true;  // complete() again (a late pump) must not answer twice
+    gate([self = shared_from_this(), r = std::move(r), o]() mutable {
+      self->exchange_->post([self, r = std::move(r), o]() mutable {
+        if (self->finished_) return;  // the client left meanwhile
+        self->host_.metrics.count_request(self->record_.endpoint, 200);
+        self->exchange_->respond(std::move(r));
+        self->host_.log(self->record_, 200, o, "");
+        self->end_task();
+      });
+    });
+    return;
+  }
   host_.metrics.count_request(record_.endpoint, 200);  // before the answer leaves
   exchange_->respond(std::move(r));
   host_.log(record_, 200, o, "");

@@ -75,6 +75,10 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   // before start().
   using AnswerCallback = std::function<void(const Generation& gen, const std::string& text)>;
   void set_answer_callback(AnswerCallback callback) { on_answer_ = std::move(callback); }
+  // Holds a whole non-streamed answer until `gate` calls `send` (on any thread: send posts itself
+  // to the strand); kvstash_store_sync's wait for the KV store. Set before start().
+  using AnswerGate = std::function<void(std::function<void()> send)>;
+  void set_answer_gate(AnswerGate gate) { gate_ = std::move(gate); }
   // Parse the output for tool calls in `format` (tool_calls.h) when the request lets the model
   // call (ParsedRequest::tools); set before start().
   void set_tool_call_format(ToolCallFormat format);
@@ -126,6 +130,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::string abort_reason_;             // why abort() ended it
   std::vector<http::Header> headers_;
   AnswerCallback on_answer_;
+  AnswerGate gate_;
+  bool gated_ = false;  // the answer waits at the gate (strand only)
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // kNone: output is content only
 };
 

@@ -511,6 +511,10 @@ std::optional<ApiError> parse_object(const json& body, ParsedRequest& out) {
   if (auto err = parse_logprobs(body, out)) return err;
   if (auto err = get_bool(body, "ignore_eos", out.ignore_eos)) return err;
   if (auto err = get_bool(body, "response_cache", out.response_cache)) return err;
+  if (auto err = get_bool(body, "kvstash_store_sync", out.store_sync)) return err;
+  if (out.store_sync && out.stream) {
+    return bad_request("'kvstash_store_sync' is for non-streamed requests", "kvstash_store_sync", "unsupported_parameter");
+  }
   std::optional<std::int64_t> kv_budget;
   if (auto err = get_int(body, "kv_budget", kv_budget)) return err;
   if (kv_budget) {

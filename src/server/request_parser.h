@@ -69,6 +69,10 @@ struct ParsedRequest {
   std::string cache_salt;
   bool ignore_eos = false;            // generate through end-of-generation tokens
   bool response_cache = true;         // "response_cache": false opts out of the response cache
+  // "kvstash_store_sync": the answer leaves only once the KV store's write-behind queues are
+  // flushed, so that another node finds every chunk of the prompt (the router's prefill hop,
+  // docs/router.md). Not with stream. Without a KV store: nothing to wait for.
+  bool store_sync = false;
   int kv_budget = -1;                 // KV budget in tokens: -1 the server's, 0 none (kvstash extension)
   // Tool calling (chat only; tool_request.h).
   ToolRequest tools;

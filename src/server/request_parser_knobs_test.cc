@@ -93,5 +93,23 @@ TEST(RequestParserKnobs, UnimplementedSamplersAreRefusedByName) {
   EXPECT_LT(r.sampling.top_n_sigma, 0.0f);
 }
 
+// kvstash_store_sync (the router's prefill hop, docs/router.md): a bool, off by default, not with
+// stream, on completions too.
+TEST(RequestParserKnobs, StoreSyncIsABoolForNonStreamedRequests) {
+  ParsedRequest r;
+  ASSERT_FALSE(parse_named(kChat, chat(R"("max_tokens": 1)"), r));
+  EXPECT_FALSE(r.store_sync);
+  ParsedRequest s;
+  auto err = parse_named(kChat, chat(R"("kvstash_store_sync": true, "stream": false)"), s);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_TRUE(s.store_sync);
+  ParsedRequest c;
+  err = parse_named(Endpoint::kCompletions, R"({"prompt": "x", "kvstash_store_sync": true})", c);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_TRUE(c.store_sync);
+  EXPECT_EQ(error_of(chat(R"("kvstash_store_sync": true, "stream": true)")).param, "kvstash_store_sync");
+  EXPECT_EQ(error_of(chat(R"("kvstash_store_sync": 1)")).param, "kvstash_store_sync");
+}
+
 }  // namespace
 }  // namespace kvstash::server

@@ -611,6 +611,7 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
                 nullptr};
   ResponseMeta meta{record.id, static_cast<std::int64_t>(std::time(nullptr)), info.id};
   const bool want_logprobs = parsed.logprobs;
+  const bool store_sync = parsed.store_sync;
   const bool salted = !request.cache_salt.empty();  // its record stays on this node (peer sharing)
   const int prompt_tokens = static_cast<int>(request.prompt.size());
   const bool store_answer = cached && cached->status == "miss";
@@ -625,6 +626,17 @@ void Server::Impl::launch(std::shared_ptr<http::Exchange> exchange, ParsedReques
   auto task = std::make_shared<GenerationTask>(std::move(host), exchange, std::move(gens), std::move(parsed),
                                                std::move(meta), std::move(record));
   task->set_tool_call_format(tool_format);
+  if (store_sync) {
+    // The flush blocks: on a request worker, never this I/O thread or the engine's; when none
+    // takes it (queue full, stopping), the answer waits for nothing rather than failing.
+    task->set_answer_gate([this](std::function<void()> send) {
+      auto job = [this, send] {
+        backend.flush_kv_store();
+        send();
+      };
+      if (!workers->submit(job)) send();
+    });
+  }
   if (cached) {
     std::vector<http::Header> headers = {{"x-kvstash-cache", cached->status}};
     if (cached->status != "bypass") headers.push_back({"x-kvstash-cache-key", cached->key.hex()});

@@ -1,0 +1,227 @@
+// Prefill/decode disaggregation (issue 34, RouterOptions::prefill_workers) end to end: real
+// `kvstash serve` workers (tiny model, loopback), one in the prefill role and one decoding. A long
+// prompt takes the prefill hop and its greedy answer is the one a single node gives; a short one
+// skips the hop; a prefill worker killed before the request only costs the hop (colocated
+// serving on the decode worker, same answer, no error). Workers here share no store: these tests
+// prove routing and fallbacks, not the decode worker's loading of the prefilled KV.
+#include <csignal>
+
+#include "cache/redis_test_server.h"
+#include "cache/test_util.h"
+#include "modelgen/test_models.h"
+#include "router/router_test_util.h"
+
+namespace kvstash::router::testing {
+namespace {
+
+using server::testing::ServeProcess;
+
+std::vector<int> prompt(int seed, int n) {
+  std::vector<int> out;
+  std::uint32_t x = 2246822519u * static_cast<std::uint32_t>(seed + 7);
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(3 + static_cast<int>((x >> 8) % 240));
+  }
+  return out;
+}
+
+std::string text_of(const Answer& a) {
+  json j = a.json_body();
+  return j.is_object() && j.contains("choices") ? j["choices"][0].value("text", "") : "<no answer: " + a.body + ">";
+}
+
+class DisaggE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_path_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+    for (const char* name : {"decode", "prefill", "single"}) {
+      std::vector<std::string> args = {"--cache-ram", "64MiB", "--chunk-tokens", "32"};
+      if (std::string(name) != "single") args.insert(args.end(), shared_store_.begin(), shared_store_.end());
+      workers_.push_back(std::make_unique<ServeProcess>(model_path_, args, scratch_.path() + "/" + name + ".log"));
+      ASSERT_TRUE(workers_.back()->ready()) << workers_.back()->log();
+    }
+  }
+  ServeProcess& decode() { return *workers_[0]; }
+  ServeProcess& prefill() { return *workers_[1]; }
+  ServeProcess& single() { return *workers_[2]; }  // the reference: a node outside the router
+  std::unique_ptr<Router> start_router(std::chrono::milliseconds read_timeout = std::chrono::milliseconds(600000)) {
+    RouterOptions o;
+    o.worker.read_timeout = read_timeout;
+    o.port = 0;
+    o.model_path = model_path_;
+    o.health_interval = std::chrono::milliseconds(600000);  // only failed requests take a worker out
+    o.worker.backoff_min = std::chrono::milliseconds(100);
+    o.workers = {worker_url(decode())};
+    o.prefill_workers = {worker_url(prefill())};
+    o.prefill_min_tokens = 64;
+    auto r = Router::create(o);
+    EXPECT_TRUE(r) << r.status().to_string();
+    if (!r) return nullptr;
+    EXPECT_TRUE((*r)->start());
+    return std::move(*r);
+  }
+  // Kills (SIGKILL) or hangs (SIGSTOP) the prefill worker after a first hop, then sends two long prompts.
+  void fail_prefill_worker(bool hang);
+  double metric(const Router& r, const std::string& sample) { return ServeProcess::metric_in("\n" + r.metrics_text(), sample); }
+
+  std::string model_path_;
+  std::vector<std::string> shared_store_;  // serve arguments of the decode and prefill workers' shared store
+  cache::testing::ScratchDir scratch_;
+  std::vector<std::unique_ptr<ServeProcess>> workers_;
+};
+
+TEST_F(DisaggE2E, ALongPromptIsPrefilledOnThePrefillWorkerAndAnsweredAsOneNodeWould) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(1, 150);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.worker, worker_url(decode())) << "a prefill worker never answers";
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"failed\"}"), 0);
+  // The prefill worker prefilled the prompt (its own counters; the hop ended before the decode).
+  EXPECT_GE(prefill().metric("kvstash_prompt_tokens_total"), 150);
+  EXPECT_EQ(decode().metric("kvstash_prompt_tokens_total"), 150) << "the decode worker saw the prompt once";
+  EXPECT_TRUE(status_of(*router, worker_url(prefill())).prefill);
+  EXPECT_FALSE(status_of(*router, worker_url(decode())).prefill);
+  // A chat request with a stream takes the hop too, and its stream still comes from the decode worker.
+  std::string words;
+  for (int x : prompt(7, 200)) words += " " + std::to_string(x);
+  json chat = {{"messages", json::array({json{{"role", "user"}, {"content", words}}})},
+               {"max_tokens", 4}, {"temperature", 0}, {"stream", true}};
+  Answer s = post(router->port(), "/v1/chat/completions", chat);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.worker, worker_url(decode()));
+  EXPECT_NE(s.body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 2);
+}
+
+TEST_F(DisaggE2E, AShortPromptSkipsTheHop) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(2, 20);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"skipped\"}"), 1);
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 0);
+  EXPECT_EQ(status_of(*router, worker_url(prefill())).pool_keys, 0u);
+}
+
+// A prefill worker that fails under the router (killed, or hung past the read timeout) costs
+// only the hop: the decode worker prefills (colocated serving), the answer is the same, and no
+// request fails. Whether the router had already taken a killed worker out (its first health round
+// runs as the router starts) or finds out from the hop itself, the outcome is a fallback: the
+// test allows either of the two counters, never an error and never a hop that "succeeded".
+void DisaggE2E::fail_prefill_worker(bool hang) {
+  {
+    RouterOptions o;
+    o.port = 0;
+    o.model_path = model_path_;
+    o.health_interval = std::chrono::milliseconds(600000);
+    o.worker.read_timeout = std::chrono::milliseconds(1000);  // the hung hop's end
+    o.workers = {worker_url(decode())};
+    o.prefill_workers = {worker_url(prefill())};
+    o.prefill_min_tokens = 64;
+    auto r = Router::create(o);
+    ASSERT_TRUE(r) << r.status().to_string();
+    Router& router = **r;
+    ASSERT_TRUE(router.start());
+    // A first request takes the hop (the prefill worker is up).
+    Answer warm = post(router.port(), "/v1/completions", completion(prompt(10, 150), 4));
+    ASSERT_EQ(warm.status, 200) << warm.body;
+    ASSERT_EQ(metric(router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
+    const std::string failed_url = worker_url(prefill());
+    if (hang) {
+      ASSERT_EQ(::kill(prefill().pid(), SIGSTOP), 0);
+    } else {
+      prefill().kill9();
+    }
+    for (int seed : {3, 4}) {
+      const auto p = prompt(seed, 150);
+      Answer a = post(router.port(), "/v1/completions", completion(p, 8));
+      ASSERT_EQ(a.status, 200) << a.body;
+      EXPECT_EQ(a.worker, worker_url(decode()));
+      EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+    }
+    EXPECT_EQ(metric(router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1) << "no hop after the failure succeeded";
+    EXPECT_EQ(metric(router, "kvstash_router_prefill_total{outcome=\"failed\"}") +
+                  metric(router, "kvstash_router_prefill_total{outcome=\"skipped\"}"),
+              2);
+    EXPECT_LE(metric(router, "kvstash_router_prefill_total{outcome=\"failed\"}"), 1) << "one failed hop takes the worker out";
+    EXPECT_EQ(metric(router, "kvstash_router_failed_total"), 0);
+    EXPECT_FALSE(status_of(router, failed_url).up);
+    if (hang) ::kill(prefill().pid(), SIGCONT);
+    router.stop();
+  }
+}
+
+TEST_F(DisaggE2E, AKilledPrefillWorkerFallsBackToColocatedServingWithTheSameAnswer) { fail_prefill_worker(false); }
+TEST_F(DisaggE2E, AHungPrefillWorkerFallsBackToColocatedServingWithTheSameAnswer) { fail_prefill_worker(true); }
+
+TEST_F(DisaggE2E, APrefillWorkerIsNeverTheOnlyWorkerThatAnswers) {
+  RouterOptions o;
+  o.port = 0;
+  o.model_path = model_path_;
+  o.prefill_workers = {worker_url(prefill())};
+  auto r = Router::create(o);
+  ASSERT_TRUE(r) << r.status().to_string();
+  ASSERT_TRUE((*r)->start());
+  Answer a = post((*r)->port(), "/v1/completions", completion(prompt(5, 20), 4));
+  EXPECT_EQ(a.status, 503) << "no decode worker: refused, not answered by the prefill worker";
+  o.model_path.clear();
+  auto no_model = Router::create(o);
+  ASSERT_FALSE(no_model);
+  EXPECT_NE(no_model.status().message().find("--prefill-worker needs -m"), std::string::npos);
+}
+
+// The decode and prefill workers share a redis-server (--cache-redis); the reference node does not.
+class DisaggStoreE2E : public DisaggE2E {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cache::testing::redis_installed()) << "redis-server is not installed";
+    redis_ = std::make_unique<cache::testing::RedisTestServer>(cache::testing::free_port());
+    ASSERT_TRUE(redis_->ready());
+    shared_store_ = {"--cache-redis", "redis://127.0.0.1:" + std::to_string(redis_->port())};
+    DisaggE2E::SetUp();
+  }
+  std::unique_ptr<cache::testing::RedisTestServer> redis_;
+};
+
+// The hop's kvstash_store_sync: the prefill worker answers once its chunks (the prompt's tail
+// included) are in redis, so the decode worker, whose own pool never saw the prompt, loads them.
+TEST_F(DisaggStoreE2E, TheDecodeWorkerLoadsThePrefilledKvFromTheSharedStore) {
+  auto router = start_router();
+  ASSERT_TRUE(router);
+  const auto p = prompt(21, 150);
+  Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.worker, worker_url(decode()));
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
+  EXPECT_GE(a.cached(), 128) << "the decode worker found the prefill worker's chunks in redis: " << a.body;
+  EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+}
+
+// A store that refuses writes (the redis-server killed): whatever the hop does, the answer is the
+// single node's and nothing fails.
+TEST_F(DisaggStoreE2E, AStoreThatRefusesWritesStillGivesTheSameAnswer) {
+  auto router = start_router(std::chrono::milliseconds(30000));
+  ASSERT_TRUE(router);
+  redis_->kill();
+  for (int seed : {22, 23}) {
+    const auto p = prompt(seed, 150);
+    Answer a = post(router->port(), "/v1/completions", completion(p, 8));
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.worker, worker_url(decode()));
+    EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+  }
+  EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}") +
+                metric(*router, "kvstash_router_prefill_total{outcome=\"failed\"}"),
+            2);
+  EXPECT_EQ(metric(*router, "kvstash_router_failed_total"), 0);
+}
+
+}  // namespace
+}  // namespace kvstash::router::testing
