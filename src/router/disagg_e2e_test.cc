@@ -16,15 +16,6 @@ namespace {
 
 using server::testing::ServeProcess;
 
-std::vector<int> prompt(int seed, int n) {
-  std::vector<int> out;
-  std::uint32_t x = 2246822519u * static_cast<std::uint32_t>(seed + 7);
-  for (int i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out.push_back(3 + static_cast<int>((x >> 8) % 240));
-  }
-  return out;
-}
 
 std::string text_of(const Answer& a) {
   json j = a.json_body();

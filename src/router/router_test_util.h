@@ -156,6 +156,17 @@ class RouteProcess {
   int exit_code_ = -1;
 };
 
+// A deterministic prompt of n token ids in [3, 243) (an LCG seeded by `seed`).
+inline std::vector<int> prompt(int seed, int n) {
+  std::vector<int> out;
+  std::uint32_t x = 2246822519u * static_cast<std::uint32_t>(seed + 7);
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(3 + static_cast<int>((x >> 8) % 240));
+  }
+  return out;
+}
+
 inline std::string worker_url(const server::testing::ServeProcess& p) { return "http://127.0.0.1:" + std::to_string(p.port()); }
 
 struct Answer {
