@@ -575,7 +575,7 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       // The draft model prefills the same chunk (up to the prompt's last token, its first draft's
       // input), so its first draft does not start with the whole prompt. Only while the batch is
       // small enough to speculate in.
-      if (drafter && static_cast<int>(running.size()) <= spec.max_decoders) {
+      if (drafter && !s->spec.off && static_cast<int>(running.size()) <= spec.max_decoders) {
         const int end = std::min(s->num_computed_tokens + n, static_cast<int>(s->tokens.size()) - 1);
         if (end > s->draft_kv.n_computed()) {
           draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft});
@@ -787,7 +787,8 @@ int Engine::Impl::verify_draft(Sequence& s, const float* rows, int n_vocab) {
       s.block_table.pop_back();
     }
   }
-  s.spec.update(drafted, accepted, options.speculative.max_draft);
+  s.spec.update(drafted, accepted, options.speculative.max_draft, drafter ? SpecState::kModelGiveUpAfter : 0);
+  if (s.spec.off && drafter) s.draft_kv.release();  // never fed again
   s.draft.clear();
   std::lock_guard<std::mutex> lock(mu);
   ++stats.drafts;

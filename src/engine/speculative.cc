@@ -54,6 +54,7 @@ int ngram_draft(std::span<const TokenId> tokens, int min_ngram, int max_ngram, i
 }
 
 int SpecState::length(int max_draft) {
+  if (off) return 0;
   if (backoff > 0) {
     --backoff;
     if (backoff == 0) k = 1;  // a retry with one token
@@ -62,16 +63,24 @@ int SpecState::length(int max_draft) {
   return std::min(k, max_draft);
 }
 
-void SpecState::update(int drafted, int accepted, int max_draft) {
+void SpecState::update(int drafted, int accepted, int max_draft, int give_up_after) {
   if (drafted <= 0) return;
+  // A retry is the one-token draft after a back-off (next_backoff has grown past its start).
+  const bool retry = next_backoff > 4 && drafted == 1;
   if (accepted == drafted) {
     k = std::min(max_draft, std::max(1, k) * 2);
     next_backoff = 4;
+    failed_retries = 0;
   } else if (accepted > 0) {
     k = accepted + 1;
     next_backoff = 4;
+    failed_retries = 0;
   } else {
     k /= 2;
+    if (retry && give_up_after > 0 && ++failed_retries >= give_up_after) {
+      off = true;
+      return;
+    }
     if (k == 0) {
       backoff = next_backoff;
       next_backoff = std::min(kMaxBackoff, next_backoff * 2);

@@ -21,7 +21,11 @@
 // its rows: start small); a fully accepted draft doubles the length up to max_draft, a partly
 // accepted one sets it to what was accepted plus one, a rejected one halves it; at 0 the sequence
 // stops drafting for a back-off that doubles with each failed retry (up to kMaxBackoff steps),
-// then retries with one token.
+// then retries with one token. A drafter whose drafts cost more than a lookup (a draft model must
+// catch up on every token it did not see, so each retry after a long back-off costs a prefill of
+// the tokens between) gives `give_up_after` consecutive failed retries a chance: after them the
+// sequence stops drafting for good, and its draft KV is released (the issue's "speculation
+// switched off for a sequence"; near-zero acceptance then costs the few failed drafts only).
 //
 // Thread safety: plain functions and values, owned by the engine thread.
 #pragma once
@@ -48,13 +52,21 @@ int ngram_draft(std::span<const TokenId> tokens, int min_ngram, int max_ngram, i
 struct SpecState {
   static constexpr int kFirstDraft = 2;   // the first draft's length at most
   static constexpr int kMaxBackoff = 64;  // steps without a draft at most after repeated rejections
+  // A draft model's give_up_after: its first retries come after 4 and 8 steps, so a sequence it
+  // cannot draft for stops within about its first 20 tokens (bench-engine --draft model,
+  // no-acceptance workload: 0.86-0.94x of plain decoding with retries to the end, the catch-ups of
+  // the back-offs' tokens being most of the loss).
+  static constexpr int kModelGiveUpAfter = 3;
   int k = kFirstDraft;  // the next draft's length at most (capped by max_draft)
   int backoff = 0;   // steps left without drafting
   int next_backoff = 4;
+  int failed_retries = 0;  // consecutive retries (one-token drafts after a back-off) rejected
+  bool off = false;        // given up: no more drafts for this sequence
   // The draft length to try this step (0 = skip it); counts the back-off down.
   int length(int max_draft);
-  // After a verified draft of `drafted` tokens of which `accepted` were kept.
-  void update(int drafted, int accepted, int max_draft);
+  // After a verified draft of `drafted` tokens of which `accepted` were kept. give_up_after > 0:
+  // that many consecutive failed retries switch drafting off for good (0: never).
+  void update(int drafted, int accepted, int max_draft, int give_up_after = 0);
 };
 
 }  // namespace kvstash

@@ -86,6 +86,48 @@ TEST(SpecState, ShrinksOnRejectionBacksOffAndRetriesWithOneToken) {
   EXPECT_EQ(skipped, SpecState::kMaxBackoff);
 }
 
+TEST(SpecState, GivesUpAfterConsecutiveFailedRetriesWhenAsked) {
+  auto fail_until_backoff = [](SpecState& s) {
+    for (int k = s.length(8); k > 0; k = s.length(8)) s.update(k, 0, 8, 2);
+  };
+  SpecState never;  // give_up_after 0: retries forever
+  SpecState s;
+  fail_until_backoff(s);
+  int retries = 0;
+  for (int step = 0; step < 200 && !s.off; ++step) {
+    const int k = s.length(8);
+    if (k == 0) continue;
+    EXPECT_EQ(k, 1) << "a retry drafts one token";
+    ++retries;
+    s.update(k, 0, 8, 2);
+  }
+  EXPECT_TRUE(s.off);
+  EXPECT_EQ(retries, 2);
+  for (int step = 0; step < 100; ++step) EXPECT_EQ(s.length(8), 0) << "off for good";
+
+  // A retry that is accepted resets the count: failures must be consecutive.
+  SpecState t;
+  fail_until_backoff(t);
+  int seen = 0;
+  for (int step = 0; step < 400 && !t.off; ++step) {
+    const int k = t.length(8);
+    if (k == 0) continue;
+    ++seen;
+    t.update(k, seen == 2 ? k : 0, 8, 2);  // the second retry is accepted
+    if (seen == 2) fail_until_backoff(t);
+  }
+  EXPECT_TRUE(t.off);
+  EXPECT_EQ(seen, 4) << "retry 1 failed, 2 accepted, then 3 and 4 failed";
+
+  fail_until_backoff(never);
+  for (int i = 0; i < 20; ++i) {
+    while (never.length(8) == 0) {
+    }
+    never.update(1, 0, 8, 0);
+  }
+  EXPECT_FALSE(never.off);
+}
+
 class SpeculativeEngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
