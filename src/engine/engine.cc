@@ -575,7 +575,9 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       // The draft model prefills the same chunk (up to the prompt's last token, its first draft's
       // input), so its first draft does not start with the whole prompt. Only while the batch is
       // small enough to speculate in.
-      if (drafter && !s->spec.off && static_cast<int>(running.size()) <= spec.max_decoders) {
+      // Only while every sequence in sight (running, waiting, loading) fits in a speculating
+      // step: a prompt the draft prefills and that then decodes in a larger batch never drafts.
+      if (drafter && !s->spec.off && sequences_in_sight() <= spec.max_decoders) {
         const int end = std::min(s->num_computed_tokens + n, static_cast<int>(s->tokens.size()) - 1);
         if (end > s->draft_kv.n_computed()) {
           draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft});
@@ -743,6 +745,14 @@ int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
   const int k = std::min(room, s.spec.length(o.max_draft));
   if (k <= 0) return 0;
   if (drafter) {
+    // A draft model far behind (a sequence that decoded in large batches, then found itself in a
+    // small one) must first prefill what it missed: worth it only for a sequence with enough
+    // tokens left to win it back. A draft-model token costs about a quarter of a target decode
+    // step in a prefill, and a drafting step saves about that much per token at the acceptance
+    // that makes a draft model worth running.
+    const int behind = static_cast<int>(s.tokens.size()) - 1 - s.draft_kv.n_computed();
+    const int remaining = s.request.max_tokens - s.n_generated();
+    if (behind > kMaxCheapCatchUp && remaining * kCatchUpPerRemainingToken < behind) return 0;
     draft_jobs.push_back({s.tokens, &s.draft_kv, k, &s.draft});
     return k;
   }

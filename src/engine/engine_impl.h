@@ -129,6 +129,12 @@ struct Engine::Impl {
   // model it queues a job in draft_jobs instead and returns the length asked for: plan_step runs
   // the jobs together (draft_with_model), which may draft fewer.
   int plan_draft(Sequence& seq, int max_tokens);
+  // A draft model behind by more than kMaxCheapCatchUp tokens catches up only for a sequence
+  // with at least 1/kCatchUpPerRemainingToken of that many tokens still to generate.
+  static constexpr int kMaxCheapCatchUp = 64;
+  static constexpr int kCatchUpPerRemainingToken = 4;
+  // Sequences that may decode in the coming steps: running, waiting and loading.
+  int sequences_in_sight() const { return static_cast<int>(running.size() + waiting.size() + loading.size()); }
   // Runs draft_jobs on the draft model (one batched pass per drafted position); a failed pass
   // leaves every job without a draft (the step decodes plainly).
   void draft_with_model();
