@@ -50,8 +50,12 @@ def main():
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--words-per-turn", type=int, default=140, help="words of each user message (~1.7 tokens each: 6 turns reach ~1,500 tokens)")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens each answer decodes")
+    ap.add_argument("--instructions-words", type=int, default=0,
+                    help="words of instructions (an agent's system prompt) sent with every turn: A's `instructions`, "
+                         "B's system message (default 0: none, six equal turns)")
     args = ap.parse_args()
     rng = random.Random(7)
+    instructions = " ".join(rng.choice(WORDS) for _ in range(args.instructions_words))
     messages = [" ".join(rng.choice(WORDS) for _ in range(args.words_per_turn)) for _ in range(args.turns)]
     common = ["--ctx", "4096", "--alias", "bench"] + (["--chat-template-file", args.chat_template_file]
                                                      if args.chat_template_file else [])
@@ -65,12 +69,14 @@ def main():
         b = Server(args.kvstash, args.model, args.port + 1, common + ["--no-prefix-cache", "--no-kv-store"],
                    os.path.join(work, "b.log"))
         previous = None
-        history = []
+        history = [{"role": "system", "content": instructions}] if instructions else []
         for i, text in enumerate(messages):
             body = {"model": "bench", "input": text, "max_output_tokens": args.max_tokens, "temperature": 0,
                     "ignore_eos": True}
             if previous:
                 body["previous_response_id"] = previous
+            if instructions:
+                body["instructions"] = instructions
             r, s = post(a.url, "/v1/responses", body)
             previous = r["id"]
             u = r["usage"]
