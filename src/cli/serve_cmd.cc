@@ -48,7 +48,8 @@ namespace {
 // count and SIMD path and kept beside the prepared weights: a later start does not measure them
 // again (most of a second of a cold start on two cores); the engine's online scales follow the
 // machine's load from there. A file that does not read back is measured again, with a log line.
-constexpr const char* kStepCostMagic = "kvstash-step-cost-v1";
+// v2: per_pair_s measured from a prefill chunk at context (step_cost.cc); v1 files are measured again.
+constexpr const char* kStepCostMagic = "kvstash-step-cost-v2";
 
 std::optional<StepCostParams> read_step_cost(const std::string& path) {
   std::ifstream in(path);

@@ -58,6 +58,8 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
   const int n_blocks = static_cast<int>(table.size());
   const int context = std::min(kCalibrationContext, n_blocks * bs - 1);
   const int prefill = std::min(kCalibrationPrefillTokens, n_blocks * bs);
+  // The prefill chunk's context for per_pair_s: as long as the blocks hold beside the chunk.
+  const int chunk_context = std::max(0, std::min(kCalibrationContext, n_blocks * bs - prefill));
   auto one = [&](int pos, int n_new, int block) {
     BatchSequence s;
     s.block_table = table.data() + block;
@@ -84,16 +86,33 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
   for (int i = 0; i < decode_batch; ++i) rows.push_back(one(0, 1, i));
   auto batch = timed_forward(model, pool, threads, rows, logits);
   if (!batch) return batch.status();
-  auto chunk = timed_forward(model, pool, threads, {one(0, prefill, 0)}, logits);
-  if (!chunk) return chunk.status();
+  // A pair's cost from a prefill chunk after chunk_context slots against the same chunk from 0:
+  // prefill * chunk_context more pairs (16k at the defaults), a difference of tens of percent.
+  // One decode row's 1,024 pairs are a few percent of its step, under the noise: on qwen2.5-0.5b
+  // that measure gave about 0, and a 100-token tail after 3,200 loaded tokens then ran a step
+  // 3.4x the streams' gap under a 2x budget (BENCHMARKS.md, issue 34).
+  double chunk = 1e300, chunk_at_context = 1e300;
+  for (int i = 0; i < kRepeats; ++i) {
+    auto at_zero = timed_forward(model, pool, threads, {one(0, prefill, 0)}, logits);
+    if (!at_zero) return at_zero.status();
+    chunk = std::min(chunk, *at_zero);
+    if (chunk_context > 0) {
+      auto at_context = timed_forward(model, pool, threads, {one(chunk_context, prefill, 0)}, logits);
+      if (!at_context) return at_context.status();
+      chunk_at_context = std::min(chunk_at_context, *at_context);
+    }
+  }
 
   // t(1 row, 1 pair) = base + decode_row + pair; t(1 row, context + 1 pairs); t(b rows, b pairs);
   // t(prefill rows with one logits row, pairs(prefill)) = base + decode_row + (prefill - 1) * row + ...
   StepCostParams p;
-  p.per_pair_s = std::max(kMinPerPair, (t_context - t1) / context);
+  const double decode_pair_s = (t_context - t1) / context;
+  const double prefill_pair_s =
+      chunk_context > 0 ? (chunk_at_context - chunk) / (static_cast<double>(prefill) * chunk_context) : 0.0;
+  p.per_pair_s = std::max({kMinPerPair, decode_pair_s, prefill_pair_s});
   p.per_decode_row_s = std::max(kMinPerRow, (*batch - t1 - p.per_pair_s * (decode_batch - 1)) / (decode_batch - 1));
   const double prefill_pairs = static_cast<double>(StepShape::prefill_pair_count(0, prefill));
-  p.per_row_s = prefill > 1 ? std::max(kMinPerRow, (*chunk - t1 - p.per_pair_s * (prefill_pairs - 1)) / (prefill - 1)) : p.per_decode_row_s;
+  p.per_row_s = prefill > 1 ? std::max(kMinPerRow, (chunk - t1 - p.per_pair_s * (prefill_pairs - 1)) / (prefill - 1)) : p.per_decode_row_s;
   p.base_s = std::max(0.0, t1 - p.per_decode_row_s - p.per_pair_s);
 
   // Installing a loaded chunk is a copy of whole blocks into the pool (engine_store.cc). Timed the

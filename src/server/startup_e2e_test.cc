@@ -93,7 +93,7 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 5));
     f.put('\x5a');
     f.put('\xa5');
-    std::ofstream(cache_files(".stepcost")[0]) << "kvstash-step-cost-v1 -1 x";
+    std::ofstream(cache_files(".stepcost")[0]) << "kvstash-step-cost-v2 -1 x";
   }
   {
     auto s = serve("damaged");
@@ -108,7 +108,7 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     EXPECT_EQ(s->stop(), 0);
   }
   // A tiny model's coefficients may measure 0 (its base below the clock's grain): still read back.
-  std::ofstream(cache_files(".stepcost")[0]) << "kvstash-step-cost-v1 0 2e-05 1e-05 9.9e-08 1e-07\n";
+  std::ofstream(cache_files(".stepcost")[0]) << "kvstash-step-cost-v2 0 2e-05 1e-05 9.9e-08 1e-07\n";
   auto s = serve("rebuilt");
   ASSERT_TRUE(s->ready());
   EXPECT_NE(s->log().find("serve: weights cache: read "), std::string::npos) << s->log();
