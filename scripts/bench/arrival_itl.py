@@ -26,11 +26,29 @@ import time
 import urllib.parse
 
 
+_models = {}
+
+
+def model_of(url):
+    """The server's first model id (GET /v1/models): the API requires `model`."""
+    if url not in _models:
+        u = urllib.parse.urlparse(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError("GET /v1/models: HTTP %d" % resp.status)
+        _models[url] = json.loads(resp.read())["data"][0]["id"]
+        conn.close()
+    return _models[url]
+
+
 def post_stream(url, prompt, max_tokens, on_token):
     """A streaming greedy completion; calls on_token(t) at each token event. Returns the usage."""
     u = urllib.parse.urlparse(url)
+    model = model_of(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
                        "stream": True, "stream_options": {"include_usage": True}})
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
