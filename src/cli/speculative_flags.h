@@ -30,9 +30,11 @@ inline void add_speculative_flags(CLI::App& app, SpeculativeOptions& o, std::str
                  "the draft model's KV pool in tokens (0 = --spec-max-decoders x the context length)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--spec-k", o.max_draft, "tokens drafted per sequence and step at most (adapted down per sequence)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  o.max_draft = 0;  // by drafter, set in load_draft_model unless given
+  app.add_option("--spec-k", o.max_draft,
+                 "tokens drafted per sequence and step at most (adapted down per sequence; default: 8 for ngram, 6 "
+                 "for a draft model, whose every drafted token costs a pass of its own)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--spec-ngram-max", o.max_ngram, "longest n-gram the ngram drafter looks up")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
@@ -48,9 +50,13 @@ inline void add_speculative_flags(CLI::App& app, SpeculativeOptions& o, std::str
 
 // After parsing: with --model-draft, loads the draft model into `holder` (which must outlive the
 // engine) and points the options at it, selecting the model drafter when --spec was left off.
-// Refuses --model-draft with another drafter and --spec model without --model-draft.
+// Refuses --model-draft with another drafter and --spec model without --model-draft. Sets
+// --spec-k's default by drafter (bench-engine --draft model on qwen2.5-0.5b F16 with its Q4_0
+// copy: k = 6 1.51x plain decode, k = 8 1.25x, k = 4 1.16x; prompt lookup's drafts cost nothing
+// to make, so it keeps the longer 8: BENCHMARKS.md, issue 36).
 inline Status load_draft_model(const std::string& model_draft, const ModelLoadOptions& load, SpeculativeOptions& o,
                                std::unique_ptr<Model>& holder) {
+  if (o.max_draft == 0) o.max_draft = model_draft.empty() && o.draft != DraftKind::kModel ? 8 : 6;
   if (model_draft.empty()) {
     if (o.draft == DraftKind::kModel) return invalid_argument("--spec model needs --model-draft FILE.gguf");
     return Status::ok();

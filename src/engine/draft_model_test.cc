@@ -310,10 +310,11 @@ TEST(BenchEngineDraftModel, MeasuresTheDraftModelWithTheSameOutputAndRefusesBadF
   const std::string draft = testing::test_model_path("tiny", gguf::TensorType::kQ8_0);
   std::string out;
   ASSERT_EQ(run_kvstash("bench-engine -m " + model + " -t 1 --json --draft model --model-draft " + draft +
-                            " --spec-k 4 --decode-tokens 24 --repeats 1",
+                            " --decode-tokens 24 --repeats 1",
                         out),
             0)
       << out;
+  EXPECT_NE(out.find("\"spec_k\": 6"), std::string::npos) << "--spec-k's default for a draft model: " << out;
   for (const char* key : {"\"drafter\": \"model\"", "\"speedup\"", "\"acceptance_rate\"", "\"draft_seconds\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " missing from " << out;
   }

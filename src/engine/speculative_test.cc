@@ -445,8 +445,9 @@ TEST(BenchEngineDraft, ComparesBothWorkloadsWithTheSameOutputAndRefusesBadFlags)
   ASSERT_TRUE(std::filesystem::exists(std::string(KVSTASH_BINARY_DIR) + "/kvstash")) << "build the kvstash target first";
   const std::string model = testing::test_model_path("tiny", gguf::TensorType::kF16);
   std::string out;
-  ASSERT_EQ(run_kvstash("bench-engine -m " + model + " -t 1 --json --draft ngram --spec-k 4 --decode-tokens 24 --repeats 1", out), 0)
+  ASSERT_EQ(run_kvstash("bench-engine -m " + model + " -t 1 --json --draft ngram --decode-tokens 24 --repeats 1", out), 0)
       << out;
+  EXPECT_NE(out.find("\"spec_k\": 8"), std::string::npos) << "--spec-k's default for prompt lookup: " << out;
   for (const char* key : {"\"copying\"", "\"no-acceptance\"", "\"speedup\"", "\"acceptance_rate\"", "\"mean_accepted_length\"",
                           "\"tokens_from_drafts\"", "\"plain_decode_tokens_per_s\"", "\"spec_decode_tokens_per_s\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " missing from " << out;
