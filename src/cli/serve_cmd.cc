@@ -552,7 +552,7 @@ int serve_main(int argc, char** argv) {
                  "Longest a client may pin a prompt's KV (prompt caching: cache_control, prompt_cache_retention): 300, 30m, 1h, 24h; 0 = no pins")
       ->capture_default_str();
   app.add_option("--pin-max-share", cache_flags.pin_max_share,
-                 "Share of each memory and disk tier that pinned KV may hold at most (pins past it are refused)")
+                 "Share of each memory and disk tier, and of the engine's KV pool, that pinned KV may hold at most (pins past it are refused)")
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   cache::KvEventLogOptions kv_event_options;
@@ -688,6 +688,7 @@ int serve_main(int argc, char** argv) {
   }
   log_line("serve: " + (*model)->weight_memory_summary());
   std::unique_ptr<Model> draft_model;  // outlives the engine (declared before it)
+  engine_options.pool_pin_max_share = cache_flags.pin_max_share;
   if (Status st = load_draft_model(model_draft, model_load, engine_options.speculative, draft_model); !st) {
     log_line("serve: " + st.to_string());
     return 1;

@@ -72,6 +72,15 @@ Expected<std::int32_t> BlockPool::allocate() {
     block = free_.back();
     free_.pop_back();
   } else if (!lru_.empty()) {
+    // The least recently used unpinned cached block; pinned ones met on the way move to the
+    // recent end (they stay cached), so the next eviction does not walk them again. All pinned:
+    // the least recently used of them goes (a pin never fails an allocation).
+    if (!pins_.empty()) {
+      for (std::size_t walked = 0, n = lru_.size(); walked < n && pinned(meta_[static_cast<std::size_t>(lru_.front())]); ++walked) {
+        lru_.splice(lru_.end(), lru_, lru_.begin());
+      }
+      if (pinned(meta_[static_cast<std::size_t>(lru_.front())])) ++pinned_evictions_;
+    }
     block = lru_.front();
     lru_.pop_front();
     BlockMeta& m = meta_[static_cast<std::size_t>(block)];
@@ -189,7 +198,51 @@ std::optional<std::int32_t> BlockPool::lookup(const cache::ChunkKey& key) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
   retain(it->second);
+  if (auto pin = pins_.find(key); pin != pins_.end()) pin->second.until = std::max(pin->second.until, pin_now_ + pin->second.ttl);
   return it->second;
+}
+
+std::size_t BlockPool::pin(std::span<const cache::ChunkKey> keys, std::chrono::seconds ttl) {
+  if (ttl.count() <= 0) return 0;
+  const auto max_pins = static_cast<std::size_t>(pin_max_share_ * static_cast<double>(n_blocks()));
+  std::size_t pinned_now = 0;
+  for (const cache::ChunkKey& key : keys) {
+    auto it = pins_.find(key);
+    if (it == pins_.end()) {
+      if (pins_.size() >= max_pins) {
+        ++pins_refused_;
+        continue;
+      }
+      it = pins_.emplace(key, Pin{ttl, pin_now_ + ttl}).first;
+    } else {
+      it->second.ttl = std::max(it->second.ttl, ttl);
+      it->second.until = std::max(it->second.until, pin_now_ + ttl);
+    }
+    next_expiry_ = std::min(next_expiry_, it->second.until);
+    ++pinned_now;
+  }
+  return pinned_now;
+}
+
+void BlockPool::set_pin_clock(PinClock::time_point now) {
+  pin_now_ = now;
+  if (now < next_expiry_) return;
+  next_expiry_ = PinClock::time_point::max();
+  for (auto it = pins_.begin(); it != pins_.end();) {
+    if (it->second.until <= now) {
+      it = pins_.erase(it);
+    } else {
+      next_expiry_ = std::min(next_expiry_, it->second.until);
+      ++it;
+    }
+  }
+}
+
+std::int64_t BlockPool::n_pinned_cached() const {
+  if (pins_.empty()) return 0;
+  std::int64_t n = 0;
+  for (std::int32_t b : lru_) n += pinned(meta_[static_cast<std::size_t>(b)]);
+  return n;
 }
 
 void BlockPool::register_block(std::int32_t block, const cache::ChunkKey& key) {

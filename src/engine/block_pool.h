@@ -25,9 +25,18 @@
 // belongs to a distinct live block, so it never runs out first. docs/chunk-format.md has the
 // record (v3) that the store keeps for such blocks.
 //
+// Pins (prompt caching: a cache_control breakpoint, prompt_cache_retention, a stored Responses
+// turn): a key pinned until a time keeps its cached block out of eviction while the pool has an
+// unpinned cached block to evict instead; with none, the pool evicts a pinned block rather than
+// fail an allocation (a pin never starves a running request). A key may be pinned before any
+// block holds it; a lookup hit restarts its time; pinned keys are at most a share of the pool's
+// blocks (pin_max_share), pins past it are refused. Time is the pool's pin clock, which the
+// engine advances once a step (set_pin_clock), so tests drive it.
+//
 // Thread safety: not thread safe; owned and used by the engine thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -133,6 +142,20 @@ class BlockPool {
   // never registered again). Returns how many blocks it forgot.
   std::int64_t forget_derived_from(const cache::ProducerKey& producer);
 
+  // Pins (above). pin() pins or refreshes each key for `ttl` from the pin clock and returns how
+  // many it pinned; a new key past the share is refused (counted in pins_refused()).
+  using PinClock = std::chrono::steady_clock;
+  void set_pin_max_share(double share) { pin_max_share_ = share; }
+  std::size_t pin(std::span<const cache::ChunkKey> keys, std::chrono::seconds ttl);
+  // Advances the pin clock; pins whose time has passed are dropped.
+  void set_pin_clock(PinClock::time_point now);
+  std::int64_t n_pinned_keys() const { return static_cast<std::int64_t>(pins_.size()); }
+  // Cached blocks (no references) whose key is pinned.
+  std::int64_t n_pinned_cached() const;
+  std::int64_t pins_refused() const { return pins_refused_; }
+  // Pinned cached blocks evicted because nothing else was left to evict.
+  std::int64_t pinned_evictions() const { return pinned_evictions_; }
+
   // KV events: while on, every key the pool starts or stops holding (register, eviction,
   // unregister) is appended to a list that take_key_changes() hands over (the engine publishes it
   // once per step). Off by default.
@@ -165,6 +188,18 @@ class BlockPool {
   std::vector<std::uint8_t> layer_window_;
   std::int64_t n_window_cached_ = 0;
   bool record_changes_ = false;
+
+  struct Pin {
+    std::chrono::seconds ttl;
+    PinClock::time_point until;
+  };
+  std::unordered_map<cache::ChunkKey, Pin> pins_;
+  PinClock::time_point pin_now_ = PinClock::now();
+  PinClock::time_point next_expiry_ = PinClock::time_point::max();
+  double pin_max_share_ = 0.5;
+  std::int64_t pins_refused_ = 0;
+  std::int64_t pinned_evictions_ = 0;
+  bool pinned(const BlockMeta& m) const { return m.key && pins_.count(*m.key) != 0; }
 
   void setup_split(const ModelConfig& config);
   void free_window(std::int32_t block);

@@ -242,5 +242,87 @@ TEST(BlockPool, ForgetsTheBlocksDerivedFromABannedProducer) {
   EXPECT_EQ(pool.taint(*again), nullptr);  // a block handed out again starts clean
 }
 
+// Fills the pool with cached blocks registered under keys first..first+n-1 (one reference each,
+// released at once: cached, least recently used first in key order).
+void cache_blocks(BlockPool& pool, int first, int n) {
+  for (int i = 0; i < n; ++i) {
+    auto b = pool.allocate();
+    ASSERT_TRUE(b.has_value()) << b.status().to_string();
+    pool.register_block(*b, key(first + i));
+    pool.release(*b);
+  }
+}
+
+TEST(BlockPoolPins, APinnedBlockOutlivesChurnWhileUnpinnedOnesAreLeftToEvict) {
+  using namespace std::chrono_literals;
+  BlockPool pool(small_config(), 16, 5);
+  auto t = BlockPool::PinClock::time_point{} + 1000h;
+  pool.set_pin_clock(t);
+  const cache::ChunkKey doc = key(1);
+  EXPECT_EQ(pool.pin(std::span<const cache::ChunkKey>(&doc, 1), std::chrono::seconds(3600)), 1u);
+  cache_blocks(pool, 1, 1);  // the pinned document's block: the least recently used of all
+  // 15 minutes of churn: 20 unpinned documents cycled through the 4 other blocks, every one
+  // evicting the least recently used unpinned block.
+  for (int round = 0; round < 15; ++round) {
+    t += 1min;
+    pool.set_pin_clock(t);
+    cache_blocks(pool, 10 + round * 20, 20);
+  }
+  EXPECT_TRUE(pool.contains(doc)) << "evicted under churn while unpinned blocks were left to evict";
+  EXPECT_EQ(pool.n_pinned_cached(), 1);
+  EXPECT_EQ(pool.pinned_evictions(), 0);
+  EXPECT_FALSE(pool.contains(key(10))) << "the churn's oldest unpinned block is gone";
+  // Past its TTL it is an ordinary cached block again, evicted by LRU like the others.
+  t += 46min;
+  pool.set_pin_clock(t);
+  EXPECT_EQ(pool.n_pinned_keys(), 0);
+  cache_blocks(pool, 400, 5);
+  EXPECT_FALSE(pool.contains(doc));
+}
+
+TEST(BlockPoolPins, AHitRestartsTheTimeAndAFullPoolStillAllocates) {
+  using namespace std::chrono_literals;
+  BlockPool pool(small_config(), 16, 4);
+  auto t = BlockPool::PinClock::time_point{} + 1000h;
+  pool.set_pin_clock(t);
+  const cache::ChunkKey keys[] = {key(1), key(2)};
+  ASSERT_EQ(pool.pin(keys, std::chrono::seconds(300)), 2u);
+  cache_blocks(pool, 1, 2);
+  // 4 minutes on, a hit on key 1 restarts its 5 minutes; key 2's run out at 5 minutes.
+  t += 4min;
+  pool.set_pin_clock(t);
+  auto hit = pool.lookup(key(1));
+  ASSERT_TRUE(hit.has_value());
+  pool.release(*hit);
+  t += 2min;
+  pool.set_pin_clock(t);
+  EXPECT_EQ(pool.n_pinned_keys(), 1) << "key 2's pin expired, key 1's was refreshed by its hit";
+  // Every cached block pinned and the free list empty: allocation evicts a pinned block rather
+  // than fail (a pin never starves a running request), and counts it.
+  BlockPool tight(small_config(), 16, 2);
+  tight.set_pin_clock(t);
+  ASSERT_EQ(tight.pin(std::span<const cache::ChunkKey>(keys, 1), std::chrono::seconds(300)), 1u);
+  cache_blocks(tight, 1, 1);
+  auto other = tight.allocate();
+  ASSERT_TRUE(other.has_value());
+  auto evicting = tight.allocate();
+  ASSERT_TRUE(evicting.has_value()) << evicting.status().to_string();
+  EXPECT_EQ(tight.pinned_evictions(), 1);
+  EXPECT_FALSE(tight.contains(key(1)));
+}
+
+TEST(BlockPoolPins, PinsPastTheShareAreRefused) {
+  BlockPool pool(small_config(), 16, 10);
+  pool.set_pin_max_share(0.3);  // 3 of 10 blocks
+  std::vector<cache::ChunkKey> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back(key(i));
+  EXPECT_EQ(pool.pin(keys, std::chrono::seconds(60)), 3u);
+  EXPECT_EQ(pool.pins_refused(), 2);
+  EXPECT_EQ(pool.pin(std::span<const cache::ChunkKey>(keys.data(), 1), std::chrono::seconds(60)), 1u) << "a refresh is not a new pin";
+  EXPECT_EQ(pool.pin(keys, std::chrono::seconds(0)), 0u) << "no TTL, no pin";
+  pool.set_pin_max_share(0.0);
+  EXPECT_EQ(pool.pin(std::span<const cache::ChunkKey>(&keys[4], 1), std::chrono::seconds(60)), 0u);
+}
+
 }  // namespace
 }  // namespace kvstash

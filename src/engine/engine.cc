@@ -34,6 +34,7 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks
       // holds each block's full layers, then its window layers (docs/chunk-format.md).
       kv_format("f16-blk" + std::to_string(o.block_size) + (pool.split() ? "-v3" : "-v2")) {
   pool.record_key_changes(o.kv_events != nullptr);
+  pool.set_pin_max_share(o.pool_pin_max_share);
   if (o.kv_store && o.prefix_cache) {
     prefetcher = std::make_unique<Prefetcher>(*o.kv_store, kPrefetchThreads, [this] {
       {
@@ -93,6 +94,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
     return invalid_argument("itl_slo_ms must be a finite number (0 = no step budget) and itl_slo_factor a positive one");
   }
   if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
+  if (!(o.pool_pin_max_share >= 0.0 && o.pool_pin_max_share <= 0.9)) {
+    return invalid_argument("pool_pin_max_share must be in [0, 0.9] (pinned blocks must leave the pool room to evict)");
+  }
   if (Status st = validate_speculative(o.speculative); !st) return st;
   if (o.speculative.draft == DraftKind::kModel) {
     if (Status st = check_same_vocabulary(model, *o.speculative.draft_model); !st) return st;
@@ -443,6 +447,7 @@ void Engine::Impl::count_finished(const Sequence& seq) {
 }
 
 void Engine::Impl::step() {
+  pool.set_pin_clock(BlockPool::PinClock::now());
   if (options.on_step) options.on_step(step_number);
   ++step_number;
   step_installed_blocks = 0;
@@ -879,6 +884,10 @@ void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
   stats.loading = static_cast<int>(loading.size());
   stats.kv_blocks_used = pool.n_used();
   stats.kv_blocks_cached = pool.n_cached();
+  stats.kv_blocks_pinned_keys = pool.n_pinned_keys();
+  stats.kv_blocks_pinned_cached = pool.n_pinned_cached();
+  stats.pool_pins_refused = pool.pins_refused();
+  stats.pool_pinned_evictions = pool.pinned_evictions();
   stats.kv_window_blocks_used = pool.n_window_used();
   stats.kv_layer_blocks_used = pool.split() ? stats.kv_blocks_used * pool.n_full_layers() +
                                                   stats.kv_window_blocks_used * pool.n_window_layers()

@@ -182,6 +182,7 @@ struct EngineOptions {
   int step_token_budget = 1024;     // tokens (prefill + decode) per step at most
   int max_queued = 64;              // waiting requests beyond the running batch; more = rejected
   bool prefix_cache = true;         // keep and reuse full blocks by prefix hash
+  double pool_pin_max_share = 0.5;  // share of the pool's blocks that pins may hold (block_pool.h)
   // Models with sliding-window layers (engine/block_pool.h): a sequence's window layers' KV in
   // blocks wholly before its window goes back to the pool as it grows. Off keeps every layer's
   // KV for every token (the all-global accounting; the same output, for comparisons).
@@ -270,6 +271,11 @@ struct EngineStats {
   std::int64_t compacted_preemptions = 0;     // preempted after a compaction (recomputed in full)
   std::int64_t compactions_postponed = 0;     // no block for a copy-on-write: retried next token
   std::int64_t pinned_keys = 0;               // store keys pinned for requests (prompt caching)
+  std::int64_t pool_pinned_keys_total = 0;    // pool block keys pinned or refreshed for requests
+  std::int64_t kv_blocks_pinned_keys = 0;     // the pool's live pins (last step), cached or in use
+  std::int64_t kv_blocks_pinned_cached = 0;   // cached pool blocks under a pin (last step)
+  std::int64_t pool_pins_refused = 0;         // pool pins refused past the pinned share
+  std::int64_t pool_pinned_evictions = 0;     // pinned cached blocks evicted: nothing unpinned was left
   std::int64_t prompt_tokens_computed = 0;    // prompt tokens whose KV a forward pass computed
   std::int64_t forks = 0;                     // choices forked from a prompt's KV (n - 1 per request)
   std::int64_t blocks_copied_on_write = 0;    // shared partial blocks copied before a write

@@ -45,7 +45,7 @@ void Engine::Impl::extend_chunk_keys(Sequence& seq, int n_chunks) const {
 }
 
 void Engine::Impl::pin_prefixes(Sequence& seq) {
-  if (!options.kv_store || !options.prefix_cache) return;
+  if (!options.prefix_cache) return;
   const int bs = pool.block_size(), bpc = options.chunk_tokens / bs;
   const int n_tokens = static_cast<int>(seq.tokens.size());
   for (const GenerationRequest::Pin& pin : seq.request.pins) {
@@ -54,6 +54,15 @@ void Engine::Impl::pin_prefixes(Sequence& seq) {
     seq.pinned_tokens = std::max(seq.pinned_tokens, tokens / bs * bs);
     const int full = tokens / options.chunk_tokens;
     const int blocks = tokens / bs;
+    // The pool's blocks of the prefix (block_pool.h, pins): kept over unpinned cached blocks.
+    extend_block_keys(seq, blocks);
+    const std::size_t pool_pinned =
+        pool.pin(std::span<const cache::ChunkKey>(seq.block_keys.data(), static_cast<std::size_t>(blocks)), pin.ttl);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.pool_pinned_keys_total += static_cast<std::int64_t>(pool_pinned);
+    }
+    if (!options.kv_store) continue;
     const bool whole_next = (full + 1) * options.chunk_tokens <= n_tokens;
     extend_chunk_keys(seq, whole_next ? full + 1 : full);
     extend_block_keys(seq, blocks);

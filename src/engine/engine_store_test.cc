@@ -479,5 +479,34 @@ TEST_F(EngineStoreTest, PinnedPromptSurvivesChurnThatEvictsAnUnpinnedOne) {
   EXPECT_EQ(u->tokens, expected_unpinned);
 }
 
+// The same in the engine's own pool, with no store at all: a pool that holds about four prompts,
+// a pinned one and an unpinned one, then ten others through it. The pinned prompt is still a
+// whole pool hit, the unpinned one was evicted, and both outputs are the uncached ones.
+TEST_F(EngineStoreTest, PinnedPromptSurvivesChurnInThePoolWithoutAStore) {
+  EngineOptions o;
+  o.n_ctx = 1024;
+  o.n_threads = 2;
+  o.max_running = 1;
+  o.kv_pool_tokens = 1024 + 5 * 16;  // the minimum (n_ctx + a block) and a little
+  auto e = Engine::create(*model_, o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  Engine& engine = **e;
+  auto pinned = request(200, 1), unpinned = request(200, 2);
+  pinned.pins.push_back({200, std::chrono::minutes(5)});
+  const auto expected_pinned = uncached(pinned), expected_unpinned = uncached(unpinned);
+  EXPECT_EQ(generate(engine, pinned)->tokens, expected_pinned);
+  EXPECT_EQ(generate(engine, unpinned)->tokens, expected_unpinned);
+  for (int salt = 10; salt < 20; ++salt) generate(engine, request(200, salt));
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.kv_blocks_pinned_keys, 12) << "200 tokens: 12 whole blocks";
+  EXPECT_EQ(stats.pool_pinned_evictions, 0);
+  auto r = generate(engine, pinned);
+  EXPECT_EQ(r->cached_tokens, 192) << "the pinned prompt was evicted from the pool";
+  EXPECT_EQ(r->tokens, expected_pinned);
+  auto u = generate(engine, unpinned);
+  EXPECT_EQ(u->cached_tokens, 0) << "the churn did not evict the unpinned prompt: the test proves nothing";
+  EXPECT_EQ(u->tokens, expected_unpinned);
+}
+
 }  // namespace
 }  // namespace kvstash

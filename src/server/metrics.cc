@@ -229,6 +229,15 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
   out += "kvstash_kv_blocks{state=\"used\"} " + std::to_string(engine.kv_blocks_used) + "\n";
   out += "kvstash_kv_blocks{state=\"free\"} " + std::to_string(free_blocks) + "\n";
   out += "kvstash_kv_blocks{state=\"cached\"} " + std::to_string(engine.kv_blocks_cached) + "\n";
+  header(out, "kvstash_kv_pool_pins", "gauge",
+         "The engine pool's live pins (prompt caching): pinned keys, and cached blocks held under one.");
+  out += "kvstash_kv_pool_pins{state=\"keys\"} " + std::to_string(engine.kv_blocks_pinned_keys) + "\n";
+  out += "kvstash_kv_pool_pins{state=\"cached\"} " + std::to_string(engine.kv_blocks_pinned_cached) + "\n";
+  header(out, "kvstash_kv_pool_pins_refused_total", "counter", "Pool pins refused past --pin-max-share of the pool.");
+  sample(out, "kvstash_kv_pool_pins_refused_total", static_cast<double>(engine.pool_pins_refused));
+  header(out, "kvstash_kv_pool_pinned_evictions_total", "counter",
+         "Pinned cached pool blocks evicted because no unpinned cached block was left to evict.");
+  sample(out, "kvstash_kv_pool_pinned_evictions_total", static_cast<double>(engine.pool_pinned_evictions));
   header(out, "kvstash_kv_blocks_total", "gauge", "KV blocks in the engine's pool.");
   sample(out, "kvstash_kv_blocks_total", static_cast<double>(engine.kv_blocks_total));
   header(out, "kvstash_prompt_tokens_from_pool_total", "counter", "Cached prompt tokens found in the engine's KV pool.");
