@@ -19,7 +19,9 @@
 // release run under preemption, cache hits and a full draft pool. One runs a model with
 // sliding-window layers (gemma3-tiny, engine/block_pool.h) with the prefix cache, the store and
 // speculation: its window layers' KV is freed as sequences grow, and every output must still be
-// the request's alone.
+// the request's alone. About a third of the requests pin a prefix of their prompt (prompt caching,
+// block_pool.h pins): pinned blocks are kept over unpinned ones in these tight pools and evicted
+// when nothing else is left, and no output may change.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,6 +73,7 @@ Workload make_workload(std::uint64_t seed, int n_vocab, const std::shared_ptr<co
   std::mt19937_64 rng(seed);
   std::mt19937_64 constrained(seed * 0x9E3779B97F4A7C15ull + 33);
   std::mt19937_64 choices(seed * 0xD1B54A32D192ED03ull + 77);  // its own too: the schedule stays the seed's
+  std::mt19937_64 pinning(seed * 0x94D049BB133111EBull + 35);   // and so is which requests pin
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   Workload w;
@@ -111,6 +114,9 @@ Workload make_workload(std::uint64_t seed, int n_vocab, const std::shared_ptr<co
     if (chance(0.1)) p.cancel_step = p.arrival_step + uniform(0, 40);
     if (constrained() % 4 == 0) p.request.sampling.grammar = grammar;
     if (choices() % 4 == 0) p.request.n = static_cast<int>(2 + choices() % 2);  // max_running is at least 3
+    if (pinning() % 3 == 0) {
+      p.request.pins.push_back({static_cast<int>(1 + pinning() % p.request.prompt.size()), std::chrono::hours(1)});
+    }
     w.requests.push_back(std::move(p));
   }
   return w;
@@ -294,6 +300,7 @@ class SchedulerStressTest : public ::testing::Test {
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
     std::int64_t forks = 0, forked_finished = 0, drafted = 0, accepted = 0;
+    std::int64_t pins = 0, pinned_evictions = 0;
     std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     const bool windowed = config == Config::kWindowModel;
@@ -395,6 +402,8 @@ class SchedulerStressTest : public ::testing::Test {
       preemptions += stats.preemptions;
       pool_hits += stats.prompt_tokens_from_pool;
       store_hits += stats.prompt_tokens_from_store;
+      pins += stats.pool_pinned_keys_total;
+      pinned_evictions += stats.pool_pinned_evictions;
     }
     std::printf("config %d: %d seeds from %llu, %lld preemptions, %lld prompt tokens from the pool, %lld from the store\n",
                 static_cast<int>(config), n_seeds, static_cast<unsigned long long>(first_seed),
@@ -408,6 +417,9 @@ class SchedulerStressTest : public ::testing::Test {
       EXPECT_GT(pool_hits, 0) << "no prefix-cache hit: the workload does not exercise the cache";
     }
     if (config == Config::kPrefixCacheAndStore) { EXPECT_GT(store_hits, 0) << "no store hit: the workload does not exercise the store"; }
+    std::printf("  %lld pool keys pinned, %lld pinned blocks evicted for want of unpinned ones\n", static_cast<long long>(pins),
+                static_cast<long long>(pinned_evictions));
+    if (config != Config::kNoPrefixCache) { EXPECT_GT(pins, 0) << "no pool pin: prompt caching went unchecked"; }
     EXPECT_GT(preemptions, 0) << "no preemption: the harness proved nothing";
     EXPECT_GT(constrained, 0) << "no constrained request ran to its end";
     std::printf("  %lld choices forked, %lld of them ran to their end\n", static_cast<long long>(forks),
