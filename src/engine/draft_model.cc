@@ -56,9 +56,35 @@ bool DraftModelDrafter::reserve(DraftKv& kv, int n_tokens) {
   return true;
 }
 
-void DraftModelDrafter::rollback(DraftKv& kv, int n) const {
-  if (kv.pool_ == nullptr || kv.n_computed_ <= n) return;
+void DraftModelDrafter::take_prefix(DraftKv& kv, std::span<const cache::ChunkKey> block_keys, int max_blocks) {
+  if (kv.n_computed_ != 0 || kv.n_blocks() != 0) return;
+  const int n = std::min(max_blocks, static_cast<int>(block_keys.size()));
+  for (int b = 0; b < n; ++b) {
+    auto hit = pool_.lookup(block_keys[static_cast<std::size_t>(b)]);
+    if (!hit) break;
+    kv.pool_ = &pool_;
+    kv.blocks_.push_back(*hit);
+    kv.n_computed_ += pool_.block_size();
+    prefix_hit_tokens_ += pool_.block_size();
+  }
+}
+
+void DraftModelDrafter::register_full(DraftKv& kv, int n, std::span<const cache::ChunkKey> block_keys) {
+  const int full = std::min({n / pool_.block_size(), kv.n_blocks(), static_cast<int>(block_keys.size())});
+  for (int b = 0; b < full; ++b) {
+    const std::int32_t block = kv.blocks_[static_cast<std::size_t>(b)];
+    if (!pool_.is_registered(block)) pool_.register_block(block, block_keys[static_cast<std::size_t>(b)]);
+  }
+}
+
+void DraftModelDrafter::rollback(DraftKv& kv, int n, std::span<const cache::ChunkKey> block_keys) {
+  if (kv.pool_ == nullptr) return;
+  if (kv.n_computed_ <= n) {
+    register_full(kv, kv.n_computed_, block_keys);
+    return;
+  }
   kv.n_computed_ = std::max(0, n);
+  register_full(kv, kv.n_computed_, block_keys);
   const auto keep = static_cast<std::size_t>((kv.n_computed_ + pool_.block_size() - 1) / pool_.block_size());
   while (kv.blocks_.size() > keep) {
     kv.pool_->release(kv.blocks_.back());
@@ -86,6 +112,11 @@ Status DraftModelDrafter::draft(std::span<Job> jobs, ThreadPool& threads) {
       BatchSequence bs;
       bs.pos_start = kv.n_computed_;
       if (pass == 0) {
+        // A fresh draft KV starts from the prefix cache: every whole block but the one holding
+        // the last token (its row gives the first drafted token; a catch-up-only span ends
+        // before the sequence's last token, so all of its whole blocks may come from the cache).
+        take_prefix(kv, job.block_keys, job.k == 0 ? size / pool_.block_size() : (size - 1) / pool_.block_size());
+        bs.pos_start = kv.n_computed_;
         // Catch up on every token the draft KV lacks, the sequence's last one included: its row
         // gives the first drafted token.
         bs.n_new = size - kv.n_computed_;
@@ -127,6 +158,7 @@ Status DraftModelDrafter::draft(std::span<Job> jobs, ThreadPool& threads) {
     for (std::size_t b = 0; b < in_batch.size(); ++b) {
       Job& job = jobs[in_batch[b]];
       job.kv->n_computed_ += batch.sequences[b].n_new;
+      if (pass == 0) register_full(*job.kv, job.kv->n_computed_, job.block_keys);  // real tokens only
       if (!batch.sequences[b].want_logits) continue;
       const float* r = &logits_[static_cast<std::size_t>(row++) * static_cast<std::size_t>(n_vocab)];
       // Greedy: the draft's likeliest token (the lowest id on a tie), a point-mass proposal.

@@ -5,8 +5,13 @@
 // verifies prompt-lookup drafts (engine.cc, verify_draft), so the output is the one plain decoding
 // gives, greedy or seeded, whatever the draft model proposes.
 //
-// The draft model keeps its own paged KV in a second BlockPool (no prefix cache: its blocks are
-// private to one sequence). A sequence's DraftKv covers the first n_computed tokens of
+// The draft model keeps its own paged KV in a second BlockPool, with a prefix cache of its own:
+// full blocks of a sequence's real tokens (never of drafted ones) are registered under the
+// target's block keys for the same tokens (the same prefix and tenant salt give the same draft
+// KV, the draft model being fixed), and a sequence whose draft KV starts empty first takes every
+// whole block of its prefix the pool still holds, so a repeated prompt's draft prefill is not
+// computed again. Registered blocks are only ever read: a sequence writes past them, and a
+// rollback never cuts below its real tokens. A sequence's DraftKv covers the first n_computed tokens of
 // seq.tokens, always fewer than all of them: the last token is the input of the next draft. A
 // draft of k tokens runs k forward passes of the draft model, each batched across the drafting
 // sequences: the first also catches up on the tokens the draft KV lacks (the prompt, when it was
@@ -66,28 +71,39 @@ class DraftModelDrafter {
   // wanted and the vector the drafted tokens are appended to. k = 0: catch up on the tokens only
   // (no logits; `tokens` is then a prefix of the sequence's that leaves its last token out): the
   // draft model prefills a prompt alongside the target instead of in the first decode steps.
+  // block_keys: the target's keys of the sequence's whole blocks, at least the blocks `tokens`
+  // fills (empty: no prefix cache for this job).
   struct Job {
     std::span<const TokenId> tokens;
     DraftKv* kv = nullptr;
     int k = 0;
     std::vector<TokenId>* out = nullptr;
+    std::span<const cache::ChunkKey> block_keys = {};
   };
   // Drafts every job's k tokens (or none, for a job still catching up or that the draft pool
   // cannot hold: its KV is released and it retries later). Errors: the draft model's forward.
   Status draft(std::span<Job> jobs, ThreadPool& threads);
-  // Keeps the draft KV of the first n tokens at most (after verification: tokens.size() - 1).
-  void rollback(DraftKv& kv, int n) const;
+  // Keeps the draft KV of the first n tokens at most (after verification: tokens.size() - 1, all
+  // real tokens: its whole blocks are registered under block_keys where those cover them).
+  void rollback(DraftKv& kv, int n, std::span<const cache::ChunkKey> block_keys = {});
+  // Prompt tokens whose draft KV came from the draft pool's prefix cache.
+  std::int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
 
   const BlockPool& pool() const { return pool_; }
 
  private:
   // Gives kv blocks for n_tokens tokens; false (and kv released) when the pool has none left.
   bool reserve(DraftKv& kv, int n_tokens);
+  // An empty draft KV takes the prefix's whole blocks the pool holds, up to max_blocks.
+  void take_prefix(DraftKv& kv, std::span<const cache::ChunkKey> block_keys, int max_blocks);
+  // Registers the whole blocks of the first n tokens (real ones) under their keys.
+  void register_full(DraftKv& kv, int n, std::span<const cache::ChunkKey> block_keys);
 
   const Model& model_;
   BlockPool pool_;
   int max_catch_up_;
   std::vector<float> logits_;
+  std::int64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace kvstash

@@ -235,6 +235,19 @@ TEST_F(DraftModelTest, GreedyOutputIsTheSameWithAndWithoutTheDraftModel) {
   const EngineStats stats = expect_same_output(prompts(), options(false), options(true));
   EXPECT_GT(stats.draft_tokens_accepted, stats.draft_tokens / 2) << "a Q8_0 copy of the target should mostly agree with it";
   EXPECT_LT(stats.draft_tokens_accepted, stats.draft_tokens) << "no draft rejected: rollback went unchecked";
+  EXPECT_GT(stats.draft_prefix_tokens, 0) << "shared prefixes: the draft pool's prefix cache went unused";
+}
+
+// Without the engine's prefix cache the draft pool keeps none either, and the output is the same.
+TEST_F(DraftModelTest, NoPrefixCacheMeansNoDraftPrefixCache) {
+  EngineOptions plain = options(false), spec = options(true);
+  plain.prefix_cache = spec.prefix_cache = false;
+  std::vector<GenerationRequest> requests = prompts();
+  requests.resize(20);
+  for (std::size_t i = 0; i < 10; ++i) requests.push_back(requests[i]);
+  const EngineStats stats = expect_same_output(requests, plain, spec);
+  EXPECT_EQ(stats.draft_prefix_tokens, 0);
+  EXPECT_GT(stats.draft_tokens_accepted, 0);
 }
 
 // A pool that holds few sequences preempts them, they come back through the prefix cache, and a
@@ -252,6 +265,7 @@ TEST_F(DraftModelTest, GreedyOutputIsTheSameUnderPreemptionAndAFullDraftPool) {
   EXPECT_GT(stats.preemptions, 0) << "no preemption: the test proved nothing about it";
   EXPECT_GT(stats.prompt_tokens_from_pool, 0);
   EXPECT_GT(stats.draft_tokens_accepted, 0);
+  EXPECT_GT(stats.draft_prefix_tokens, 0) << "repeated prompts: the draft pool's prefix cache went unused";
 }
 
 TEST_F(DraftModelTest, SeededSampledOutputIsTheSameWithAndWithoutTheDraftModel) {

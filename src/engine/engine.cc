@@ -585,7 +585,8 @@ std::vector<Engine::Impl::Planned> Engine::Impl::plan_step(int& prefill_tokens) 
       if (drafter && !s->spec.off && sequences_in_sight() <= spec.max_decoders) {
         const int end = std::min(s->num_computed_tokens + n, static_cast<int>(s->tokens.size()) - 1);
         if (end > s->draft_kv.n_computed()) {
-          draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft});
+          draft_jobs.push_back({std::span<const TokenId>(s->tokens.data(), static_cast<std::size_t>(end)), &s->draft_kv, 0, &s->draft,
+                                draft_block_keys(*s, end)});
         }
       }
     }
@@ -758,10 +759,17 @@ int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
     const int behind = static_cast<int>(s.tokens.size()) - 1 - s.draft_kv.n_computed();
     const int remaining = s.request.max_tokens - s.n_generated();
     if (behind > kMaxCheapCatchUp && remaining * kCatchUpPerRemainingToken < behind) return 0;
-    draft_jobs.push_back({s.tokens, &s.draft_kv, k, &s.draft});
+    draft_jobs.push_back({s.tokens, &s.draft_kv, k, &s.draft, draft_block_keys(s, static_cast<int>(s.tokens.size()))});
     return k;
   }
   return ngram_draft(s.tokens, o.min_ngram, o.max_ngram, k, s.draft);
+}
+
+std::span<const cache::ChunkKey> Engine::Impl::draft_block_keys(Sequence& s, int n_tokens) {
+  if (!options.prefix_cache) return {};
+  const int n_blocks = n_tokens / pool.block_size();
+  extend_block_keys(s, n_blocks);
+  return std::span<const cache::ChunkKey>(s.block_keys.data(), static_cast<std::size_t>(n_blocks));
 }
 
 void Engine::Impl::draft_with_model() {
@@ -790,7 +798,8 @@ int Engine::Impl::verify_draft(Sequence& s, const float* rows, int n_vocab) {
     if (s.finished) {
       s.draft_kv.release();
     } else {
-      drafter->rollback(s.draft_kv, static_cast<int>(s.tokens.size()) - 1);
+      const int real = static_cast<int>(s.tokens.size()) - 1;
+      drafter->rollback(s.draft_kv, real, draft_block_keys(s, real));
     }
   }
   if (!s.finished) {
@@ -888,6 +897,7 @@ void Engine::Impl::publish_stats(double prefill_s, double decode_s) {
   stats.kv_blocks_pinned_cached = pool.n_pinned_cached();
   stats.pool_pins_refused = pool.pins_refused();
   stats.pool_pinned_evictions = pool.pinned_evictions();
+  if (drafter) stats.draft_prefix_tokens = drafter->prefix_hit_tokens();
   stats.kv_window_blocks_used = pool.n_window_used();
   stats.kv_layer_blocks_used = pool.split() ? stats.kv_blocks_used * pool.n_full_layers() +
                                                   stats.kv_window_blocks_used * pool.n_window_layers()

@@ -272,6 +272,7 @@ struct EngineStats {
   std::int64_t compactions_postponed = 0;     // no block for a copy-on-write: retried next token
   std::int64_t pinned_keys = 0;               // store keys pinned for requests (prompt caching)
   std::int64_t pool_pinned_keys_total = 0;    // pool block keys pinned or refreshed for requests
+  std::int64_t draft_prefix_tokens = 0;       // draft-model KV tokens taken from its pool's prefix cache
   std::int64_t kv_blocks_pinned_keys = 0;     // the pool's live pins (last step), cached or in use
   std::int64_t kv_blocks_pinned_cached = 0;   // cached pool blocks under a pin (last step)
   std::int64_t pool_pins_refused = 0;         // pool pins refused past the pinned share

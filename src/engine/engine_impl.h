@@ -135,6 +135,9 @@ struct Engine::Impl {
   static constexpr int kCatchUpPerRemainingToken = 4;
   // Sequences that may decode in the coming steps: running, waiting and loading.
   int sequences_in_sight() const { return static_cast<int>(running.size() + waiting.size() + loading.size()); }
+  // The target's keys of the sequence's whole blocks in its first n_tokens tokens (extended as
+  // needed), which the draft pool's prefix cache is keyed by; empty without a prefix cache.
+  std::span<const cache::ChunkKey> draft_block_keys(Sequence& seq, int n_tokens);
   // Runs draft_jobs on the draft model (one batched pass per drafted position); a failed pass
   // leaves every job without a draft (the step decodes plainly).
   void draft_with_model();

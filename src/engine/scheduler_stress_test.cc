@@ -16,7 +16,8 @@
 // drafts are verified and rolled back under preemption and cache hits, and the output must still
 // be each request's plain greedy output. Another drafts with a draft model (the same tiny model in
 // Q8_0, engine/draft_model.h) whose KV pool holds two contexts only: its catch-up, rollback and
-// release run under preemption, cache hits and a full draft pool. One runs a model with
+// release run under preemption, cache hits and a full draft pool, and its own prefix cache serves
+// repeated prefixes. One runs a model with
 // sliding-window layers (gemma3-tiny, engine/block_pool.h) with the prefix cache, the store and
 // speculation: its window layers' KV is freed as sequences grow, and every output must still be
 // the request's alone. About a third of the requests pin a prefix of their prompt (prompt caching,
@@ -300,7 +301,7 @@ class SchedulerStressTest : public ::testing::Test {
   static void run_seeds(Config config, std::uint64_t first_seed, int n_seeds) {
     std::int64_t preemptions = 0, store_hits = 0, pool_hits = 0, compactions = 0, exact_seeds = 0, constrained = 0;
     std::int64_t forks = 0, forked_finished = 0, drafted = 0, accepted = 0;
-    std::int64_t pins = 0, pinned_evictions = 0;
+    std::int64_t pins = 0, pinned_evictions = 0, draft_prefix = 0;
     std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     const bool windowed = config == Config::kWindowModel;
@@ -403,6 +404,7 @@ class SchedulerStressTest : public ::testing::Test {
       pool_hits += stats.prompt_tokens_from_pool;
       store_hits += stats.prompt_tokens_from_store;
       pins += stats.pool_pinned_keys_total;
+      draft_prefix += stats.draft_prefix_tokens;
       pinned_evictions += stats.pool_pinned_evictions;
     }
     std::printf("config %d: %d seeds from %llu, %lld preemptions, %lld prompt tokens from the pool, %lld from the store\n",
@@ -441,6 +443,10 @@ class SchedulerStressTest : public ::testing::Test {
       std::printf("  %lld of %lld drafted tokens accepted\n", static_cast<long long>(accepted), static_cast<long long>(drafted));
       EXPECT_GT(accepted, 0) << "no draft accepted: speculation went unchecked";
       EXPECT_LT(accepted, drafted) << "no draft rejected: rollback went unchecked";
+      if (config == Config::kDraftModel) {
+        std::printf("  %lld draft-model KV tokens from the draft pool's prefix cache\n", static_cast<long long>(draft_prefix));
+        EXPECT_GT(draft_prefix, 0) << "the draft pool's prefix cache went unchecked";
+      }
     } else {
       EXPECT_EQ(drafted, 0);
     }

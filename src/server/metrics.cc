@@ -290,6 +290,9 @@ std::string Metrics::render(const EngineStats& engine, const KvStoreSnapshot& st
          "Sequence steps that verified a speculative draft (--spec); mean accepted length = "
          "kvstash_spec_draft_tokens_accepted_total / kvstash_spec_drafts_total.");
   sample(out, "kvstash_spec_drafts_total", static_cast<double>(engine.drafts));
+  header(out, "kvstash_spec_draft_prefix_tokens_total", "counter",
+         "Draft-model KV tokens taken from the draft pool's prefix cache instead of computed.");
+  sample(out, "kvstash_spec_draft_prefix_tokens_total", static_cast<double>(engine.draft_prefix_tokens));
   header(out, "kvstash_spec_draft_tokens_total", "counter", "Tokens drafted by speculative decoding and verified.");
   sample(out, "kvstash_spec_draft_tokens_total", static_cast<double>(engine.draft_tokens));
   header(out, "kvstash_spec_draft_tokens_accepted_total", "counter",
