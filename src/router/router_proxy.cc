@@ -10,6 +10,7 @@
 
 #include "bench/sse.h"
 #include "router/router_impl.h"
+#include "server/anthropic_api.h"
 #include "server/log.h"
 #include "server/prompt_builder.h"
 #include "server/request_parser.h"
@@ -48,11 +49,10 @@ std::pair<std::int64_t, std::int64_t> usage_of(const json& j) {
   return {cached, u.value("prompt_tokens", std::int64_t{0})};
 }
 
-// The prefill hop's body: the client's request with max_tokens 1 (no max_completion_tokens), no
-// stream (nor stream_options), n 1 and "kvstash_store_sync": true (the worker answers once its KV
-// reached the shared store). "" when the body is not a JSON object.
-std::string prefill_body(const std::string& body) {
-  json j = json::parse(body, nullptr, false);
+// The prefill hop's body: the (chat or completions) request with max_tokens 1 (no
+// max_completion_tokens), no stream (nor stream_options), n 1 and "kvstash_store_sync": true (the
+// worker answers once its KV reached the shared store). "" when the body is not a JSON object.
+std::string prefill_body(json j) {
   if (!j.is_object()) return "";
   j.erase("max_completion_tokens");
   j.erase("stream_options");
@@ -86,13 +86,39 @@ Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path
   return m;
 }
 
+bool Router::Impl::any_prefill_worker() const {
+  std::lock_guard lock(workers_mu);
+  return std::any_of(workers.begin(), workers.end(), [](const auto& w) { return w->prefill(); });
+}
+
 Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   Prompt p;
   if (!model || req.method != "POST") return p;
-  const bool chat = req.path == "/v1/chat/completions";
-  if (!chat && req.path != "/v1/completions") return p;
+  // Messages and Responses requests are translated as the server translates them, so that their
+  // prompt is the chat request's the worker runs (and the prefill hop can be that chat request).
+  bool chat = req.path == "/v1/chat/completions";
+  std::string translated;  // the chat request of a Messages or Responses request
+  if (req.path == "/v1/messages") {
+    server::MessagesTranslation t;
+    if (server::translate_messages_request(req.body, t)) return p;  // the worker answers the error
+    translated = t.chat.dump();
+  } else if (req.path == "/v1/responses") {
+    // No conversation is stored here: a previous_response_id is "not found" and the request is not
+    // tokenized (it goes to the worker that stores the conversation, and never hops).
+    server::ResponseStore none(std::chrono::seconds(1), 0);
+    server::ResponsesTranslation t;
+    if (server::translate_responses_request(req.body, none, "", t)) return p;
+    translated = t.chat.dump();
+  } else if (!chat && req.path != "/v1/completions") {
+    return p;
+  }
+  if (!translated.empty()) {
+    chat = true;
+    p.prefill_target = "/v1/chat/completions";
+  }
+  const std::string& body = translated.empty() ? req.body : translated;
   server::ParsedRequest parsed;
-  if (server::parse_request(chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions, req.body, parsed)) {
+  if (server::parse_request(chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions, body, parsed)) {
     return p;  // invalid: the worker answers the error
   }
   GenerationRequest gen;
@@ -103,8 +129,8 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   p.cache_salt = std::move(gen.cache_salt);
   p.max_tokens = gen.max_tokens;
   // The prefill hop's body, when a hop may be taken (whether it is, the index decides later on the strand).
-  if (!options.prefill_workers.empty() && static_cast<std::int64_t>(p.tokens.size()) >= options.prefill_min_tokens) {
-    p.prefill_body = prefill_body(req.body);
+  if (static_cast<std::int64_t>(p.tokens.size()) >= options.prefill_min_tokens && any_prefill_worker()) {
+    p.prefill_body = prefill_body(json::parse(body, nullptr, false));
   }
   return p;
 }
@@ -174,7 +200,9 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   // then next(). The hop's failure, whatever it is, only leaves the decode worker to prefill.
   void start() {
     Impl& r = *router;
-    if (r.options.prefill_workers.empty() || !prompt.tokenized || gone) return next();
+    if (!prompt.tokenized || gone) return next();
+    const std::vector<std::shared_ptr<Worker>> workers = r.worker_list();
+    if (std::none_of(workers.begin(), workers.end(), [](const auto& w) { return w->prefill(); })) return next();
     if (prompt.prefill_body.empty()) {  // fewer tokens than prefill_min_tokens in all
       r.metrics.count_prefill("skipped");
       return next();
@@ -182,7 +210,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     // The prompt's tokens predicted cached on the best eligible decode worker.
     std::int64_t best_cached = 0;
     std::vector<std::shared_ptr<Worker>> prefill;
-    for (auto& w : r.worker_list()) {
+    for (auto& w : workers) {
       if (!w->eligible()) continue;
       if (w->prefill()) {
         prefill.push_back(w);
@@ -201,7 +229,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     });
     http::UpstreamRequest hop;
     hop.method = upstream_request.method;
-    hop.target = upstream_request.target;
+    hop.target = prompt.prefill_target.empty() ? upstream_request.target : prompt.prefill_target;
     hop.headers = upstream_request.headers;
     hop.body = std::move(prompt.prefill_body);
     prompt.prefill_body.clear();
@@ -433,10 +461,13 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
   p->router = shared_from_this();
   p->ex = ex;
   p->arrived = arrived;
-  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
+  // Generation requests, the translated APIs' included, are routed by the policy; the rest by load.
+  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                          (req.method == "POST" && (req.path == "/v1/messages" || req.path == "/v1/responses"));
   p->policy = generation ? options.policy : Policy::kLeastLoaded;
   p->req = std::move(req);
-  p->prompt.owner_tag = server::response_owner_tag(addressed_response(p->req));
+  const std::string owner_tag = server::response_owner_tag(addressed_response(p->req));
+  p->prompt.owner_tag = owner_tag;
   ex->on_close([weak = std::weak_ptr<Proxied>(p)] {
     if (auto alive = weak.lock()) alive->client_gone();
   });
@@ -444,16 +475,20 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
   const bool tokenizes = p->policy != Policy::kRoundRobin && model && p->req.method == "POST" && generation;
   if (tokenizes && p->req.body.size() > options.tokenize_inline_bytes) {
     // A long prompt: tokenized on a job thread, so that this I/O thread serves other connections meanwhile.
-    jobs->push([p] {
+    jobs->push([p, owner_tag] {
       p->router->metrics.observe_queue(seconds(Clock::now() - p->arrived));
-      p->prompt = p->router->tokenize(p->req);  // (a generation request: no owner_tag to keep)
+      p->prompt = p->router->tokenize(p->req);
+      p->prompt.owner_tag = owner_tag;
       p->build_upstream_request(p->router->options);
       p->ex->post([p] { p->start(); });
     });
     return;
   }
   metrics.observe_queue(seconds(Clock::now() - arrived));
-  if (tokenizes) p->prompt = tokenize(p->req);
+  if (tokenizes) {
+    p->prompt = tokenize(p->req);
+    p->prompt.owner_tag = owner_tag;
+  }
   p->build_upstream_request(options);
   p->start();
 }
