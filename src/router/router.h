@@ -49,7 +49,7 @@ struct RouterOptions {
   int port = 8090;                 // 0 = any free port
   std::string model_path;          // GGUF whose vocabulary and chat template the workers serve ("" = route without keys)
   std::string chat_template;       // as serve's --chat-template ("" = the GGUF's)
-  std::vector<std::string> workers;  // http://HOST:PORT each (decode or colocated workers)
+  std::vector<std::string> workers;  // http://HOST:PORT each, in the role each reports (serve --role)
   // Prefill/decode disaggregation (docs/router.md; empty = off): workers that only prefill. A
   // tokenized chat/completions request whose prompt has at least prefill_min_tokens tokens not
   // predicted cached on the best decode worker is first sent to one of them with max_tokens 1,
