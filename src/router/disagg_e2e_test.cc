@@ -35,7 +35,7 @@ std::string api_text(const Answer& a) {
   }
   for (const json& item : j.value("output", json::array())) {
     if (item.value("type", "") != "message") continue;
-    for (const json& part : item["content"]) out += part.value("text", "");
+    for (const json& part : item.value("content", json::array())) out += part.value("text", "");
   }
   return out;
 }
@@ -400,6 +400,22 @@ TEST_F(DisaggRolesE2E, TheRoutersFlagsWinOverTheReportedRoleAndARouterThatCannot
     Answer a = post(router->port(), "/v1/completions", completion(prompt(36, 20), 4));
     ASSERT_EQ(a.status, 200) << a.body;
     EXPECT_EQ(a.worker, worker_url(prefill()));
+  }
+}
+
+// A role serve cannot report or act on is refused by name, never ignored.
+TEST_F(DisaggRolesE2E, ServeRefusesARoleItCannotReport) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--role", "prefill", "--no-kv-events"}, "--no-kv-events"},
+      {{"--role", "decode", "--no-kv-events"}, "--no-kv-events"},
+      {{"--role", "prefill", "--no-kv-store"}, "--no-kv-store"},
+      {{"--role", "primary"}, "--role"},
+  };
+  for (const auto& [args, message] : cases) {
+    ServeProcess p(model_path_, args, scratch_.path() + "/bad-role.log");
+    EXPECT_FALSE(p.ready());
+    EXPECT_EQ(p.wait_exit(), 1) << p.log();
+    EXPECT_NE(p.log().find(message), std::string::npos) << p.log();
   }
 }
 
