@@ -404,7 +404,9 @@ TEST_F(DisaggRolesE2E, TheRoutersFlagsWinOverTheReportedRoleAndARouterThatCannot
 }
 
 // A role serve cannot report or act on is refused by name, never ignored.
-TEST_F(DisaggRolesE2E, ServeRefusesARoleItCannotReport) {
+TEST(DisaggServeRole, ServeRefusesARoleItCannotReport) {
+  const std::string model = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+  cache::testing::ScratchDir scratch;
   const std::pair<std::vector<std::string>, std::string> cases[] = {
       {{"--role", "prefill", "--no-kv-events"}, "--no-kv-events"},
       {{"--role", "decode", "--no-kv-events"}, "--no-kv-events"},
@@ -412,7 +414,7 @@ TEST_F(DisaggRolesE2E, ServeRefusesARoleItCannotReport) {
       {{"--role", "primary"}, "--role"},
   };
   for (const auto& [args, message] : cases) {
-    ServeProcess p(model_path_, args, scratch_.path() + "/bad-role.log");
+    ServeProcess p(model, args, scratch.path() + "/bad-role.log");
     EXPECT_FALSE(p.ready());
     EXPECT_EQ(p.wait_exit(), 1) << p.log();
     EXPECT_NE(p.log().find(message), std::string::npos) << p.log();
