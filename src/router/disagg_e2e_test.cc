@@ -181,6 +181,11 @@ void DisaggE2E::fail_prefill_worker(bool hang) {
       ASSERT_EQ(a.status, 200) << a.body;
       EXPECT_EQ(a.worker, worker_url(decode()));
       EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
+      if (hang && seed == 3) {
+        // The hung hop waited out the 1 s read timeout (a lower bound by construction): that is
+        // upstream time, so x-kvstash-upstream-ms holds it and the router's overhead does not.
+        EXPECT_GE(std::atof(a.upstream_ms.c_str()), 1000.0) << a.upstream_ms;
+      }
     }
     EXPECT_EQ(metric(router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1) << "no hop after the failure succeeded";
     EXPECT_EQ(metric(router, "kvstash_router_prefill_total{outcome=\"failed\"}") +

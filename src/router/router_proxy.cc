@@ -152,6 +152,9 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   bool gone = false;  // the client's connection closed
   std::shared_ptr<http::UpstreamCall> upstream;  // the exchange in flight
   std::shared_ptr<Worker> prefill_worker;  // the prefill hop in flight
+  // How long the prefill hop took (sent to answered): upstream work, so neither the router's
+  // decision time nor its overhead; x-kvstash-upstream-ms includes it.
+  Clock::duration hop_time{};
 
   // The attempt in flight.
   std::shared_ptr<Worker> worker;
@@ -242,7 +245,8 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       return !self->gone;
     };
     handlers.on_body = [self](std::string_view) { return !self->gone; };  // the one token is not needed
-    handlers.on_done = [self, hop_status, uncached](const http::UpstreamResult& result) {
+    handlers.on_done = [self, hop_status, uncached, hop_sent = Clock::now()](const http::UpstreamResult& result) {
+      self->hop_time = Clock::now() - hop_sent;
       self->upstream.reset();
       std::shared_ptr<Worker> w = std::move(self->prefill_worker);
       self->prefill_worker = nullptr;
@@ -328,7 +332,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     actual_cached = -1;
     prompt_tokens = 0;
     sent = Clock::now();
-    r.metrics.observe_decision(seconds(sent - arrived));
+    r.metrics.observe_decision(seconds(sent - arrived - hop_time));
     auto self = shared_from_this();
     http::UpstreamHandlers handlers;
     handlers.on_head = [self](http::UpstreamHead h) { return self->on_head(std::move(h)); };
@@ -351,14 +355,14 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     // How long this router waited on the worker for its first byte (from sending the request):
     // a client subtracts it from its own time to first byte to see what the router added.
     char upstream_ms[32];
-    std::snprintf(upstream_ms, sizeof upstream_ms, "%.3f", 1e3 * seconds(first_byte - sent));
+    std::snprintf(upstream_ms, sizeof upstream_ms, "%.3f", 1e3 * seconds(first_byte - sent + hop_time));
     head.headers.push_back({"x-kvstash-upstream-ms", upstream_ms});
     streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
     if (streaming) {
       ex->begin_stream(head);
       const double back = seconds(Clock::now() - first_byte);
       router->metrics.observe_return(back);
-      router->metrics.observe_overhead(seconds(sent - arrived) + back);
+      router->metrics.observe_overhead(seconds(sent - arrived - hop_time) + back);
     }
     return !gone;
   }
@@ -411,7 +415,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       ex->respond(std::move(head));
       const double back = seconds(Clock::now() - last_byte);
       r.metrics.observe_return(back);
-      r.metrics.observe_overhead(seconds(sent - arrived) + back);
+      r.metrics.observe_overhead(seconds(sent - arrived - hop_time) + back);
     } else if (!gone) {
       ex->respond(error_response(502, "worker " + w->url() + " failed in the middle of its answer (" + result.error + ")",
                                  "bad_gateway"));
