@@ -356,6 +356,15 @@ TEST_F(DisaggRolesE2E, AWorkerThatReportsRolePrefillIsAPrefillWorkerWithoutTheFl
     EXPECT_EQ(s.worker, worker_url(decode()));
   }
   EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"skipped\"}"), 3);
+  // POST /admin/workers takes a role as the flags give it; an unknown one is refused by name.
+  auto bad = admin.Post("/admin/workers", json{{"url", worker_url(single())}, {"role", "primary"}}.dump(), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("role"), std::string::npos) << bad->body;
+  auto added = admin.Post("/admin/workers", json{{"url", worker_url(single())}, {"role", "prefill"}}.dump(), "application/json");
+  ASSERT_TRUE(added);
+  EXPECT_EQ(added->status, 200) << added->body;
+  EXPECT_EQ(status_of(*router, worker_url(single())).role, WorkerRole::kPrefill);
 }
 
 TEST_F(DisaggRolesE2E, TheRoutersFlagsWinOverTheReportedRoleAndARouterThatCannotHopUsesNone) {
