@@ -242,6 +242,9 @@ TEST_F(DisaggStoreE2E, TheDecodeWorkerLoadsThePrefilledKvFromTheSharedStore) {
   EXPECT_EQ(a.worker, worker_url(decode()));
   EXPECT_EQ(metric(*router, "kvstash_router_prefill_total{outcome=\"hop\"}"), 1);
   EXPECT_GE(a.cached(), 128) << "the decode worker found the prefill worker's chunks in redis: " << a.body;
+  const std::string decode_label = "{worker=\"" + worker_url(decode()) + "\"}";
+  EXPECT_EQ(metric(*router, "kvstash_router_predicted_cached_tokens_total" + decode_label), a.cached())
+      << "after a hop the router predicts the KV the decode worker loads from the store";
   EXPECT_EQ(text_of(a), text_of(post(single().port(), "/v1/completions", completion(p, 8))));
 }
 

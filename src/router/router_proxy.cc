@@ -155,6 +155,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   // How long the prefill hop took (sent to answered): upstream work, so neither the router's
   // decision time nor its overhead; x-kvstash-upstream-ms includes it.
   Clock::duration hop_time{};
+  bool prefilled = false;  // the hop succeeded: the prompt's KV is predicted in the shared store
 
   // The attempt in flight.
   std::shared_ptr<Worker> worker;
@@ -252,6 +253,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       self->prefill_worker = nullptr;
       w->end_request(uncached + 1);
       const bool ok = result.answered && result.ok && *hop_status == 200;
+      self->prefilled = ok;
       if (!result.answered && !self->gone) w->mark_failed();  // in transport: taken out, checked again later
       self->router->metrics.count_prefill(ok ? "hop" : "failed");
       if (self->router->options.log_requests) {
@@ -320,6 +322,14 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     worker = eligible[choice.index];
     const Candidate& chosen = candidates[choice.index];
     predicted_cached = chosen.match.total();
+    if (prefilled) {
+      // The hop put the prompt's KV in the shared store: any decode worker loads it, all whole
+      // blocks but the last token's (the engine always computes the last token itself).
+      const std::optional<WorkerKvInfo> info = worker->kv_info();
+      const std::int64_t block = info ? info->block_size : 16;
+      const auto n = static_cast<std::int64_t>(prompt.tokens.size());
+      predicted_cached = std::max(predicted_cached, n > 0 ? (n - 1) / block * block : 0);
+    }
     load = std::max<std::int64_t>(0, static_cast<std::int64_t>(prompt.tokens.size()) - predicted_cached) + prompt.max_tokens;
     decision = attempt == 0 ? choice.decision : "retry";
     worker->begin_request(load);
