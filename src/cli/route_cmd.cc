@@ -20,10 +20,15 @@ int route_main(int argc, char** argv) {
   std::string policy = "cache-aware";
   int health_ms = static_cast<int>(o.health_interval.count());
   int backoff_max_ms = static_cast<int>(o.worker.backoff_max.count());
-  app.add_option("--worker", o.workers, "A worker's URL, http://HOST:PORT (repeatable; more via POST /admin/workers)");
+  app.add_option("--worker", o.workers,
+                 "A worker's URL, http://HOST:PORT (repeatable; more via POST /admin/workers); its role is the one it "
+                 "reports (serve --role): a prefill worker when it reports prefill, else it answers requests");
   app.add_option("--prefill-worker", o.prefill_workers,
-                 "A prefill worker's URL (repeatable): long prompts are prefilled there first, then decoded on a --worker "
-                 "that loads their KV from the shared store (docs/router.md, disaggregation)");
+                 "A prefill worker's URL (repeatable): long prompts are prefilled there first, then decoded on a worker "
+                 "that loads their KV from the shared store (docs/router.md, disaggregation); whatever role it reports");
+  app.add_option("--decode-worker", o.decode_workers,
+                 "A decode worker's URL (repeatable): it answers requests and is never sent a prefill hop, whatever role "
+                 "it reports");
   app.add_option("--prefill-min-tokens", o.prefill_min_tokens,
                  "The prefill hop is taken when at least this many prompt tokens are not predicted cached on the best "
                  "decode worker")
@@ -125,8 +130,9 @@ int route_main(int argc, char** argv) {
     server::log_line("route: " + st.to_string());
     return 1;
   }
-  server::log_line("routing on http://" + o.host + ":" + std::to_string((*r)->port()) + " to " + std::to_string(o.workers.size()) +
-                   " worker(s), policy " + policy + (o.model_path.empty() ? " (no -m: by load only)" : ""));
+  server::log_line("routing on http://" + o.host + ":" + std::to_string((*r)->port()) + " to " +
+                   std::to_string(o.workers.size() + o.decode_workers.size() + o.prefill_workers.size()) + " worker(s), policy " +
+                   policy + (o.model_path.empty() ? " (no -m: by load only)" : ""));
   int signal = 0;
   sigwait(&stop_signals, &signal);
   server::log_line("route: stopping");

@@ -562,6 +562,14 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-kv-events", no_kv_events, "Do not serve /v1/kv/info and /v1/kv/events (for cache-aware routers)");
+  std::string role = "colocated";
+  app.add_option("--role", role,
+                 "This node's role for prefill/decode disaggregation, reported in /v1/kv/info to `kvstash route`: "
+                 "colocated (answers requests), prefill (the router sends it only the prefill of long prompts; needs "
+                 "a store shared with the decode workers: --cache-redis or peers) or decode (answers, never prefills "
+                 "for others) (docs/router.md)")
+      ->check(CLI::IsMember({"colocated", "prefill", "decode"}))
+      ->capture_default_str();
   ShareFlags share_flags;
   add_share_flags(app, share_flags);
   std::string response_cache_size, response_cache_ttl;
@@ -593,6 +601,21 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "serve: --queue must be >= 0\n");
     return 1;
   }
+  // The role is only what /v1/kv/info tells a router: without that endpoint, or (a prefill node)
+  // without a store to write the prefilled KV to, it could only be ignored.
+  if (role != "colocated" && no_kv_events) {
+    std::fprintf(stderr, "serve: --role %s is reported in /v1/kv/info, which --no-kv-events turns off\n", role.c_str());
+    return 1;
+  }
+  if (role == "prefill" && cache_flags.disabled) {
+    std::fprintf(stderr, "serve: --role prefill writes the prompts' KV to the KV store, which --no-kv-store turns off\n");
+    return 1;
+  }
+  if (role == "prefill" && cache_flags.redis.empty() && share_flags.dht_port < 0) {
+    log_line("serve: warning: --role prefill without --cache-redis or peer sharing (--dht-port): decode workers cannot "
+             "load the KV this node prefills, so its prefill hops only cost time");
+  }
+  server_options.kv_info.role = role;
   // The server admits --parallel + --queue requests at once (ServerOptions::max_active_requests);
   // the engine's own queue bound (which counts requests not yet in the batch) is set so that it
   // never refuses one the server admitted.

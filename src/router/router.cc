@@ -87,13 +87,16 @@ std::shared_ptr<Worker> Router::Impl::find_worker(const std::string& url) const 
   return nullptr;
 }
 
-Status Router::Impl::add_worker(const std::string& url, bool prefill) {
+Status Router::Impl::add_worker(const std::string& url, std::optional<WorkerRole> role) {
   std::string host;
   int port = 0;
   if (Status st = parse_worker_url(url, &host, &port); !st) return st;
+  if (role == WorkerRole::kPrefill && !can_hop()) {
+    return invalid_argument("a prefill worker needs a router that tokenizes: -m and a policy other than round-robin");
+  }
   std::string normal = "http://" + host + ":" + std::to_string(port);
   auto worker = std::make_shared<Worker>(normal, host, port, options.worker);
-  worker->set_prefill(prefill);
+  if (role) worker->set_role(*role);
   {
     std::lock_guard lock(workers_mu);
     for (const auto& w : workers) {
@@ -198,7 +201,8 @@ json worker_json(const WorkerStatus& s) {
   return {{"url", s.url},
           {"up", s.up},
           {"draining", s.draining},
-          {"role", s.prefill ? "prefill" : "decode"},
+          {"role", worker_role_name(s.role)},
+          {"reported_role", s.reported_role.empty() ? json(nullptr) : json(s.reported_role)},
           {"in_flight", s.in_flight},
           {"load_tokens", s.load_tokens},
           {"events_connected", s.events_connected},
@@ -213,6 +217,14 @@ void Router::Impl::handle_admin(const http::Request& req, const std::shared_ptr<
     json j = json::parse(req.body, nullptr, false);
     return j.is_object() && j.contains("url") && j["url"].is_string() ? j["url"].get<std::string>() : "";
   };
+  // POST /admin/workers {"url", "role"}: the role as --prefill-worker / --decode-worker give it.
+  auto add_from_body = [&]() -> Status {
+    json j = json::parse(req.body, nullptr, false);
+    if (!j.is_object() || !j.contains("role") || j["role"].is_null()) return add_worker(url_from_body());
+    const std::optional<WorkerRole> role = j["role"].is_string() ? worker_role_from_name(j["role"].get<std::string>()) : std::nullopt;
+    if (!role) return invalid_argument("role: expected \"colocated\", \"prefill\" or \"decode\"");
+    return add_worker(url_from_body(), role);
+  };
   auto done = [&](const Status& st) {
     if (st) {
       json list = json::array();
@@ -224,7 +236,7 @@ void Router::Impl::handle_admin(const http::Request& req, const std::shared_ptr<
   };
   if (req.path == "/admin/workers") {
     if (req.method == "GET") return done(Status::ok());
-    if (req.method == "POST") return done(add_worker(url_from_body()));
+    if (req.method == "POST") return done(add_from_body());
     if (req.method == "DELETE") {
       std::string url = http::query_param(req.query, "url");
       if (url.empty()) url = url_from_body();
@@ -273,8 +285,13 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
     if (!model) return model.status();
     s.model = std::move(*model);
   }
+  // A worker that reports role prefill is one only where the router can take the hop.
+  s.options.worker.reported_prefill_usable = s.can_hop();
   for (const std::string& url : options.workers) {
     if (Status st = s.add_worker(url); !st) return st;
+  }
+  for (const std::string& url : options.decode_workers) {
+    if (Status st = s.add_worker(url, WorkerRole::kDecode); !st) return st;
   }
   if (!options.prefill_workers.empty() && options.model_path.empty()) {
     return invalid_argument("--prefill-worker needs -m (the router tokenizes a prompt to decide its prefill hop)");
@@ -283,7 +300,7 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
     return invalid_argument("--prefill-worker is not supported with --policy round-robin (it does not tokenize)");
   }
   for (const std::string& url : options.prefill_workers) {
-    if (Status st = s.add_worker(url, /*prefill=*/true); !st) return st;
+    if (Status st = s.add_worker(url, WorkerRole::kPrefill); !st) return st;
   }
   return router;
 }

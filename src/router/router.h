@@ -2,9 +2,10 @@
 // the worker (`kvstash serve` node) that already holds the most of its prefix, or by another
 // policy (router/policy.h). docs/router.md describes it for operators.
 //
-//   POST /v1/chat/completions, /v1/completions: tokenized here (the GGUF's vocabulary and chat
-//     template, the server's own prompt code), keyed (block and chunk chains with the request's
-//     cache_salt), scored, and proxied; the answer (stream or not, error or not) comes back
+//   POST /v1/chat/completions, /v1/completions, and /v1/messages and /v1/responses (translated onto
+//     a chat request as the server does: anthropic_api.h, responses_api.h): tokenized here (the
+//     GGUF's vocabulary and chat template, the server's own prompt code), keyed (block and chunk
+//     chains with the request's cache_salt), scored, and proxied; the answer (stream or not, error or not) comes back
 //     unchanged, plus the header x-kvstash-worker. A request that fails before the worker's first
 //     byte (connection refused or cut) is sent to another worker; the failed one is taken out
 //     and checked again with backoff.
@@ -12,9 +13,12 @@
 //   GET /admin/workers, POST /admin/workers {"url"}, DELETE /admin/workers?url=U,
 //   POST /admin/workers/drain {"url", "drain": true|false}; any other path is proxied to the
 //   least-loaded worker (/v1/models, /tokenize, ...).
-// Prefill/decode disaggregation (RouterOptions::prefill_workers, docs/router.md): a long prompt
-// is first sent with max_tokens 1 and kvstash_store_sync to a prefill worker (which writes its KV
-// to the shared store), then answered by a decode worker as above; a failed hop only skips it.
+// Prefill/decode disaggregation (docs/router.md): a long prompt is first sent, as a chat or
+// completions request with max_tokens 1 and kvstash_store_sync, to a prefill worker (which writes
+// its KV to the shared store), then answered by a decode worker as above; a failed hop only skips
+// it. Prefill workers are named by RouterOptions::prefill_workers or report role "prefill" in
+// /v1/kv/info (serve --role); a Responses request that continues a stored response
+// (previous_response_id) cannot be tokenized here and never hops.
 // Keys (RouterOptions): clients' API keys on proxied requests, a separate key towards the
 // workers, and a bearer token on /admin/* (required when listening beyond loopback).
 //
@@ -45,12 +49,16 @@ struct RouterOptions {
   int port = 8090;                 // 0 = any free port
   std::string model_path;          // GGUF whose vocabulary and chat template the workers serve ("" = route without keys)
   std::string chat_template;       // as serve's --chat-template ("" = the GGUF's)
-  std::vector<std::string> workers;  // http://HOST:PORT each (decode or colocated workers)
+  std::vector<std::string> workers;  // http://HOST:PORT each, in the role each reports (serve --role)
   // Prefill/decode disaggregation (docs/router.md; empty = off): workers that only prefill. A
   // tokenized chat/completions request whose prompt has at least prefill_min_tokens tokens not
   // predicted cached on the best decode worker is first sent to one of them with max_tokens 1,
   // then answered by a decode worker as usual; a failed hop only skips it (colocated serving).
   std::vector<std::string> prefill_workers;
+  // Workers that answer and never prefill for others, whatever role they report (--decode-worker).
+  // A plain `workers` entry takes the role its /v1/kv/info reports (serve --role): a worker that
+  // reports "prefill" is a prefill worker (when the router tokenizes), else it answers.
+  std::vector<std::string> decode_workers;
   std::int64_t prefill_min_tokens = 1024;
   Policy policy = Policy::kCacheAware;
   ScoreWeights weights;

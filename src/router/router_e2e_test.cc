@@ -187,7 +187,9 @@ TEST_F(RouterE2E, PromptCacheKeyKeepsEachKeyOnOneWorker) {
 
 // The Responses API through the router: each stored response lives on one worker, and its id
 // names that worker's key, so every next turn (previous_response_id) and every GET/DELETE of it
-// reaches that worker, whichever the router would otherwise pick.
+// reaches that worker, whichever the router would otherwise pick. (A first turn is routed by the
+// cache-aware policy: each user has its own instructions, so that first turns share no prefix
+// block (the chat template's default system prompt would draw them all to one worker) and spread.)
 TEST_F(RouterE2E, ResponsesConversationsStayOnTheWorkerThatStoresThem) {
   start_workers(2);
   auto router = start_router();
@@ -203,7 +205,7 @@ TEST_F(RouterE2E, ResponsesConversationsStayOnTheWorkerThatStoresThem) {
     std::string previous, worker;
     for (int turn = 0; turn < 3; ++turn) {
       json body = {{"model", kTinyModelId}, {"input", "user " + std::to_string(user) + " says thing number " + std::to_string(turn)},
-                   {"max_output_tokens", 3}, {"temperature", 0}};
+                   {"max_output_tokens", 3}, {"temperature", 0}, {"instructions", "User " + std::to_string(user) + "."}};
       if (!previous.empty()) body["previous_response_id"] = previous;
       Answer a = post(router->port(), "/v1/responses", body);
       ASSERT_EQ(a.status, 200) << "user " << user << " turn " << turn << ": " << a.body;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -94,7 +95,10 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
   void handle_admin(const http::Request& req, const std::shared_ptr<http::Exchange>& ex);
   std::vector<std::shared_ptr<Worker>> worker_list() const;
   std::shared_ptr<Worker> find_worker(const std::string& url) const;
-  Status add_worker(const std::string& url, bool prefill = false);
+  // `role`: as the router's flags give it; nullopt = the role the worker reports (colocated until then).
+  Status add_worker(const std::string& url, std::optional<WorkerRole> role = std::nullopt);
+  // Whether prefill hops can be taken: the router tokenizes (-m, a policy other than round-robin).
+  bool can_hop() const { return model != nullptr && options.policy != Policy::kRoundRobin; }
   Status remove_worker(const std::string& url);
   void health_loop();
   std::string metrics_text() const;
@@ -111,10 +115,14 @@ struct Router::Impl : http::Handler, std::enable_shared_from_this<Router::Impl> 
     // The Responses API: the node tag of the response the request continues (previous_response_id)
     // or addresses (GET/DELETE /v1/responses/{id}); it goes to the worker that stores it.
     std::string owner_tag;
-    // The prefill hop's request body (RouterOptions::prefill_workers); "" = no hop.
+    // The prefill hop's request body (a chat or completions request); "" = no hop.
     std::string prefill_body;
+    // Where the hop goes: "" = the request's own path; "/v1/chat/completions" for a Messages or
+    // Responses request (the hop is the chat request it translates to).
+    std::string prefill_target;
   };
   Prompt tokenize(const http::Request& req) const;
+  bool any_prefill_worker() const;
   // One proxied request, from handle() to its answer's last byte (router_proxy.cc).
   struct Proxied;
   // On the client connection's strand: routes and proxies `req`, trying other workers when one

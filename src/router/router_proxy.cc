@@ -10,6 +10,7 @@
 
 #include "bench/sse.h"
 #include "router/router_impl.h"
+#include "server/anthropic_api.h"
 #include "server/log.h"
 #include "server/prompt_builder.h"
 #include "server/request_parser.h"
@@ -48,11 +49,10 @@ std::pair<std::int64_t, std::int64_t> usage_of(const json& j) {
   return {cached, u.value("prompt_tokens", std::int64_t{0})};
 }
 
-// The prefill hop's body: the client's request with max_tokens 1 (no max_completion_tokens), no
-// stream (nor stream_options), n 1 and "kvstash_store_sync": true (the worker answers once its KV
-// reached the shared store). "" when the body is not a JSON object.
-std::string prefill_body(const std::string& body) {
-  json j = json::parse(body, nullptr, false);
+// The prefill hop's body: the (chat or completions) request with max_tokens 1 (no
+// max_completion_tokens), no stream (nor stream_options), n 1 and "kvstash_store_sync": true (the
+// worker answers once its KV reached the shared store). "" when the body is not a JSON object.
+std::string prefill_body(json j) {
   if (!j.is_object()) return "";
   j.erase("max_completion_tokens");
   j.erase("stream_options");
@@ -86,13 +86,39 @@ Expected<std::unique_ptr<RouterModel>> load_router_model(const std::string& path
   return m;
 }
 
+bool Router::Impl::any_prefill_worker() const {
+  std::lock_guard lock(workers_mu);
+  return std::any_of(workers.begin(), workers.end(), [](const auto& w) { return w->prefill(); });
+}
+
 Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   Prompt p;
   if (!model || req.method != "POST") return p;
-  const bool chat = req.path == "/v1/chat/completions";
-  if (!chat && req.path != "/v1/completions") return p;
+  // Messages and Responses requests are translated as the server translates them, so that their
+  // prompt is the chat request's the worker runs (and the prefill hop can be that chat request).
+  bool chat = req.path == "/v1/chat/completions";
+  std::string translated;  // the chat request of a Messages or Responses request
+  if (req.path == "/v1/messages") {
+    server::MessagesTranslation t;
+    if (server::translate_messages_request(req.body, t)) return p;  // the worker answers the error
+    translated = t.chat.dump();
+  } else if (req.path == "/v1/responses") {
+    // No conversation is stored here: a previous_response_id is "not found" and the request is not
+    // tokenized (it goes to the worker that stores the conversation, and never hops).
+    server::ResponseStore none(std::chrono::seconds(1), 0);
+    server::ResponsesTranslation t;
+    if (server::translate_responses_request(req.body, none, "", t)) return p;
+    translated = t.chat.dump();
+  } else if (!chat && req.path != "/v1/completions") {
+    return p;
+  }
+  if (!translated.empty()) {
+    chat = true;
+    p.prefill_target = "/v1/chat/completions";
+  }
+  const std::string& body = translated.empty() ? req.body : translated;
   server::ParsedRequest parsed;
-  if (server::parse_request(chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions, req.body, parsed)) {
+  if (server::parse_request(chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions, body, parsed)) {
     return p;  // invalid: the worker answers the error
   }
   GenerationRequest gen;
@@ -103,8 +129,8 @@ Router::Impl::Prompt Router::Impl::tokenize(const http::Request& req) const {
   p.cache_salt = std::move(gen.cache_salt);
   p.max_tokens = gen.max_tokens;
   // The prefill hop's body, when a hop may be taken (whether it is, the index decides later on the strand).
-  if (!options.prefill_workers.empty() && static_cast<std::int64_t>(p.tokens.size()) >= options.prefill_min_tokens) {
-    p.prefill_body = prefill_body(req.body);
+  if (static_cast<std::int64_t>(p.tokens.size()) >= options.prefill_min_tokens && any_prefill_worker()) {
+    p.prefill_body = prefill_body(json::parse(body, nullptr, false));
   }
   return p;
 }
@@ -126,6 +152,10 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   bool gone = false;  // the client's connection closed
   std::shared_ptr<http::UpstreamCall> upstream;  // the exchange in flight
   std::shared_ptr<Worker> prefill_worker;  // the prefill hop in flight
+  // How long the prefill hop took (sent to answered): upstream work, so neither the router's
+  // decision time nor its overhead; x-kvstash-upstream-ms includes it.
+  Clock::duration hop_time{};
+  bool prefilled = false;  // the hop succeeded: the prompt's KV is predicted in the shared store
 
   // The attempt in flight.
   std::shared_ptr<Worker> worker;
@@ -174,7 +204,9 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
   // then next(). The hop's failure, whatever it is, only leaves the decode worker to prefill.
   void start() {
     Impl& r = *router;
-    if (r.options.prefill_workers.empty() || !prompt.tokenized || gone) return next();
+    if (!prompt.tokenized || gone) return next();
+    const std::vector<std::shared_ptr<Worker>> workers = r.worker_list();
+    if (std::none_of(workers.begin(), workers.end(), [](const auto& w) { return w->prefill(); })) return next();
     if (prompt.prefill_body.empty()) {  // fewer tokens than prefill_min_tokens in all
       r.metrics.count_prefill("skipped");
       return next();
@@ -182,7 +214,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     // The prompt's tokens predicted cached on the best eligible decode worker.
     std::int64_t best_cached = 0;
     std::vector<std::shared_ptr<Worker>> prefill;
-    for (auto& w : r.worker_list()) {
+    for (auto& w : workers) {
       if (!w->eligible()) continue;
       if (w->prefill()) {
         prefill.push_back(w);
@@ -201,7 +233,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     });
     http::UpstreamRequest hop;
     hop.method = upstream_request.method;
-    hop.target = upstream_request.target;
+    hop.target = prompt.prefill_target.empty() ? upstream_request.target : prompt.prefill_target;
     hop.headers = upstream_request.headers;
     hop.body = std::move(prompt.prefill_body);
     prompt.prefill_body.clear();
@@ -214,12 +246,14 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       return !self->gone;
     };
     handlers.on_body = [self](std::string_view) { return !self->gone; };  // the one token is not needed
-    handlers.on_done = [self, hop_status, uncached](const http::UpstreamResult& result) {
+    handlers.on_done = [self, hop_status, uncached, hop_sent = Clock::now()](const http::UpstreamResult& result) {
+      self->hop_time = Clock::now() - hop_sent;
       self->upstream.reset();
       std::shared_ptr<Worker> w = std::move(self->prefill_worker);
       self->prefill_worker = nullptr;
       w->end_request(uncached + 1);
       const bool ok = result.answered && result.ok && *hop_status == 200;
+      self->prefilled = ok;
       if (!result.answered && !self->gone) w->mark_failed();  // in transport: taken out, checked again later
       self->router->metrics.count_prefill(ok ? "hop" : "failed");
       if (self->router->options.log_requests) {
@@ -288,6 +322,14 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     worker = eligible[choice.index];
     const Candidate& chosen = candidates[choice.index];
     predicted_cached = chosen.match.total();
+    if (prefilled) {
+      // The hop put the prompt's KV in the shared store: any decode worker loads it, all whole
+      // blocks but the last token's (the engine always computes the last token itself).
+      const std::optional<WorkerKvInfo> info = worker->kv_info();
+      const std::int64_t block = info ? info->block_size : 16;
+      const auto n = static_cast<std::int64_t>(prompt.tokens.size());
+      predicted_cached = std::max(predicted_cached, n > 0 ? (n - 1) / block * block : 0);
+    }
     load = std::max<std::int64_t>(0, static_cast<std::int64_t>(prompt.tokens.size()) - predicted_cached) + prompt.max_tokens;
     decision = attempt == 0 ? choice.decision : "retry";
     worker->begin_request(load);
@@ -300,7 +342,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     actual_cached = -1;
     prompt_tokens = 0;
     sent = Clock::now();
-    r.metrics.observe_decision(seconds(sent - arrived));
+    r.metrics.observe_decision(seconds(sent - arrived - hop_time));
     auto self = shared_from_this();
     http::UpstreamHandlers handlers;
     handlers.on_head = [self](http::UpstreamHead h) { return self->on_head(std::move(h)); };
@@ -323,14 +365,14 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
     // How long this router waited on the worker for its first byte (from sending the request):
     // a client subtracts it from its own time to first byte to see what the router added.
     char upstream_ms[32];
-    std::snprintf(upstream_ms, sizeof upstream_ms, "%.3f", 1e3 * seconds(first_byte - sent));
+    std::snprintf(upstream_ms, sizeof upstream_ms, "%.3f", 1e3 * seconds(first_byte - sent + hop_time));
     head.headers.push_back({"x-kvstash-upstream-ms", upstream_ms});
     streaming = lower(head.content_type).rfind("text/event-stream", 0) == 0;
     if (streaming) {
       ex->begin_stream(head);
       const double back = seconds(Clock::now() - first_byte);
       router->metrics.observe_return(back);
-      router->metrics.observe_overhead(seconds(sent - arrived) + back);
+      router->metrics.observe_overhead(seconds(sent - arrived - hop_time) + back);
     }
     return !gone;
   }
@@ -383,7 +425,7 @@ struct Router::Impl::Proxied : std::enable_shared_from_this<Router::Impl::Proxie
       ex->respond(std::move(head));
       const double back = seconds(Clock::now() - last_byte);
       r.metrics.observe_return(back);
-      r.metrics.observe_overhead(seconds(sent - arrived) + back);
+      r.metrics.observe_overhead(seconds(sent - arrived - hop_time) + back);
     } else if (!gone) {
       ex->respond(error_response(502, "worker " + w->url() + " failed in the middle of its answer (" + result.error + ")",
                                  "bad_gateway"));
@@ -433,10 +475,13 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
   p->router = shared_from_this();
   p->ex = ex;
   p->arrived = arrived;
-  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
+  // Generation requests, the translated APIs' included, are routed by the policy; the rest by load.
+  const bool generation = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                          (req.method == "POST" && (req.path == "/v1/messages" || req.path == "/v1/responses"));
   p->policy = generation ? options.policy : Policy::kLeastLoaded;
   p->req = std::move(req);
-  p->prompt.owner_tag = server::response_owner_tag(addressed_response(p->req));
+  const std::string owner_tag = server::response_owner_tag(addressed_response(p->req));
+  p->prompt.owner_tag = owner_tag;
   ex->on_close([weak = std::weak_ptr<Proxied>(p)] {
     if (auto alive = weak.lock()) alive->client_gone();
   });
@@ -444,16 +489,20 @@ void Router::Impl::proxy(http::Request req, std::shared_ptr<http::Exchange> ex, 
   const bool tokenizes = p->policy != Policy::kRoundRobin && model && p->req.method == "POST" && generation;
   if (tokenizes && p->req.body.size() > options.tokenize_inline_bytes) {
     // A long prompt: tokenized on a job thread, so that this I/O thread serves other connections meanwhile.
-    jobs->push([p] {
+    jobs->push([p, owner_tag] {
       p->router->metrics.observe_queue(seconds(Clock::now() - p->arrived));
-      p->prompt = p->router->tokenize(p->req);  // (a generation request: no owner_tag to keep)
+      p->prompt = p->router->tokenize(p->req);
+      p->prompt.owner_tag = owner_tag;
       p->build_upstream_request(p->router->options);
       p->ex->post([p] { p->start(); });
     });
     return;
   }
   metrics.observe_queue(seconds(Clock::now() - arrived));
-  if (tokenizes) p->prompt = tokenize(p->req);
+  if (tokenizes) {
+    p->prompt = tokenize(p->req);
+    p->prompt.owner_tag = owner_tag;
+  }
   p->build_upstream_request(options);
   p->start();
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/sse.h"
+#include "server/log.h"
 #include "server/responses_api.h"
 
 namespace kvstash::router {
@@ -29,6 +30,25 @@ Expected<cache::ModelFingerprint> parse_fingerprint(const std::string& hex) {
 }
 
 }  // namespace
+
+const char* worker_role_name(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kPrefill:
+      return "prefill";
+    case WorkerRole::kDecode:
+      return "decode";
+    case WorkerRole::kColocated:
+      break;
+  }
+  return "colocated";
+}
+
+std::optional<WorkerRole> worker_role_from_name(std::string_view name) {
+  if (name == "colocated") return WorkerRole::kColocated;
+  if (name == "prefill") return WorkerRole::kPrefill;
+  if (name == "decode") return WorkerRole::kDecode;
+  return std::nullopt;
+}
 
 Status parse_worker_url(const std::string& url, std::string* host, int* port) {
   const std::string prefix = "http://";
@@ -109,7 +129,61 @@ bool Worker::check_health() {
   } else {
     mark_failed();
   }
+  // Without event subscriptions nothing else reads /v1/kv/info: its role is read here, until known.
+  bool role_known = false;
+  {
+    std::lock_guard lock(mu_);
+    role_known = !reported_role_.empty();
+  }
+  if (ok && !options_.subscribe_events && !role_known) {
+    if (auto info = client.Get("/v1/kv/info"); info && info->status == 200) {
+      json j = json::parse(info->body, nullptr, false);
+      if (j.is_object() && j.contains("role") && j["role"].is_string()) apply_reported_role(j["role"].get<std::string>());
+    }
+  }
   return ok;
+}
+
+void Worker::set_role(WorkerRole role) {
+  std::lock_guard lock(mu_);
+  given_role_ = role;
+  prefill_ = role == WorkerRole::kPrefill;
+}
+
+WorkerRole Worker::role() const {
+  if (prefill_) return WorkerRole::kPrefill;
+  std::lock_guard lock(mu_);
+  if (given_role_) return *given_role_;
+  return reported_role_ == "decode" ? WorkerRole::kDecode : WorkerRole::kColocated;
+}
+
+void Worker::apply_reported_role(const std::string& reported) {
+  const std::optional<WorkerRole> role = worker_role_from_name(reported);
+  std::string note;
+  {
+    std::lock_guard lock(mu_);
+    reported_role_ = reported;
+    if (given_role_) {
+      // The router's flag wins; a report that contradicts it (prefill against decode) is logged.
+      const bool conflict = role && *role != WorkerRole::kColocated && *role != *given_role_;
+      if (conflict && !role_logged_) {
+        note = "route: worker " + url_ + " reports role " + reported + ", the router's flags make it a " +
+               worker_role_name(*given_role_) + " worker: the flag wins";
+      }
+    } else if (role == WorkerRole::kPrefill && !options_.reported_prefill_usable) {
+      if (!role_logged_) {
+        note = "route: worker " + url_ + " reports role prefill, but this router takes no prefill hops (no -m, or --policy "
+               "round-robin): it answers requests as a colocated worker";
+      }
+    } else {
+      prefill_ = role == WorkerRole::kPrefill;
+      if (!role && !reported.empty() && !role_logged_) {
+        note = "route: worker " + url_ + " reports an unknown role '" + reported + "': taken as colocated";
+      }
+    }
+    if (!note.empty()) role_logged_ = true;
+  }
+  if (!note.empty()) server::log_line(note);
 }
 
 void Worker::begin_request(std::int64_t load_tokens) {
@@ -140,6 +214,7 @@ WorkerStatus Worker::status() const {
   s.in_flight = in_flight_;
   s.load_tokens = load_tokens_;
   s.prefill = prefill_;
+  s.role = role();
   s.pool_keys = index_.size(cache::KvSource::kPool);
   s.memory_keys = index_.size(cache::KvSource::kMemory);
   s.disk_keys = index_.size(cache::KvSource::kDisk);
@@ -151,6 +226,7 @@ WorkerStatus Worker::status() const {
   s.events_gaps = gaps_;
   s.failures = failures_;
   s.marked_down = marked_down_;
+  s.reported_role = reported_role_;
   return s;
 }
 
@@ -172,9 +248,13 @@ bool Worker::fetch_kv_info(httplib::Client& client) {
   const std::string tag = j.contains("public_key") && j["public_key"].is_string()
                               ? server::response_node_tag(j["public_key"].get<std::string>())
                               : "";
-  std::lock_guard lock(mu_);
-  kv_info_ = info;
-  node_tag_ = tag;
+  {
+    std::lock_guard lock(mu_);
+    kv_info_ = info;
+    node_tag_ = tag;
+  }
+  // (A worker restarted with another --role reports it on the next connection.)
+  apply_reported_role(j.contains("role") && j["role"].is_string() ? j["role"].get<std::string>() : "");
   return true;
 }
 

@@ -8,6 +8,10 @@
 // it is down and checked again after a backoff that doubles per failure (WorkerOptions). Draining:
 // no new requests; those in flight finish.
 //
+// Role (WorkerRole): given by the router's flags, or reported by the worker in /v1/kv/info (read
+// by the events thread on each connection, or, without event subscriptions, by the health check
+// until it has one). Until the report arrives, a worker without a given role is colocated.
+//
 // Thread safety: every method is safe from any thread. The events thread is started by start()
 // and joined by stop() (idempotent; the destructor calls it).
 #pragma once
@@ -20,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,6 +38,14 @@ class Client;
 
 namespace kvstash::router {
 
+// A worker's role in prefill/decode disaggregation (docs/router.md): kColocated answers requests
+// (the default); kPrefill is sent only the prefill hops of long prompts, never a request to
+// answer; kDecode answers, like kColocated, and is named so by an operator (never a hop).
+enum class WorkerRole { kColocated, kPrefill, kDecode };
+const char* worker_role_name(WorkerRole role);
+// "colocated", "prefill", "decode"; nullopt otherwise.
+std::optional<WorkerRole> worker_role_from_name(std::string_view name);
+
 struct WorkerOptions {
   std::chrono::milliseconds backoff_min{250};      // first wait before a failed worker is checked again
   std::chrono::milliseconds backoff_max{8000};     // the longest wait (doubling per failure up to it)
@@ -42,6 +55,9 @@ struct WorkerOptions {
   std::size_t max_idle_connections = 64;           // kept-alive connections kept per worker
   bool subscribe_events = true;                    // false: no KV index (policies that need none)
   std::string api_key;                             // sent as a bearer token to the worker ("" = none)
+  // Whether a role of "prefill" reported in /v1/kv/info makes the worker a prefill worker. False
+  // when the router cannot take prefill hops (no -m, or round-robin): it then answers requests.
+  bool reported_prefill_usable = true;
 };
 
 struct WorkerStatus {
@@ -58,7 +74,9 @@ struct WorkerStatus {
   std::size_t pool_keys = 0, memory_keys = 0, disk_keys = 0;
   int failures = 0;  // consecutive
   std::uint64_t marked_down = 0;  // times taken out (a failed request or health check), in all
-  bool prefill = false;  // a prefill worker (RouterOptions::prefill_workers), never a decode choice
+  bool prefill = false;  // a prefill worker (role kPrefill), never a decode choice
+  WorkerRole role = WorkerRole::kColocated;  // as the router uses it (set_role(), else the reported one)
+  std::string reported_role;  // the worker's /v1/kv/info "role"; "" until it answered with one
 };
 
 class Worker {
@@ -76,10 +94,15 @@ class Worker {
   bool up() const { return up_.load(); }
   void set_draining(bool on) { draining_ = on; }
   bool draining() const { return draining_.load(); }
-  // Prefill role (prefill/decode disaggregation, docs/router.md): the router sends it only the
-  // prefill hop of long prompts, never a request to answer. Set once, before start().
-  void set_prefill(bool on) { prefill_ = on; }
+  // The role the router's flags give it (--prefill-worker, --decode-worker, POST /admin/workers
+  // "role"); set once, before start(). Without one, the role the worker reports in /v1/kv/info
+  // (serve --role) applies once known; a given role that contradicts the report (prefill against
+  // decode) wins and is logged once.
+  void set_role(WorkerRole role);
+  // A prefill worker (docs/router.md): the router sends it only the prefill hop of long prompts,
+  // never a request to answer.
   bool prefill() const { return prefill_.load(); }
+  WorkerRole role() const;
   // A transport failure (proxy or health check): down, next check after the backoff.
   void mark_failed();
   void mark_ok();
@@ -110,6 +133,8 @@ class Worker {
  private:
   void events_loop();
   bool fetch_kv_info(httplib::Client& client);
+  // Applies a /v1/kv/info "role" ("" = none reported); logs a conflict or an unusable role once.
+  void apply_reported_role(const std::string& reported);
   void apply_event_data(const std::string& data);
   void wait_for(std::chrono::milliseconds d);
 
@@ -127,6 +152,9 @@ class Worker {
   bool stopping_ = false;                           // guarded by mu_
   std::optional<WorkerKvInfo> kv_info_;             // guarded by mu_
   std::string node_tag_;                            // guarded by mu_
+  std::optional<WorkerRole> given_role_;            // guarded by mu_ (set_role())
+  std::string reported_role_;                       // guarded by mu_
+  bool role_logged_ = false;                        // guarded by mu_: a conflict or unusable role was logged
   std::string epoch_;                               // guarded by mu_
   std::uint64_t last_seq_ = 0;                      // guarded by mu_
   std::uint64_t applied_ = 0, gaps_ = 0;            // guarded by mu_

@@ -66,7 +66,8 @@ void KvEventsApi::handle_info(http::Exchange& exchange) const {
                       {"event_sources", sources},
                       {"events_epoch", log_.epoch()},
                       {"last_seq", log_.last_seq()},
-                      {"public_key", public_key_hex_}});
+                      {"public_key", public_key_hex_},
+                      {"role", info_.role}});
   exchange.respond(std::move(r));
 }
 

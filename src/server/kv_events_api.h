@@ -33,6 +33,10 @@ struct KvNodeInfo {
   int chunk_tokens = 0;           // tokens per stored chunk (the tiers' keys); 0 = no store
   bool prefix_cache = true;       // the pool keeps and reports block keys
   std::vector<std::string> tiers; // local tiers whose keys are reported: "memory", "disk"
+  // The node's role for prefill/decode disaggregation (`serve --role`, docs/router.md): "colocated"
+  // (answers anything), "prefill" (a router sends it only prefill hops) or "decode" (never a hop).
+  // Only reported; the node serves every request the same way whatever its role.
+  std::string role = "colocated";
 };
 
 struct KvEventsOptions {
