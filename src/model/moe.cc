@@ -75,75 +75,73 @@ void route_tokens(const MoeSpec& spec, const float* router_logits, int n_tokens,
 
 std::int64_t moe_feed_forward(const MoeSpec& spec, const ExpertWeights& w, const float* x, int n_tokens, int n_embd,
                               float* out, ThreadPool& pool) {
-  const int T = n_tokens, d = n_embd, k = spec.n_used, ff = spec.n_ff_expert;
+  const int T = n_tokens, d = n_embd, k = spec.n_used, ff = spec.n_ff_expert, n_experts = spec.n_experts;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
-  std::vector<float> logits(sz(T, spec.n_experts));
+  std::vector<float> logits(sz(T, n_experts));
   kernels::matmul(w.router, x, T, logits.data(), pool);
   if (!w.router_bias.empty()) {
-    for (int t = 0; t < T; ++t) kernels::add_inplace(&logits[sz(t, spec.n_experts)], w.router_bias.data(), spec.n_experts);
+    for (int t = 0; t < T; ++t) kernels::add_inplace(&logits[sz(t, n_experts)], w.router_bias.data(), n_experts);
   }
-  std::vector<int> chosen(sz(T, k));
-  std::vector<float> weights(sz(T, k));
+  const int n_pairs = T * k;
+  std::vector<int> chosen(static_cast<std::size_t>(n_pairs));
+  std::vector<float> weights(static_cast<std::size_t>(n_pairs));
   route_tokens(spec, logits.data(), T, chosen.data(), weights.data());
   std::int64_t bytes_read = bytes_of(w.router);
 
-  // expert_out[(t * k + j) * d ...]: token t's j-th expert's output, before its weight.
-  std::vector<float> expert_out(sz(T, k) * static_cast<std::size_t>(d));
-  if (T == 1) {
-    // One input for all k experts: their gate and up rows in one pool run.
-    std::vector<kernels::WeightView> gate_up;
-    std::vector<float> hidden(sz(2 * k, ff));
-    std::vector<float*> gate_up_out;
-    for (int j = 0; j < k; ++j) {
-      const auto e = static_cast<std::size_t>(chosen[static_cast<std::size_t>(j)]);
-      gate_up.push_back(w.gate[e]);
-      gate_up.push_back(w.up[e]);
-      gate_up_out.push_back(&hidden[sz(2 * j, ff)]);
-      gate_up_out.push_back(&hidden[sz(2 * j + 1, ff)]);
-      bytes_read += bytes_of(w.gate[e]) + bytes_of(w.up[e]) + bytes_of(w.down[e]);
-    }
-    kernels::matmul_many(gate_up, x, 1, gate_up_out, pool);
-    for (int j = 0; j < k; ++j) {
-      const int e = chosen[static_cast<std::size_t>(j)];
-      float* g = &hidden[sz(2 * j, ff)];
-      add_expert_bias(w.gate_bias, e, ff, g, 1);
-      add_expert_bias(w.up_bias, e, ff, g + ff, 1);
-      activate(spec.activation, g, g + ff, ff);
-      kernels::matmul(w.down[static_cast<std::size_t>(e)], g, 1, &expert_out[sz(j, d)], pool);
-      add_expert_bias(w.down_bias, e, d, &expert_out[sz(j, d)], 1);
-    }
-  } else {
-    // Group the (token, slot) pairs by expert; each expert then runs once over all of its tokens.
-    std::vector<std::vector<int>> by_expert(static_cast<std::size_t>(spec.n_experts));
-    for (int i = 0; i < T * k; ++i) by_expert[static_cast<std::size_t>(chosen[static_cast<std::size_t>(i)])].push_back(i);
-    std::vector<float> xe, gate, up, ye;
-    for (int e = 0; e < spec.n_experts; ++e) {
-      const std::vector<int>& pairs = by_expert[static_cast<std::size_t>(e)];
-      if (pairs.empty()) continue;
-      const int n = static_cast<int>(pairs.size());
-      xe.resize(sz(n, d));
-      gate.resize(sz(n, ff));
-      up.resize(sz(n, ff));
-      ye.resize(sz(n, d));
-      for (int r = 0; r < n; ++r) std::copy_n(x + sz(pairs[static_cast<std::size_t>(r)] / k, d), d, &xe[sz(r, d)]);
-      const kernels::WeightView gate_up[] = {w.gate[static_cast<std::size_t>(e)], w.up[static_cast<std::size_t>(e)]};
-      float* const gate_up_out[] = {gate.data(), up.data()};
-      kernels::matmul_many(gate_up, xe.data(), n, gate_up_out, pool);
-      add_expert_bias(w.gate_bias, e, ff, gate.data(), n);
-      add_expert_bias(w.up_bias, e, ff, up.data(), n);
-      activate(spec.activation, gate.data(), up.data(), n * ff);
-      kernels::matmul(w.down[static_cast<std::size_t>(e)], gate.data(), n, ye.data(), pool);
-      add_expert_bias(w.down_bias, e, d, ye.data(), n);
-      for (int r = 0; r < n; ++r) std::copy_n(&ye[sz(r, d)], d, &expert_out[sz(pairs[static_cast<std::size_t>(r)], d)]);
-      bytes_read += bytes_of(gate_up[0]) + bytes_of(gate_up[1]) + bytes_of(w.down[static_cast<std::size_t>(e)]);
-    }
+  // The (token, slot) pairs grouped by expert (a counting sort): rows [first[e], first[e + 1]) of
+  // the expert-ordered buffers below are expert e's tokens, in token order; pair i = t * k + j
+  // (token t's j-th expert) is row row_of[i].
+  std::vector<int> first(static_cast<std::size_t>(n_experts) + 1, 0), row_of(static_cast<std::size_t>(n_pairs));
+  for (int e : chosen) ++first[static_cast<std::size_t>(e) + 1];
+  for (int e = 0; e < n_experts; ++e) first[static_cast<std::size_t>(e) + 1] += first[static_cast<std::size_t>(e)];
+  {
+    std::vector<int> next(first.begin(), first.end() - 1);
+    for (int i = 0; i < n_pairs; ++i) row_of[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(chosen[static_cast<std::size_t>(i)])]++;
+  }
+  std::vector<int> active;  // the experts some token chose, in index order
+  for (int e = 0; e < n_experts; ++e) {
+    if (first[static_cast<std::size_t>(e) + 1] > first[static_cast<std::size_t>(e)]) active.push_back(e);
+  }
+  // An expert that every token chose (each of a decode step's k experts) reads x itself, so the
+  // jobs sharing it quantize it once; the others read their tokens' rows gathered into xe.
+  std::vector<float> xe(T > 1 ? sz(n_pairs, d) : 0), gate(sz(n_pairs, ff)), up(sz(n_pairs, ff)), ye(sz(n_pairs, d));
+  for (int i = 0; i < n_pairs && T > 1; ++i) {
+    std::copy_n(x + sz(i / k, d), d, &xe[sz(row_of[static_cast<std::size_t>(i)], d)]);
+  }
+  // Each expert's gate and up over its tokens, then its down projection: all experts' matrices in
+  // as few pool runs as kernels::matmul_jobs takes (one for a decode step's 2k gate/up matrices, one
+  // for its k down ones), each expert's weights read once for all of its tokens.
+  std::vector<kernels::MatmulJob> jobs;
+  jobs.reserve(2 * active.size());
+  for (int e : active) {
+    const auto ue = static_cast<std::size_t>(e);
+    const int row = first[ue], n = first[ue + 1] - row;
+    const float* in = n == T ? x : &xe[sz(row, d)];
+    jobs.push_back({w.gate[ue], in, n, &gate[sz(row, ff)]});
+    jobs.push_back({w.up[ue], in, n, &up[sz(row, ff)]});
+    bytes_read += bytes_of(w.gate[ue]) + bytes_of(w.up[ue]) + bytes_of(w.down[ue]);
+  }
+  kernels::matmul_jobs(jobs, pool);
+  jobs.clear();
+  for (int e : active) {
+    const auto ue = static_cast<std::size_t>(e);
+    const int row = first[ue], n = first[ue + 1] - row;
+    add_expert_bias(w.gate_bias, e, ff, &gate[sz(row, ff)], n);
+    add_expert_bias(w.up_bias, e, ff, &up[sz(row, ff)], n);
+    activate(spec.activation, &gate[sz(row, ff)], &up[sz(row, ff)], n * ff);
+    jobs.push_back({w.down[ue], &gate[sz(row, ff)], n, &ye[sz(row, d)]});
+  }
+  kernels::matmul_jobs(jobs, pool);
+  for (int e : active) {
+    const int row = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e) + 1] - row;
+    add_expert_bias(w.down_bias, e, d, &ye[sz(row, d)], n);
   }
   // Weighted sum in each token's top-k order.
   for (int t = 0; t < T; ++t) {
     float* o = out + sz(t, d);
     for (int j = 0; j < k; ++j) {
       const float wt = weights[sz(t, k) + static_cast<std::size_t>(j)];
-      const float* y = &expert_out[(sz(t, k) + static_cast<std::size_t>(j)) * static_cast<std::size_t>(d)];
+      const float* y = &ye[sz(row_of[sz(t, k) + static_cast<std::size_t>(j)], d)];
       if (j == 0) {
         for (int i = 0; i < d; ++i) o[i] = wt * y[i];
       } else {
