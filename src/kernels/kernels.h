@@ -103,22 +103,6 @@ void matmul(const WeightView& w, const float* x, int n_tokens, float* y, ThreadP
 // matrix); on the prefill path this is a loop of matmul().
 void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
                  ThreadPool& pool);
-// One product of a matmul_jobs() call: y = w * x over n_tokens rows, laid out as matmul()'s.
-struct MatmulJob {
-  WeightView w;
-  const float* x = nullptr;  // n_tokens rows of w.cols floats
-  int n_tokens = 0;
-  float* y = nullptr;        // n_tokens rows of w.rows floats
-};
-// The jobs the decode path splits over the pool in one run (one fork-join).
-inline constexpr int kMatmulJobsPerRun = 32;
-// matmul() for several weights, each with its own input and token count (a MoE layer's experts,
-// each over the tokens routed to it): every job's y is what matmul(w, x, n_tokens, y) writes, bit
-// for bit. On the decode path the rows of up to kMatmulJobsPerRun jobs are split over the pool in
-// one run, and jobs that read the same x (same pointer, token count and width) quantize it once; a
-// job on the sgemm path (n_tokens at or above the opt-in threshold, weights not interleaved) runs
-// alone, as matmul() would run it. Jobs with no tokens or no rows are skipped.
-void matmul_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool);
 
 // Rows [row_begin, row_end) of w as f32, into out[(r - row_begin) * cols + c].
 void dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int64_t row_end, float* out);

@@ -1,5 +1,6 @@
 // Every kernel on every SIMD path this CPU can run, against plain double-precision references.
 #include "kernels/kernels.h"
+#include "kernels/matmul_jobs.h"
 
 #include <gtest/gtest.h>
 

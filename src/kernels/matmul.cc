@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_jobs.h"
 #include "kernels/mxfp4.h"
 #include "kernels/simd_dispatch.h"
 

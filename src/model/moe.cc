@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/matmul_jobs.h"
+
 namespace kvstash {
 namespace {
 
