@@ -9,6 +9,9 @@
 namespace kvstash {
 namespace {
 
+// Experts per pair of pool runs: their gate and up matrices fill one run of matmul_jobs.
+constexpr std::size_t kExpertsPerRun = kernels::kMatmulJobsPerRun / 2;
+
 // llama.cpp clamps the sum of the kept weights at 6.103515625e-5 (2^-14) before dividing.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
@@ -75,75 +78,126 @@ void route_tokens(const MoeSpec& spec, const float* router_logits, int n_tokens,
   }
 }
 
+namespace {
+
+// The (token, slot) pairs of a batch grouped by expert (a counting sort): rows [first[e],
+// first[e + 1]) of the expert-ordered buffers are expert e's tokens, in token order; pair
+// i = t * k + j (token t's j-th expert) is row row_of[i], and row r holds pair pair_at[r].
+struct ExpertRows {
+  std::vector<int> first, row_of, pair_at;
+  std::vector<int> active;  // the experts some token chose, in index order
+
+  ExpertRows(const std::vector<int>& chosen, int n_experts)
+      : first(static_cast<std::size_t>(n_experts) + 1, 0), row_of(chosen.size()), pair_at(chosen.size()) {
+    for (int e : chosen) ++first[static_cast<std::size_t>(e) + 1];
+    for (int e = 0; e < n_experts; ++e) first[static_cast<std::size_t>(e) + 1] += first[static_cast<std::size_t>(e)];
+    std::vector<int> next(first.begin(), first.end() - 1);
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      const int row = next[static_cast<std::size_t>(chosen[i])]++;
+      row_of[i] = row;
+      pair_at[static_cast<std::size_t>(row)] = static_cast<int>(i);
+    }
+    for (int e = 0; e < n_experts; ++e) {
+      if (tokens(e) > 0) active.push_back(e);
+    }
+  }
+  int row(int e) const { return first[static_cast<std::size_t>(e)]; }
+  int tokens(int e) const { return first[static_cast<std::size_t>(e) + 1] - first[static_cast<std::size_t>(e)]; }
+};
+
+// Scratch rows of one group of experts, reused from group to group.
+struct GroupBuffers {
+  std::vector<float> xe, gate, up;
+  std::vector<kernels::MatmulJob> jobs;
+};
+
+// Experts active[g, g_end) (consecutive, so their tokens are rows [row0, row0 + rows)): gate and
+// up over their tokens in one pool run (kernels::matmul_jobs), the activation, then down in
+// another, into ye's rows. Returns the bytes of the experts' weights.
+std::int64_t run_expert_group(const MoeSpec& spec, const ExpertWeights& w, const float* x, int T, int d,
+                              const ExpertRows& er, std::size_t g, std::size_t g_end, GroupBuffers& b, float* ye,
+                              ThreadPool& pool) {
+  const auto sz = [](long a, long c) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(c); };
+  const int k = spec.n_used, ff = spec.n_ff_expert;
+  const int row0 = er.row(er.active[g]);
+  const int rows = er.row(er.active[g_end - 1]) + er.tokens(er.active[g_end - 1]) - row0;
+  b.gate.resize(sz(rows, ff));
+  b.up.resize(sz(rows, ff));
+  // An expert that every token chose (each of a decode step's k experts) reads x itself, so the
+  // jobs that share it quantize it once; the others read their tokens' rows gathered into xe.
+  if (std::any_of(er.active.begin() + static_cast<long>(g), er.active.begin() + static_cast<long>(g_end),
+                  [&](int e) { return er.tokens(e) != T; })) {
+    b.xe.resize(sz(rows, d));
+  }
+  std::int64_t bytes = 0;
+  b.jobs.clear();
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a], row = er.row(e), n = er.tokens(e);
+    const auto ue = static_cast<std::size_t>(e);
+    const float* in = x;
+    if (n != T) {
+      in = &b.xe[sz(row - row0, d)];
+      for (int r = 0; r < n; ++r) {
+        std::copy_n(x + sz(er.pair_at[static_cast<std::size_t>(row + r)] / k, d), d, &b.xe[sz(row - row0 + r, d)]);
+      }
+    }
+    b.jobs.push_back({w.gate[ue], in, n, &b.gate[sz(row - row0, ff)]});
+    b.jobs.push_back({w.up[ue], in, n, &b.up[sz(row - row0, ff)]});
+    bytes += bytes_of(w.gate[ue]) + bytes_of(w.up[ue]) + bytes_of(w.down[ue]);
+  }
+  kernels::matmul_jobs(b.jobs, pool);
+  b.jobs.clear();
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a], row = er.row(e), n = er.tokens(e);
+    float* gate = &b.gate[sz(row - row0, ff)];
+    float* up = &b.up[sz(row - row0, ff)];
+    add_expert_bias(w.gate_bias, e, ff, gate, n);
+    add_expert_bias(w.up_bias, e, ff, up, n);
+    activate(spec.activation, gate, up, n * ff);
+    b.jobs.push_back({w.down[static_cast<std::size_t>(e)], gate, n, ye + sz(row, d)});
+  }
+  kernels::matmul_jobs(b.jobs, pool);
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a];
+    add_expert_bias(w.down_bias, e, d, ye + sz(er.row(e), d), er.tokens(e));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::int64_t moe_feed_forward(const MoeSpec& spec, const ExpertWeights& w, const float* x, int n_tokens, int n_embd,
                               float* out, ThreadPool& pool) {
-  const int T = n_tokens, d = n_embd, k = spec.n_used, ff = spec.n_ff_expert, n_experts = spec.n_experts;
+  const int T = n_tokens, d = n_embd, k = spec.n_used, n_experts = spec.n_experts;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
   std::vector<float> logits(sz(T, n_experts));
   kernels::matmul(w.router, x, T, logits.data(), pool);
   if (!w.router_bias.empty()) {
     for (int t = 0; t < T; ++t) kernels::add_inplace(&logits[sz(t, n_experts)], w.router_bias.data(), n_experts);
   }
-  const int n_pairs = T * k;
-  std::vector<int> chosen(static_cast<std::size_t>(n_pairs));
-  std::vector<float> weights(static_cast<std::size_t>(n_pairs));
+  std::vector<int> chosen(sz(T, k));
+  std::vector<float> weights(sz(T, k));
   route_tokens(spec, logits.data(), T, chosen.data(), weights.data());
   std::int64_t bytes_read = bytes_of(w.router);
 
-  // The (token, slot) pairs grouped by expert (a counting sort): rows [first[e], first[e + 1]) of
-  // the expert-ordered buffers below are expert e's tokens, in token order; pair i = t * k + j
-  // (token t's j-th expert) is row row_of[i].
-  std::vector<int> first(static_cast<std::size_t>(n_experts) + 1, 0), row_of(static_cast<std::size_t>(n_pairs));
-  for (int e : chosen) ++first[static_cast<std::size_t>(e) + 1];
-  for (int e = 0; e < n_experts; ++e) first[static_cast<std::size_t>(e) + 1] += first[static_cast<std::size_t>(e)];
-  {
-    std::vector<int> next(first.begin(), first.end() - 1);
-    for (int i = 0; i < n_pairs; ++i) row_of[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(chosen[static_cast<std::size_t>(i)])]++;
-  }
-  std::vector<int> active;  // the experts some token chose, in index order
-  for (int e = 0; e < n_experts; ++e) {
-    if (first[static_cast<std::size_t>(e) + 1] > first[static_cast<std::size_t>(e)]) active.push_back(e);
-  }
-  // An expert that every token chose (each of a decode step's k experts) reads x itself, so the
-  // jobs sharing it quantize it once; the others read their tokens' rows gathered into xe.
-  std::vector<float> xe(T > 1 ? sz(n_pairs, d) : 0), gate(sz(n_pairs, ff)), up(sz(n_pairs, ff)), ye(sz(n_pairs, d));
-  for (int i = 0; i < n_pairs && T > 1; ++i) {
-    std::copy_n(x + sz(i / k, d), d, &xe[sz(row_of[static_cast<std::size_t>(i)], d)]);
-  }
-  // Each expert's gate and up over its tokens, then its down projection: all experts' matrices in
-  // as few pool runs as kernels::matmul_jobs takes (one for a decode step's 2k gate/up matrices, one
-  // for its k down ones), each expert's weights read once for all of its tokens.
-  std::vector<kernels::MatmulJob> jobs;
-  jobs.reserve(2 * active.size());
-  for (int e : active) {
-    const auto ue = static_cast<std::size_t>(e);
-    const int row = first[ue], n = first[ue + 1] - row;
-    const float* in = n == T ? x : &xe[sz(row, d)];
-    jobs.push_back({w.gate[ue], in, n, &gate[sz(row, ff)]});
-    jobs.push_back({w.up[ue], in, n, &up[sz(row, ff)]});
-    bytes_read += bytes_of(w.gate[ue]) + bytes_of(w.up[ue]) + bytes_of(w.down[ue]);
-  }
-  kernels::matmul_jobs(jobs, pool);
-  jobs.clear();
-  for (int e : active) {
-    const auto ue = static_cast<std::size_t>(e);
-    const int row = first[ue], n = first[ue + 1] - row;
-    add_expert_bias(w.gate_bias, e, ff, &gate[sz(row, ff)], n);
-    add_expert_bias(w.up_bias, e, ff, &up[sz(row, ff)], n);
-    activate(spec.activation, &gate[sz(row, ff)], &up[sz(row, ff)], n * ff);
-    jobs.push_back({w.down[ue], &gate[sz(row, ff)], n, &ye[sz(row, d)]});
-  }
-  kernels::matmul_jobs(jobs, pool);
-  for (int e : active) {
-    const int row = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e) + 1] - row;
-    add_expert_bias(w.down_bias, e, d, &ye[sz(row, d)], n);
+  // The experts in groups of kExpertsPerRun, consecutive in index order: a group's gate and up
+  // matrices in one pool run, its down matrices in another, each expert's weights read once for
+  // all of its tokens. A decode step's k experts are one group: three pool runs with the router's.
+  // The inputs and hidden rows are held for one group at a time (a long prefill's would be T * k
+  // rows of each); the outputs, ye, for every pair.
+  const ExpertRows er(chosen, n_experts);
+  std::vector<float> ye(sz(T, k) * static_cast<std::size_t>(d));
+  GroupBuffers buffers;
+  for (std::size_t g = 0; g < er.active.size(); g += kExpertsPerRun) {
+    const std::size_t g_end = std::min(er.active.size(), g + kExpertsPerRun);
+    bytes_read += run_expert_group(spec, w, x, T, d, er, g, g_end, buffers, ye.data(), pool);
   }
   // Weighted sum in each token's top-k order.
   for (int t = 0; t < T; ++t) {
     float* o = out + sz(t, d);
     for (int j = 0; j < k; ++j) {
       const float wt = weights[sz(t, k) + static_cast<std::size_t>(j)];
-      const float* y = &ye[sz(row_of[sz(t, k) + static_cast<std::size_t>(j)], d)];
+      const float* y = &ye[sz(er.row_of[sz(t, k) + static_cast<std::size_t>(j)], d)];
       if (j == 0) {
         for (int i = 0; i < d; ++i) o[i] = wt * y[i];
       } else {

@@ -6,9 +6,9 @@
 //   - the experts' matmuls go to the pool together (kernels::matmul_jobs): all gate and up
 //     matrices in one run (for one token: its k experts' 2k matrices, whose rows the threads split
 //     as one list, the input quantized once), then all down matrices, each on its own input, in one
-//     more (a batch's: 16 experts' gate/up, 32 experts' down per run). So the threads split the
-//     work by expert and by rows, and a decode step's MoE layer costs three fork-joins (router,
-//     gate/up, down): one expert's matrices (~1 MB at Q4_K) are too small to split well alone.
+//     more (a batch's experts 16 at a time). So the threads split the work by expert and by rows,
+//     and a decode step's MoE layer costs three fork-joins (router, gate/up, down): one expert's
+//     matrices (~1 MB at Q4_K) are too small to split well alone.
 // A token's output depends on its own routing only, summed in its top-k order (as llama.cpp's
 // build_moe_ffn does): the batch it rides in changes nothing but the matmul path (kernels.h).
 //
