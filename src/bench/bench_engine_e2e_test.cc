@@ -1,6 +1,7 @@
 // `kvstash bench-engine --step-profile --json` on a tiny generated model, as a user runs it: the
 // phase table covers the step (the phases' shares add up to the profiled steps' time) and every
-// weight byte a step reads, in the phases that read weights.
+// weight byte a step reads, in the phases that read weights; on a MoE model, the bytes are the
+// active ones (the experts the token picked), and the report says so.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -67,6 +68,39 @@ TEST(BenchEngine, StepProfileCoversTheStepAndEveryWeightByte) {
   EXPECT_LE(share, 1.0 + 1e-9);
   EXPECT_EQ(bytes, report["weight_bytes_per_token"].get<double>());
   EXPECT_EQ(with_weights, (std::set<std::string>{"qkv", "attn output", "gate+up", "down", "output"}));
+}
+
+// qwen3moe-tiny: 16 experts, 4 used. A decode step reads the routers and 4 experts per layer: the
+// active bytes, which the "moe" object reports beside the file's, and the decode's share of the
+// streaming read is of those bytes; every one of them is read in a phase of the step profile.
+TEST(BenchEngine, MoeModelReportsTheActiveBytesADecodeStepReads) {
+  ASSERT_TRUE(std::filesystem::exists(kvstash_binary())) << "build the kvstash target first";
+  const std::string model = testing::test_model_path("qwen3moe-tiny", gguf::TensorType::kF16);
+  int exit_code = 0;
+  const std::string out = run(kvstash_binary() + " bench-engine -m " + model +
+                                  " --prompt-tokens 16 --repeats 1 --decode-tokens 3 --batch 2 -t 2 --step-profile --json",
+                              exit_code);
+  ASSERT_EQ(exit_code, 0) << out;
+  const auto report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << out;
+  ASSERT_TRUE(report.contains("moe")) << out;
+  const auto& moe = report["moe"];
+  EXPECT_EQ(moe["experts"].get<int>(), 16);
+  EXPECT_EQ(moe["experts_used"].get<int>(), 4);
+  const double active = moe["active_weight_bytes_per_token"].get<double>();
+  EXPECT_EQ(active, report["weight_bytes_per_token"].get<double>());
+  EXPECT_LT(active, 0.75 * moe["file_weight_bytes"].get<double>()) << "4 of 16 experts read";
+  double bytes = 0;
+  std::set<std::string> with_weights;
+  for (const auto& phase : report["step_profile"]["phases"]) {
+    if (!phase.contains("weight_bytes_per_step")) continue;
+    bytes += phase["weight_bytes_per_step"].get<double>();
+    with_weights.insert(phase["phase"].get<std::string>());
+  }
+  EXPECT_EQ(bytes, active);
+  EXPECT_EQ(with_weights, (std::set<std::string>{"qkv", "attn output", "experts", "output"}));
+  EXPECT_NEAR(report["decode_vs_stream_read"].get<double>(),
+              report["decode_weight_read_gbs"].get<double>() / report["stream_read_gbs"].get<double>(), 1e-9);
 }
 
 }  // namespace

@@ -71,6 +71,45 @@ struct Runner {
   }
 };
 
+// One layer's matmuls as a token runs them: rows x cols, `count` of that shape. A MoE layer's are
+// its router and the n_used experts a token runs (gate and up, then down), not all of them.
+struct MatmulShape {
+  std::int64_t rows, cols, count;
+};
+std::vector<MatmulShape> layer_shapes(const ModelConfig& c, const LayerSpec& spec) {
+  const std::int64_t q_dim = std::int64_t{c.n_heads} * c.head_dim, d = c.n_embd;
+  std::vector<MatmulShape> shapes = {{q_dim, d, 1}, {c.kv_row_elems(), d, 2}, {d, q_dim, 1}};
+  if (spec.ffn.kind == FfnKind::kMoe) {
+    const MoeSpec& m = spec.ffn.moe;
+    shapes.push_back({m.n_experts, d, 1});
+    shapes.push_back({m.n_ff_expert, d, 2 * std::int64_t{m.n_used}});
+    shapes.push_back({d, m.n_ff_expert, m.n_used});
+  } else {
+    shapes.push_back({spec.ffn.n_ff, d, 2});
+    shapes.push_back({d, spec.ffn.n_ff, 1});
+  }
+  return shapes;
+}
+
+// Multiply-adds (x2: FLOPs) of a prefill of `tokens`: every layer's matmuls for every token, the
+// output projection for the last one, and causal attention (QK^T and PV).
+double prefill_flop_count(const ModelConfig& c, int tokens) {
+  double layer_macs = 0;
+  for (const LayerSpec& spec : c.layers) {
+    for (const MatmulShape& s : layer_shapes(c, spec)) layer_macs += static_cast<double>(s.rows * s.cols * s.count);
+  }
+  const double attn_flops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (tokens * (tokens + 1) / 2.0);
+  return 2.0 * layer_macs * tokens + 2.0 * c.n_vocab * c.n_embd + attn_flops;
+}
+
+// The first MoE layer's spec, or nullptr for a dense model.
+const MoeSpec* first_moe(const ModelConfig& c) {
+  for (const LayerSpec& spec : c.layers) {
+    if (spec.ffn.kind == FfnKind::kMoe) return &spec.ffn.moe;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int bench_engine_main(int argc, char** argv) {
@@ -276,12 +315,8 @@ int bench_engine_main(int argc, char** argv) {
   // The machine's limits, measured now. sgemm on each distinct matmul shape of one layer at the
   // prefill length, combined by time (total FLOPs / total seconds), as the layer runs them.
   progress("OpenBLAS sgemm on the model's shapes");
-  const std::int64_t q_dim = std::int64_t{c.n_heads} * c.head_dim;
-  struct Shape { std::int64_t rows, cols, count; };
-  const Shape shapes[] = {{q_dim, c.n_embd, 1}, {c.kv_row_elems(), c.n_embd, 2}, {c.n_embd, q_dim, 1},
-                          {c.n_ff, c.n_embd, 2}, {c.n_embd, c.n_ff, 1}};
   double gemm_flops = 0, gemm_s = 0;
-  for (const Shape& s : shapes) {
+  for (const MatmulShape& s : layer_shapes(c, c.layers.front())) {
     const double gflops = kernels::measure_gemm_gflops(prompt_tokens, static_cast<int>(s.rows), static_cast<int>(s.cols), threads);
     const double flops = 2.0 * prompt_tokens * s.rows * s.cols * s.count;
     gemm_flops += flops;
@@ -291,12 +326,8 @@ int bench_engine_main(int argc, char** argv) {
   progress("streaming read bandwidth");
   const double stream_gbs = kernels::measure_stream_read_gbs(threads, kernels::kStreamBufferBytes, stream_memory);
 
-  // What the engine achieved in the same units. Prefill FLOPs: every layer matmul for every
-  // token, the output projection for the last one, and causal attention (QK^T and PV).
-  const double layer_params = static_cast<double>(q_dim * c.n_embd * 2 + c.kv_row_elems() * std::int64_t{c.n_embd} * 2 +
-                                                  std::int64_t{c.n_ff} * c.n_embd * 3);
-  const double attn_flops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (prompt_tokens * (prompt_tokens + 1) / 2.0);
-  const double prefill_flops = 2.0 * layer_params * c.n_layers * prompt_tokens + 2.0 * c.n_vocab * c.n_embd + attn_flops;
+  // What the engine achieved in the same units.
+  const double prefill_flops = prefill_flop_count(c, prompt_tokens);
   const double prefill_gflops = prefill_flops / prefill_s / 1e9;
   const double decode_gbs = bytes_per_token / decode1_s / 1e9;
 
@@ -327,6 +358,16 @@ int bench_engine_main(int argc, char** argv) {
       {"decode_vs_stream_read_paired", paired_ratio},
       {"decode_vs_weights_read_best", decode_gbs / weights_read_best_gbs},
   };
+  const MoeSpec* moe = first_moe(c);
+  std::uint64_t file_weight_bytes = 0;
+  for (const gguf::TensorInfo& t : model.file().tensors()) file_weight_bytes += t.n_bytes;
+  if (moe != nullptr) {
+    // weight_bytes_per_token and the decode rates above are of these active bytes.
+    out["moe"] = {{"experts", moe->n_experts},
+                  {"experts_used", moe->n_used},
+                  {"active_weight_bytes_per_token", bytes_per_token},
+                  {"file_weight_bytes", file_weight_bytes}};
+  }
   if (step_profile) {
     nlohmann::json phases = nlohmann::json::array();
     for (const PhaseRow& row : phase_rows) {
@@ -353,11 +394,16 @@ int bench_engine_main(int argc, char** argv) {
   }
   std::printf("model %s (%s), %s, %d threads\n", c.name.c_str(), c.architecture.c_str(), kernels::simd_path(), threads.size());
   std::printf("  %s; the streaming read runs over the same kind of memory\n", model.weight_memory_summary().c_str());
+  if (moe != nullptr) {
+    std::printf("  MoE, %d experts, %d used: a decode step reads %.1f MB of active weights (attention, routers, the "
+                "experts its token picked, output) of the file's %.1f MB; the decode GB/s below are of the active bytes\n",
+                moe->n_experts, moe->n_used, bytes_per_token / 1e6, static_cast<double>(file_weight_bytes) / 1e6);
+  }
   std::printf("  prefill  %5d tokens   %9.1f tokens/s   %7.1f GFLOP/s   = %5.1f%% of OpenBLAS sgemm peak (%.1f GFLOP/s)\n",
               prompt_tokens, prompt_tokens / prefill_s, prefill_gflops, 100 * prefill_gflops / gemm_peak_gflops, gemm_peak_gflops);
   std::printf("  decode   after %d tokens of context, median of %d steps\n", decode_context, decode_tokens);
-  std::printf("  decode   batch 1      %9.1f tokens/s   %7.2f GB/s      = %5.1f%% of streaming read (%.2f GB/s)\n",
-              1.0 / decode1_s, decode_gbs, 100 * decode_gbs / stream_gbs, stream_gbs);
+  std::printf("  decode   batch 1      %9.1f tokens/s   %7.2f GB/s%s = %5.1f%% of streaming read (%.2f GB/s)\n",
+              1.0 / decode1_s, decode_gbs, moe != nullptr ? " active" : "     ", 100 * decode_gbs / stream_gbs, stream_gbs);
   std::printf("  decode   batch 1, fastest step: %.2f GB/s = %5.1f%% of streaming read\n",
               bytes_per_token / decode1_best_s / 1e9, 100 * bytes_per_token / decode1_best_s / 1e9 / stream_gbs);
   std::printf("  decode   batch 1, each step over a streaming read of %s right after it: median %5.1f%% "

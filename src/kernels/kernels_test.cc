@@ -1,5 +1,6 @@
 // Every kernel on every SIMD path this CPU can run, against plain double-precision references.
 #include "kernels/kernels.h"
+#include "kernels/matmul_jobs.h"
 
 #include <gtest/gtest.h>
 
@@ -171,6 +172,49 @@ TEST_P(KernelsOnPath, MatmulManyMatchesOneMatmulPerWeight) {
   float* y0 = untouched.data();
   matmul_many(std::span<const WeightView>(ws, 1), nullptr, 0, std::span<float* const>(&y0, 1), pool);
   EXPECT_EQ(untouched[0], 3.0f);
+}
+
+// matmul_jobs gives every job what matmul() alone gives it, bit for bit: 40 jobs (more than one
+// pool run takes) of mixed types and widths, some sharing an input (quantized once for them), some
+// with an input of their own, token counts from 1 to past the sgemm threshold (those run alone on
+// the sgemm path), and a job with no tokens, which writes nothing.
+TEST_P(KernelsOnPath, MatmulJobsGiveEachJobWhatMatmulGivesIt) {
+  ThreadPool pool(3);
+  const WeightType types[] = {WeightType::kQ4_K, WeightType::kQ8_0, WeightType::kF16, WeightType::kQ6_K, WeightType::kQ5_0};
+  std::vector<TestWeights> weights;
+  for (int i = 0; i < 5; ++i) {
+    const std::int64_t cols = i % 2 == 0 ? 256 : 512;
+    weights.push_back(make_test_weights(types[i], 37 + 40 * i, cols, 90 + i));
+  }
+  const int token_counts[] = {1, 3, 1, 8, prefill_min_tokens(), 2};
+  std::vector<std::vector<float>> inputs;
+  for (int i = 0; i < 6; ++i) {
+    inputs.push_back(random_floats(static_cast<std::size_t>(token_counts[i] * 512), 100 + i));
+  }
+  std::vector<MatmulJob> jobs;
+  std::vector<std::vector<float>> got, expected;
+  for (int i = 0; i < 40; ++i) {
+    const TestWeights& w = weights[static_cast<std::size_t>(i % 5)];
+    const int input = (i * 7) % 6;  // several jobs per input
+    const int n_tokens = i == 39 ? 0 : token_counts[input];
+    got.emplace_back(static_cast<std::size_t>(std::max(1, n_tokens) * w.view.rows), std::nanf(""));
+    expected.emplace_back(got.back().size(), std::nanf(""));
+    jobs.push_back({w.view, inputs[static_cast<std::size_t>(input)].data(), n_tokens, got.back().data()});
+    if (n_tokens > 0) matmul(w.view, inputs[static_cast<std::size_t>(input)].data(), n_tokens, expected.back().data(), pool);
+  }
+  matmul_jobs(jobs, pool);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (std::size_t j = 0; j < got[i].size(); ++j) {
+      if (jobs[i].n_tokens == 0) {
+        ASSERT_TRUE(std::isnan(got[i][j])) << "job " << i << " has no tokens but wrote " << j;
+        continue;
+      }
+      ASSERT_FALSE(std::isnan(got[i][j])) << "job " << i << " at " << j << " never computed";
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i][j]), std::bit_cast<std::uint32_t>(expected[i][j]))
+          << "job " << i << " (" << weight_type_name(jobs[i].w.type) << ", " << jobs[i].n_tokens << " tokens) at " << j;
+    }
+  }
+  matmul_jobs({}, pool);  // nothing to do
 }
 
 // The decode split (per-thread ranges of small chunks, idle threads stealing half of the fullest

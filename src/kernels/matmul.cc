@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_jobs.h"
 #include "kernels/mxfp4.h"
 #include "kernels/simd_dispatch.h"
 
@@ -72,22 +73,25 @@ void set_blas_threads(int n_threads) {
 // Which thread computes a row never changes its result: each row's dot product is the same code
 // whatever rows share its tile.
 struct ChunkLayout {
-  static constexpr int kMaxMatrices = 4;
+  // Matrices per pool run: a MoE token's 8 experts' gate and up matrices (16) in one run, and a
+  // batch's experts 16 at a time (model/moe.cc).
+  static constexpr int kMaxMatrices = kMatmulJobsPerRun;
   int n_matrices = 0;
   std::int64_t chunk_rows[kMaxMatrices] = {};
+  std::int64_t chunk_bytes[kMaxMatrices] = {};
   std::int64_t first_chunk[kMaxMatrices + 1] = {};  // prefix sums; first_chunk[n_matrices] = all
   std::int64_t first_byte[kMaxMatrices + 1] = {};
 
-  std::int64_t chunk_bytes(const WeightView& w, int i) const {
-    return chunk_rows[i] * static_cast<std::int64_t>(w.row_bytes);
+  // The matrix that chunk `chunk` belongs to.
+  int matrix_of(std::int64_t chunk) const {
+    return static_cast<int>(std::upper_bound(first_chunk + 1, first_chunk + n_matrices + 1, chunk) - (first_chunk + 1));
   }
   // The first chunk that starts at or after byte `target` of the concatenated matrices.
-  std::int64_t chunk_at_byte(std::span<const WeightView> ws, std::int64_t target) const {
+  std::int64_t chunk_at_byte(std::int64_t target) const {
     for (int i = 0; i < n_matrices; ++i) {
       if (target < first_byte[i + 1]) {
-        const std::int64_t cb = chunk_bytes(ws[static_cast<std::size_t>(i)], i);
         const std::int64_t n = first_chunk[i + 1] - first_chunk[i];
-        return first_chunk[i] + std::min(n, (target - first_byte[i] + cb - 1) / cb);
+        return first_chunk[i] + std::min(n, (target - first_byte[i] + chunk_bytes[i] - 1) / chunk_bytes[i]);
       }
     }
     return first_chunk[n_matrices];
@@ -136,83 +140,116 @@ struct alignas(64) ChunkRange {
   }
 };
 
-// The decode path of matmul_many for up to ChunkLayout::kMaxMatrices weights: the activations
-// quantized once, then the rows of all matrices split as above in one pool run, so Q, K and V (or
-// gate and up) cost one fork-join, not three, and the small K/V projections no longer run as a
-// pool call of their own with a short tail.
-void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens, std::span<float* const> ys,
-                   ThreadPool& pool) {
-  const KernelTable& k = active_kernels();
+// What the matrices that read one input need of it (simd_dispatch.h, QuantizedActivations).
+struct InputNeeds {
+  // quantized: some weight reads the activations quantized per 32 (every quantized type but the
+  // interleaved K types, which read them per 256).
+  bool quantized = false, slice_form = false, interleaved = false, k_interleaved = false;
+  void add(const WeightView& w) {
+    const bool k_inter = is_k_interleaved(w.type);
+    quantized = quantized || (is_quantized(w.type) && !k_inter);
+    interleaved = interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_inter);
+    k_interleaved = k_interleaved || k_inter;
+    slice_form = slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
+  }
+};
+
+// One input of a decode run, quantized once for every matrix that reads it. The buffers are reused
+// from call to call.
+struct PreparedInput {
+  std::vector<float> scales, lane_sums, group_sums, k_scales;
+  std::vector<std::int8_t> values, k_values;
+  std::vector<std::int32_t> block_sums, k_sums16;
+  std::vector<std::int16_t> k_sums32;
   QuantizedActivations xq;
+
+  // The n values of x (n_tokens rows) in the forms `needs` asks for, into xq.
+  void prepare(const KernelTable& k, const float* x, std::int64_t n, const InputNeeds& needs) {
+    xq = {};
+    if (needs.quantized) {
+      scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
+      values.resize(static_cast<std::size_t>(n));
+      k.quantize_activations(x, n, kQ8_0BlockElems, scales.data(), values.data());
+      xq.scales = scales.data();
+      xq.values = values.data();
+      if (needs.slice_form) {
+        // n / 4 sums: a few percent of one weight row's work per token, so plain C++ is enough.
+        lane_sums.resize(static_cast<std::size_t>(n / 4));
+        for (std::int64_t i = 0; i < n / 4; ++i) {
+          const std::int8_t* q = values.data() + i * 4;
+          lane_sums[static_cast<std::size_t>(i)] =
+              scales[static_cast<std::size_t>(i / 8)] * static_cast<float>(q[0] + q[1] + q[2] + q[3]);
+        }
+        xq.lane_sums = lane_sums.data();
+        group_sums.resize(static_cast<std::size_t>(n / 16));
+        for (std::int64_t i = 0; i < n / 16; ++i) {
+          const float* l = lane_sums.data() + i * 4;
+          group_sums[static_cast<std::size_t>(i)] = l[0] + l[1] + l[2] + l[3];
+        }
+        xq.group_sums = group_sums.data();
+      }
+      if (needs.interleaved) {
+        block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
+        sum_groups(values.data(), n, kQ8_0BlockElems, block_sums.data());
+        xq.block_sums = block_sums.data();
+      }
+    }
+    if (needs.k_interleaved) {
+      k_scales.resize(static_cast<std::size_t>(n / 256));
+      k_values.resize(static_cast<std::size_t>(n));
+      k_sums32.resize(static_cast<std::size_t>(n / 32));
+      k_sums16.resize(static_cast<std::size_t>(n / 16));
+      k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
+      sum_groups(k_values.data(), n, 16, k_sums16.data());
+      for (std::int64_t b = 0; b < n / 32; ++b) {
+        k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
+      }
+      xq.k_scales = k_scales.data();
+      xq.k_values = k_values.data();
+      xq.k_sums32 = k_sums32.data();
+      xq.k_sums16 = k_sums16.data();
+    }
+  }
+};
+
+// The decode path for up to ChunkLayout::kMaxMatrices jobs: each distinct input (the same x,
+// token count and width) quantized once, then the rows of all matrices split as above in one pool
+// run, so Q, K and V (or gate and up, or a MoE token's experts) cost one fork-join, not one each,
+// and the small matrices no longer run as a pool call of their own with a short tail.
+void matmul_decode(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  const KernelTable& k = active_kernels();
+  assert(jobs.size() <= ChunkLayout::kMaxMatrices);
   // Per calling thread: one matmul at a time per pool, but several pools may call at once.
-  thread_local std::vector<float> scales;
-  thread_local std::vector<std::int8_t> values;
-  thread_local std::vector<float> lane_sums, group_sums;
-  thread_local std::vector<std::int32_t> block_sums, k_sums16;
-  thread_local std::vector<float> k_scales;
-  thread_local std::vector<std::int8_t> k_values;
-  thread_local std::vector<std::int16_t> k_sums32;
-  // any_quantized: some weight reads the activations quantized per 32 (every quantized type but
-  // the interleaved K types, which read them per 256).
-  bool any_quantized = false, any_slice_form = false, any_interleaved = false, any_k_interleaved = false;
-  for (const WeightView& w : ws) {
-    const bool k_interleaved = is_k_interleaved(w.type);
-    any_quantized = any_quantized || (is_quantized(w.type) && !k_interleaved);
-    any_interleaved = any_interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_interleaved);
-    any_k_interleaved = any_k_interleaved || k_interleaved;
-    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
-  }
-  const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
-  if (any_quantized) {
-    scales.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
-    values.resize(static_cast<std::size_t>(n));
-    k.quantize_activations(x, n, kQ8_0BlockElems, scales.data(), values.data());
-    xq.scales = scales.data();
-    xq.values = values.data();
-    if (any_slice_form) {
-      // n / 4 sums: a few percent of one weight row's work per token, so plain C++ is enough.
-      lane_sums.resize(static_cast<std::size_t>(n / 4));
-      for (std::int64_t i = 0; i < n / 4; ++i) {
-        const std::int8_t* q = values.data() + i * 4;
-        lane_sums[static_cast<std::size_t>(i)] =
-            scales[static_cast<std::size_t>(i / 8)] * static_cast<float>(q[0] + q[1] + q[2] + q[3]);
-      }
-      xq.lane_sums = lane_sums.data();
-      group_sums.resize(static_cast<std::size_t>(n / 16));
-      for (std::int64_t i = 0; i < n / 16; ++i) {
-        const float* l = lane_sums.data() + i * 4;
-        group_sums[static_cast<std::size_t>(i)] = l[0] + l[1] + l[2] + l[3];
-      }
-      xq.group_sums = group_sums.data();
+  thread_local std::vector<PreparedInput> input_buffers;
+  // reads[i]: the input job i reads, numbered in order of first use; first_reader[j]: the first
+  // job reading input j.
+  int reads[ChunkLayout::kMaxMatrices], first_reader[ChunkLayout::kMaxMatrices];
+  InputNeeds needs[ChunkLayout::kMaxMatrices];
+  int n_inputs = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    int j = 0;
+    for (; j < n_inputs; ++j) {
+      const MatmulJob& other = jobs[static_cast<std::size_t>(first_reader[j])];
+      if (other.x == jobs[i].x && other.n_tokens == jobs[i].n_tokens && other.w.cols == jobs[i].w.cols) break;
     }
-    if (any_interleaved) {
-      block_sums.resize(static_cast<std::size_t>(n / kQ8_0BlockElems));
-      sum_groups(values.data(), n, kQ8_0BlockElems, block_sums.data());
-      xq.block_sums = block_sums.data();
-    }
+    if (j == n_inputs) first_reader[n_inputs++] = static_cast<int>(i);
+    reads[i] = j;
+    needs[j].add(jobs[i].w);
   }
-  if (any_k_interleaved) {
-    k_scales.resize(static_cast<std::size_t>(n / 256));
-    k_values.resize(static_cast<std::size_t>(n));
-    k_sums32.resize(static_cast<std::size_t>(n / 32));
-    k_sums16.resize(static_cast<std::size_t>(n / 16));
-    k.quantize_activations(x, n, 256, k_scales.data(), k_values.data());
-    sum_groups(k_values.data(), n, 16, k_sums16.data());
-    for (std::int64_t b = 0; b < n / 32; ++b) {
-      k_sums32[static_cast<std::size_t>(b)] = static_cast<std::int16_t>(k_sums16[static_cast<std::size_t>(2 * b)] + k_sums16[static_cast<std::size_t>(2 * b + 1)]);
-    }
-    xq.k_scales = k_scales.data();
-    xq.k_values = k_values.data();
-    xq.k_sums32 = k_sums32.data();
-    xq.k_sums16 = k_sums16.data();
+  if (static_cast<int>(input_buffers.size()) < n_inputs) input_buffers.resize(static_cast<std::size_t>(n_inputs));
+  // A plain pointer: inside the pool's lambda the name of a thread_local would mean the worker's.
+  PreparedInput* inputs = input_buffers.data();
+  for (int j = 0; j < n_inputs; ++j) {
+    const MatmulJob& first = jobs[static_cast<std::size_t>(first_reader[j])];
+    inputs[j].prepare(k, first.x, static_cast<std::int64_t>(first.n_tokens) * first.w.cols, needs[j]);
   }
-  assert(ws.size() <= ChunkLayout::kMaxMatrices);
   ChunkLayout layout;
-  layout.n_matrices = static_cast<int>(ws.size());
+  layout.n_matrices = static_cast<int>(jobs.size());
   for (int i = 0; i < layout.n_matrices; ++i) {
-    const WeightView& w = ws[static_cast<std::size_t>(i)];
+    const WeightView& w = jobs[static_cast<std::size_t>(i)].w;
     const std::int64_t rows = kDecodeChunkBytes / std::max<std::int64_t>(1, static_cast<std::int64_t>(w.row_bytes));
     layout.chunk_rows[i] = std::max<std::int64_t>(kChunkRowMultiple, rows / kChunkRowMultiple * kChunkRowMultiple);
+    layout.chunk_bytes[i] = std::max<std::int64_t>(1, layout.chunk_rows[i] * static_cast<std::int64_t>(w.row_bytes));
     layout.first_chunk[i + 1] = layout.first_chunk[i] + (w.rows + layout.chunk_rows[i] - 1) / layout.chunk_rows[i];
     layout.first_byte[i + 1] = layout.first_byte[i] + w.rows * static_cast<std::int64_t>(w.row_bytes);
   }
@@ -232,22 +269,24 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
   std::int64_t front = 0;
   for (int p = 0; p < n_ranges; ++p) {
     const std::int64_t back =
-        p + 1 == n_ranges ? n_chunks : std::max(front, layout.chunk_at_byte(ws, total_bytes / n_ranges * (p + 1)));
+        p + 1 == n_ranges ? n_chunks : std::max(front, layout.chunk_at_byte(total_bytes / n_ranges * (p + 1)));
     ranges[p].set(front, back);
     front = back;
   }
   auto compute = [&](std::int64_t chunk) {
-    int i = 0;
-    while (chunk >= layout.first_chunk[i + 1]) ++i;
-    const WeightView& w = ws[static_cast<std::size_t>(i)];
+    const int i = layout.matrix_of(chunk);
+    const MatmulJob& job = jobs[static_cast<std::size_t>(i)];
+    const WeightView& w = job.w;
+    const QuantizedActivations& xq = inputs[reads[i]].xq;
+    const int n_tokens = job.n_tokens;
     const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
     const std::int64_t end = std::min(w.rows, begin + layout.chunk_rows[i]);
     if (w.type == WeightType::kMxfp4) {
       // AVX2's pshufb kernel from the AVX2 path up (it gives the scalar kernel's bits).
       (k.path == SimdPath::kScalar ? mxfp4_matmul_rows : mxfp4_matmul_rows_avx2)(w, xq, n_tokens, begin, end,
-                                                                                 ys[static_cast<std::size_t>(i)], w.rows);
+                                                                                 job.y, w.rows);
     } else {
-      k.matmul_rows(w, x, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
+      k.matmul_rows(w, job.x, xq, n_tokens, begin, end, job.y, w.rows);
     }
   };
   pool.run(n_ranges, [&](int own) {
@@ -331,11 +370,34 @@ void matmul_many(std::span<const WeightView> ws, const float* x, int n_tokens, s
       if (ws[i].rows > 0) matmul_prefill(ws[i], x, n_tokens, ys[i], pool);
     }
   } else {
+    MatmulJob jobs[ChunkLayout::kMaxMatrices];
     for (std::size_t i = 0; i < ws.size(); i += ChunkLayout::kMaxMatrices) {
       const std::size_t n = std::min<std::size_t>(ChunkLayout::kMaxMatrices, ws.size() - i);
-      matmul_decode(ws.subspan(i, n), x, n_tokens, ys.subspan(i, n), pool);
+      for (std::size_t j = 0; j < n; ++j) jobs[j] = {ws[i + j], x, n_tokens, ys[i + j]};
+      matmul_decode(std::span<const MatmulJob>(jobs, n), pool);
     }
   }
+}
+
+void matmul_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  // The decode runs, each of up to kMaxMatrices jobs; a job on the sgemm path runs as matmul() would.
+  MatmulJob run[ChunkLayout::kMaxMatrices];
+  std::size_t n_run = 0;
+  const int sgemm_from = g_prefill_min_tokens.load(std::memory_order_relaxed);
+  for (const MatmulJob& job : jobs) {
+    assert(job.w.cols % weight_block_elems(job.w.type) == 0);
+    if (job.n_tokens <= 0 || job.w.rows <= 0) continue;
+    if (job.n_tokens >= sgemm_from && !is_interleaved(job.w.type)) {
+      matmul_prefill(job.w, job.x, job.n_tokens, job.y, pool);
+      continue;
+    }
+    run[n_run++] = job;
+    if (n_run == ChunkLayout::kMaxMatrices) {
+      matmul_decode(std::span<const MatmulJob>(run, n_run), pool);
+      n_run = 0;
+    }
+  }
+  if (n_run > 0) matmul_decode(std::span<const MatmulJob>(run, n_run), pool);
 }
 
 }  // namespace kvstash::kernels

@@ -4,8 +4,13 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/matmul_jobs.h"
+
 namespace kvstash {
 namespace {
+
+// Experts per pair of pool runs: their gate and up matrices fill one run of matmul_jobs.
+constexpr std::size_t kExpertsPerRun = kernels::kMatmulJobsPerRun / 2;
 
 // llama.cpp clamps the sum of the kept weights at 6.103515625e-5 (2^-14) before dividing.
 constexpr float kMinWeightSum = 6.103515625e-5f;
@@ -73,77 +78,126 @@ void route_tokens(const MoeSpec& spec, const float* router_logits, int n_tokens,
   }
 }
 
+namespace {
+
+// The (token, slot) pairs of a batch grouped by expert (a counting sort): rows [first[e],
+// first[e + 1]) of the expert-ordered buffers are expert e's tokens, in token order; pair
+// i = t * k + j (token t's j-th expert) is row row_of[i], and row r holds pair pair_at[r].
+struct ExpertRows {
+  std::vector<int> first, row_of, pair_at;
+  std::vector<int> active;  // the experts some token chose, in index order
+
+  ExpertRows(const std::vector<int>& chosen, int n_experts)
+      : first(static_cast<std::size_t>(n_experts) + 1, 0), row_of(chosen.size()), pair_at(chosen.size()) {
+    for (int e : chosen) ++first[static_cast<std::size_t>(e) + 1];
+    for (int e = 0; e < n_experts; ++e) first[static_cast<std::size_t>(e) + 1] += first[static_cast<std::size_t>(e)];
+    std::vector<int> next(first.begin(), first.end() - 1);
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      const int row = next[static_cast<std::size_t>(chosen[i])]++;
+      row_of[i] = row;
+      pair_at[static_cast<std::size_t>(row)] = static_cast<int>(i);
+    }
+    for (int e = 0; e < n_experts; ++e) {
+      if (tokens(e) > 0) active.push_back(e);
+    }
+  }
+  int row(int e) const { return first[static_cast<std::size_t>(e)]; }
+  int tokens(int e) const { return first[static_cast<std::size_t>(e) + 1] - first[static_cast<std::size_t>(e)]; }
+};
+
+// Scratch rows of one group of experts, reused from group to group.
+struct GroupBuffers {
+  std::vector<float> xe, gate, up;
+  std::vector<kernels::MatmulJob> jobs;
+};
+
+// Experts active[g, g_end) (consecutive, so their tokens are rows [row0, row0 + rows)): gate and
+// up over their tokens in one pool run (kernels::matmul_jobs), the activation, then down in
+// another, into ye's rows. Returns the bytes of the experts' weights.
+std::int64_t run_expert_group(const MoeSpec& spec, const ExpertWeights& w, const float* x, int T, int d,
+                              const ExpertRows& er, std::size_t g, std::size_t g_end, GroupBuffers& b, float* ye,
+                              ThreadPool& pool) {
+  const auto sz = [](long a, long c) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(c); };
+  const int k = spec.n_used, ff = spec.n_ff_expert;
+  const int row0 = er.row(er.active[g]);
+  const int rows = er.row(er.active[g_end - 1]) + er.tokens(er.active[g_end - 1]) - row0;
+  b.gate.resize(sz(rows, ff));
+  b.up.resize(sz(rows, ff));
+  // An expert that every token chose (each of a decode step's k experts) reads x itself, so the
+  // jobs that share it quantize it once; the others read their tokens' rows gathered into xe.
+  if (std::any_of(er.active.begin() + static_cast<long>(g), er.active.begin() + static_cast<long>(g_end),
+                  [&](int e) { return er.tokens(e) != T; })) {
+    b.xe.resize(sz(rows, d));
+  }
+  std::int64_t bytes = 0;
+  b.jobs.clear();
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a], row = er.row(e), n = er.tokens(e);
+    const auto ue = static_cast<std::size_t>(e);
+    const float* in = x;
+    if (n != T) {
+      in = &b.xe[sz(row - row0, d)];
+      for (int r = 0; r < n; ++r) {
+        std::copy_n(x + sz(er.pair_at[static_cast<std::size_t>(row + r)] / k, d), d, &b.xe[sz(row - row0 + r, d)]);
+      }
+    }
+    b.jobs.push_back({w.gate[ue], in, n, &b.gate[sz(row - row0, ff)]});
+    b.jobs.push_back({w.up[ue], in, n, &b.up[sz(row - row0, ff)]});
+    bytes += bytes_of(w.gate[ue]) + bytes_of(w.up[ue]) + bytes_of(w.down[ue]);
+  }
+  kernels::matmul_jobs(b.jobs, pool);
+  b.jobs.clear();
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a], row = er.row(e), n = er.tokens(e);
+    float* gate = &b.gate[sz(row - row0, ff)];
+    float* up = &b.up[sz(row - row0, ff)];
+    add_expert_bias(w.gate_bias, e, ff, gate, n);
+    add_expert_bias(w.up_bias, e, ff, up, n);
+    activate(spec.activation, gate, up, n * ff);
+    b.jobs.push_back({w.down[static_cast<std::size_t>(e)], gate, n, ye + sz(row, d)});
+  }
+  kernels::matmul_jobs(b.jobs, pool);
+  for (std::size_t a = g; a < g_end; ++a) {
+    const int e = er.active[a];
+    add_expert_bias(w.down_bias, e, d, ye + sz(er.row(e), d), er.tokens(e));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::int64_t moe_feed_forward(const MoeSpec& spec, const ExpertWeights& w, const float* x, int n_tokens, int n_embd,
                               float* out, ThreadPool& pool) {
-  const int T = n_tokens, d = n_embd, k = spec.n_used, ff = spec.n_ff_expert;
+  const int T = n_tokens, d = n_embd, k = spec.n_used, n_experts = spec.n_experts;
   const auto sz = [](long a, long b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
-  std::vector<float> logits(sz(T, spec.n_experts));
+  std::vector<float> logits(sz(T, n_experts));
   kernels::matmul(w.router, x, T, logits.data(), pool);
   if (!w.router_bias.empty()) {
-    for (int t = 0; t < T; ++t) kernels::add_inplace(&logits[sz(t, spec.n_experts)], w.router_bias.data(), spec.n_experts);
+    for (int t = 0; t < T; ++t) kernels::add_inplace(&logits[sz(t, n_experts)], w.router_bias.data(), n_experts);
   }
   std::vector<int> chosen(sz(T, k));
   std::vector<float> weights(sz(T, k));
   route_tokens(spec, logits.data(), T, chosen.data(), weights.data());
   std::int64_t bytes_read = bytes_of(w.router);
 
-  // expert_out[(t * k + j) * d ...]: token t's j-th expert's output, before its weight.
-  std::vector<float> expert_out(sz(T, k) * static_cast<std::size_t>(d));
-  if (T == 1) {
-    // One input for all k experts: their gate and up rows in one pool run.
-    std::vector<kernels::WeightView> gate_up;
-    std::vector<float> hidden(sz(2 * k, ff));
-    std::vector<float*> gate_up_out;
-    for (int j = 0; j < k; ++j) {
-      const auto e = static_cast<std::size_t>(chosen[static_cast<std::size_t>(j)]);
-      gate_up.push_back(w.gate[e]);
-      gate_up.push_back(w.up[e]);
-      gate_up_out.push_back(&hidden[sz(2 * j, ff)]);
-      gate_up_out.push_back(&hidden[sz(2 * j + 1, ff)]);
-      bytes_read += bytes_of(w.gate[e]) + bytes_of(w.up[e]) + bytes_of(w.down[e]);
-    }
-    kernels::matmul_many(gate_up, x, 1, gate_up_out, pool);
-    for (int j = 0; j < k; ++j) {
-      const int e = chosen[static_cast<std::size_t>(j)];
-      float* g = &hidden[sz(2 * j, ff)];
-      add_expert_bias(w.gate_bias, e, ff, g, 1);
-      add_expert_bias(w.up_bias, e, ff, g + ff, 1);
-      activate(spec.activation, g, g + ff, ff);
-      kernels::matmul(w.down[static_cast<std::size_t>(e)], g, 1, &expert_out[sz(j, d)], pool);
-      add_expert_bias(w.down_bias, e, d, &expert_out[sz(j, d)], 1);
-    }
-  } else {
-    // Group the (token, slot) pairs by expert; each expert then runs once over all of its tokens.
-    std::vector<std::vector<int>> by_expert(static_cast<std::size_t>(spec.n_experts));
-    for (int i = 0; i < T * k; ++i) by_expert[static_cast<std::size_t>(chosen[static_cast<std::size_t>(i)])].push_back(i);
-    std::vector<float> xe, gate, up, ye;
-    for (int e = 0; e < spec.n_experts; ++e) {
-      const std::vector<int>& pairs = by_expert[static_cast<std::size_t>(e)];
-      if (pairs.empty()) continue;
-      const int n = static_cast<int>(pairs.size());
-      xe.resize(sz(n, d));
-      gate.resize(sz(n, ff));
-      up.resize(sz(n, ff));
-      ye.resize(sz(n, d));
-      for (int r = 0; r < n; ++r) std::copy_n(x + sz(pairs[static_cast<std::size_t>(r)] / k, d), d, &xe[sz(r, d)]);
-      const kernels::WeightView gate_up[] = {w.gate[static_cast<std::size_t>(e)], w.up[static_cast<std::size_t>(e)]};
-      float* const gate_up_out[] = {gate.data(), up.data()};
-      kernels::matmul_many(gate_up, xe.data(), n, gate_up_out, pool);
-      add_expert_bias(w.gate_bias, e, ff, gate.data(), n);
-      add_expert_bias(w.up_bias, e, ff, up.data(), n);
-      activate(spec.activation, gate.data(), up.data(), n * ff);
-      kernels::matmul(w.down[static_cast<std::size_t>(e)], gate.data(), n, ye.data(), pool);
-      add_expert_bias(w.down_bias, e, d, ye.data(), n);
-      for (int r = 0; r < n; ++r) std::copy_n(&ye[sz(r, d)], d, &expert_out[sz(pairs[static_cast<std::size_t>(r)], d)]);
-      bytes_read += bytes_of(gate_up[0]) + bytes_of(gate_up[1]) + bytes_of(w.down[static_cast<std::size_t>(e)]);
-    }
+  // The experts in groups of kExpertsPerRun, consecutive in index order: a group's gate and up
+  // matrices in one pool run, its down matrices in another, each expert's weights read once for
+  // all of its tokens. A decode step's k experts are one group: three pool runs with the router's.
+  // The inputs and hidden rows are held for one group at a time (a long prefill's would be T * k
+  // rows of each); the outputs, ye, for every pair.
+  const ExpertRows er(chosen, n_experts);
+  std::vector<float> ye(sz(T, k) * static_cast<std::size_t>(d));
+  GroupBuffers buffers;
+  for (std::size_t g = 0; g < er.active.size(); g += kExpertsPerRun) {
+    const std::size_t g_end = std::min(er.active.size(), g + kExpertsPerRun);
+    bytes_read += run_expert_group(spec, w, x, T, d, er, g, g_end, buffers, ye.data(), pool);
   }
   // Weighted sum in each token's top-k order.
   for (int t = 0; t < T; ++t) {
     float* o = out + sz(t, d);
     for (int j = 0; j < k; ++j) {
       const float wt = weights[sz(t, k) + static_cast<std::size_t>(j)];
-      const float* y = &expert_out[(sz(t, k) + static_cast<std::size_t>(j)) * static_cast<std::size_t>(d)];
+      const float* y = &ye[sz(er.row_of[sz(t, k) + static_cast<std::size_t>(j)], d)];
       if (j == 0) {
         for (int i = 0; i < d; ++i) o[i] = wt * y[i];
       } else {

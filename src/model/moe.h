@@ -1,11 +1,14 @@
 // The mixture-of-experts feed-forward on the CPU (qwen3moe, gpt-oss): a router scores every expert for each
 // token, the token runs only the k best, and their SwiGLU outputs are summed with the router's
-// weights. Computed so that a forward pass reads each expert's weights at most once:
+// weights. Computed so that a forward pass reads each expert's weights at most once, in few pool runs:
 //   - a batch's tokens are grouped by expert, and each expert multiplies all of its tokens in one
 //     matmul (its weights streamed once for them all);
-//   - one token (decode): the gate and up matrices of its k experts share the input, so they go to
-//     the pool as one matmul_many, whose tasks split the rows of all k experts over the threads; the
-//     down projections, each on its own input, are split by rows expert after expert.
+//   - the experts' matmuls go to the pool together (kernels::matmul_jobs): all gate and up
+//     matrices in one run (for one token: its k experts' 2k matrices, whose rows the threads split
+//     as one list, the input quantized once), then all down matrices, each on its own input, in one
+//     more (a batch's experts 16 at a time). So the threads split the work by expert and by rows,
+//     and a decode step's MoE layer costs three fork-joins (router, gate/up, down): one expert's
+//     matrices (~1 MB at Q4_K) are too small to split well alone.
 // A token's output depends on its own routing only, summed in its top-k order (as llama.cpp's
 // build_moe_ffn does): the batch it rides in changes nothing but the matmul path (kernels.h).
 //

@@ -365,6 +365,26 @@ TEST(Describe, Qwen3PresetsHaveRealShapes) {
   // Active per token: everything but 120 of each layer's 128 experts.
   const std::uint64_t expert = 3ull * 2048 * 768;
   EXPECT_EQ(moe->n_params - 48ull * 120 * expert, 3353032704u);
+
+  // qwen3moe-scaled: the same layers, 8 of them: the embeddings, the output and 8 of the 48
+  // layers' parameters, and a Q4_K_M file of 2-4 GB for benchmarks against llama.cpp.
+  GenerateOptions o = opts("qwen3moe-scaled", TensorType::kF16);
+  o.scheme = "q4_k_m";
+  auto scaled = describe_model(o);
+  ASSERT_TRUE(scaled) << scaled.status().to_string();
+  const std::uint64_t embeddings = 2ull * 151936 * 2048 + 2048;  // token_embd, output, output_norm
+  const std::uint64_t layer = (moe->n_params - embeddings) / 48;
+  EXPECT_EQ(layer * 48 + embeddings, moe->n_params);
+  EXPECT_EQ(scaled->n_params, embeddings + 8 * layer);
+  EXPECT_EQ(scaled->preset.n_layers, 8u);
+  EXPECT_NE(find(*scaled, "blk.7.ffn_down_exps.weight"), nullptr);
+  EXPECT_EQ(find(*scaled, "blk.8.attn_q.weight"), nullptr);
+  EXPECT_EQ(find(*scaled, "blk.0.ffn_up_exps.weight")->dims, (std::vector<std::uint64_t>{2048, 768, 128}));
+  EXPECT_EQ(find(*scaled, "blk.0.ffn_up_exps.weight")->type, TensorType::kQ4_K);
+  EXPECT_EQ(find(*scaled, "blk.3.ffn_down_exps.weight")->type, TensorType::kQ6_K);  // (3 - 1) % 3 == 2
+  EXPECT_EQ(find(*scaled, "blk.4.ffn_down_exps.weight")->type, TensorType::kQ4_K);
+  EXPECT_GT(scaled->n_bytes, 2000000000u);
+  EXPECT_LT(scaled->n_bytes, 4000000000u);
 }
 
 // Gemma 3 1B: 999,885,952 parameters; the window and the local layers' RoPE base in the metadata.
