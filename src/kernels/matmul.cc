@@ -160,7 +160,8 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     any_quantized = any_quantized || (is_quantized(w.type) && !k_interleaved);
     any_interleaved = any_interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_interleaved);
     any_k_interleaved = any_k_interleaved || k_interleaved;
-    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
+    any_slice_form = any_slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && w.type != WeightType::kMxfp4 &&
+                                        !is_interleaved(w.type));
   }
   const std::int64_t n = static_cast<std::int64_t>(n_tokens) * ws[0].cols;
   if (any_quantized) {
@@ -243,9 +244,11 @@ void matmul_decode(std::span<const WeightView> ws, const float* x, int n_tokens,
     const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
     const std::int64_t end = std::min(w.rows, begin + layout.chunk_rows[i]);
     if (w.type == WeightType::kMxfp4) {
-      // AVX2's pshufb kernel from the AVX2 path up (it gives the scalar kernel's bits).
-      (k.path == SimdPath::kScalar ? mxfp4_matmul_rows : mxfp4_matmul_rows_avx2)(w, xq, n_tokens, begin, end,
-                                                                                 ys[static_cast<std::size_t>(i)], w.rows);
+      // MXFP4 in its GGUF layout: its own kernels (mxfp4.h; the tables' matmul_rows do not take it).
+      const auto rows = k.path == SimdPath::kAvx512 ? mxfp4_matmul_rows_avx512
+                        : k.path == SimdPath::kAvx2 ? mxfp4_matmul_rows_avx2
+                                                    : mxfp4_matmul_rows;
+      rows(w, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
     } else {
       k.matmul_rows(w, x, xq, n_tokens, begin, end, ys[static_cast<std::size_t>(i)], w.rows);
     }
