@@ -170,8 +170,8 @@ TEST(Mxfp4, ATokenGetsTheSameBitsAloneAndInAnyBatchOnEveryPath) {
 
 // The half scales the SIMD kernels take from a table (mxfp4_tiles.h) or compute in vector integer
 // code (the interleaved AVX-512 tile) are mxfp4_half_scale's for every E8M0 byte, denormals
-// included (255, NaN in the OCP spec, is 2^127 as in llama.cpp). Row e has scale byte e in every
-// block and nonzero codes (every value 1, doubled 2) only in block e; block b's activations are all
+// included (255, NaN in the OCP spec, is 2^127 as in llama.cpp). Row e has scale byte e and nonzero
+// codes (every value 1, doubled 2) in block e only; block b's activations are all
 // 2^(122 - b) (within 2^±100: normal floats, quantized exactly to 127), so every output is a normal
 // float within a rounding or two of 64 x 2^(e - 128) x 127 d_x. On every path, and on the AVX-512
 // path's interleaved copy too.
@@ -183,7 +183,8 @@ TEST(Mxfp4, EveryScaleByteDecodesAsTheHalfScaleOnEveryPath) {
   for (std::int64_t e = 0; e < rows; ++e) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       std::uint8_t* block = bytes.data() + static_cast<std::size_t>(e) * row_bytes + static_cast<std::size_t>(b) * kMxfp4BlockBytes;
-      block[0] = static_cast<std::uint8_t>(e);
+      // The other blocks: codes 0 and scale byte 127, so no product overflows (0 x inf would be NaN).
+      block[0] = b == e ? static_cast<std::uint8_t>(e) : std::uint8_t{127};
       if (b == e) std::fill(block + 1, block + kMxfp4BlockBytes, std::uint8_t{0x22});
     }
   }
