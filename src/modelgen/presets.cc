@@ -64,7 +64,7 @@ ModelPreset phi3(std::string name, std::uint32_t layers, std::uint32_t embd, std
 // layers (two windowed, two full), 64 wide, 4 heads of 32 (128 != 64, as 4096 != 2880), 2 KV, a
 // window of 8 that the tests' prompts pass, 16 experts (not 8: llama.cpp's quantizer treats 8 as
 // Mixtral) of width 64, 4 used; the real RoPE (its YaRN ramp falls inside 16 pairs). gpt-oss-scaled:
-// gpt-oss-20b with 4 of its 24 layers (every per-layer shape and the vocabulary real; 2.9 GiB as
+// gpt-oss-20b with 4 of its 24 layers (every per-layer shape and the vocabulary real; about 3 GB as
 // `mxfp4_moe`), for benchmarks against llama.cpp on a machine where the 12 GB of the real one do not fit.
 ModelPreset gpt_oss(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
                     std::uint32_t kv_heads, std::uint32_t head_dim, std::uint64_t vocab, std::uint32_t experts,
