@@ -86,23 +86,23 @@ void tile(const std::uint8_t* row0, std::size_t row_bytes, std::int64_t blocks, 
   for (std::int64_t b = 0; b < blocks; ++b) {
     if (prefetch) prefetch_span(next_tile + b * kMxfp4BlockBytes * R, kMxfp4BlockBytes * R);
     __m256i w[R], abs_w[R];
-    float dw[R];
+    __m256 dw[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const std::uint8_t* block = row0 + i * row_bytes + b * kMxfp4BlockBytes;
-      dw[i] = kHalfScales[block[0]];
+      dw[i] = _mm256_broadcast_ss(&kHalfScales[block[0]]);
       w[i] = _mm256_shuffle_epi8(table, code_indices(block + 1));
       abs_w[i] = _mm256_abs_epi8(w[i]);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + t * cols + b * kMxfp4BlockElems));
-      const float dx = x_scales[t * blocks + b];
+      const __m256 dx = _mm256_broadcast_ss(x_scales + t * blocks + b);
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
-        // dw * dx is one rounding (dw is a power of two: exact unless it leaves the normal range).
-        const __m256 scale = _mm256_set1_ps(dw[i] * dx);
-        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot<kVnni>(abs_w[i], w[i], xv)), scale, acc[i][t]);
+        // dw * dx is one rounding (dw is a power of two: exact unless it leaves the normal range),
+        // broadcast loads and one vector multiply rather than a scalar one and a broadcast.
+        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot<kVnni>(abs_w[i], w[i], xv)), _mm256_mul_ps(dw[i], dx), acc[i][t]);
       }
     }
   }
