@@ -14,6 +14,9 @@
 // the scalar kernel's differ from theirs by float reassociation only (it adds block after block
 // without fused multiply-adds). Within a path a token's result never depends on how many tokens
 // share the call or which rows share its tile (batch invariance, mxfp4_test.cc).
+// On the AVX-512 path a loaded model's MXFP4 matrices (rows % 16 == 0) are copied interleaved by 16
+// rows (kMxfp4x16, interleaved16.h) for a VNNI kernel that takes 16 rows per register (matmul_avx512.cc);
+// that layout gives the scalar statement's bits on every path, as the other interleaved types do.
 //
 // Thread safety: pure functions.
 #pragma once
