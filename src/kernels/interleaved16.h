@@ -1,5 +1,5 @@
 // Internal to kernels: weights interleaved by 16 rows, the layouts the AVX-512 VNNI decode kernels
-// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and F16 matrices
+// read, made from GGUF Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16 and MXFP4 matrices
 // when the weights are copied at load (kernels.h repack_for_decode). Never stored in a file. (The namespace is q8x16 for all of them:
 // Q8_0 came first.)
 //
@@ -120,6 +120,15 @@
 //   one: 3 KiB ahead into L2 (f16x16_prefetch_ahead in matmul_avx512.cc). One column's 16 weights
 //   are one register, times the token's activation broadcast: no horizontal sums.
 //
+// MXFP4 as kMxfp4x16 (mxfp4.h): rows % 16 == 0, any whole blocks (C % 32 == 0: gpt-oss's 2880 columns
+// are 90 blocks, not a multiple of 64), B = C / 32 blocks per row; group g at g * (64 ceil(B / 4) +
+// 256 B), unit u (blocks 4u .. 4u + 3, fewer in the last unit) at 1088 u within it:
+//     bytes   0-  63  the E8M0 scale byte of block 4u + j of row l at 16 j + l (zero past the last block);
+//     bytes  64-1087  block 4u + j's codes from 64 + 256 j: chunk k (0-3) at + 64 k holds row l's GGUF
+//                     code bytes 4k..4k+3 at 4 l (their low nibbles: weights 4k..4k+3, high: 16 + 4k..).
+//   Each unit starts on a cache line when the matrix does (1088 = 17 x 64): with B % 4 == 0 the same
+//   size as the GGUF matrix, else up to 48 bytes per group more (0.1 % at 2880 columns).
+//
 // Every path computes a row's dot product the same way, in order:
 //   Q8_0, per 32 weights: acc = fma(isum, d_w * d_x, acc), isum the exact integer sum of
 //         (w + 128 - 128) * x_q, with x_q, d_x the activations quantized per 32 (one scale each);
@@ -134,6 +143,8 @@
 //   Q2_K: the same over its 16 groups of 16 weights (xsum_q the sum of the group's 16 x_q);
 //   Q6_K: isc = sum over the 16 groups q of 16 weights of sc_q * (sum of (u - 32) * x_q), exact;
 //         acc = fma(float(isc), d * d_x, acc); Q3_K the same with u - 4.
+//   MXFP4, per 32 weights: acc = fma(isum, s_w * d_x, acc), isum the exact integer sum of v x_q (v the
+//         code's doubled E2M1 value, kMxfp4Values) and s_w = 2^(e - 128) (mxfp4_half_scale);
 //   F16: four partial sums p_j (j = 0..3), p_j = fma(w_c, x_c, p_j) over c = j, j + 4, ... < C in
 //         order from p_j = 0; y = (p0 + p1) + (p2 + p3). Four chains, not one, so that one token is
 //         not bound by the FMA latency; the same four whatever the batch.
@@ -429,5 +440,33 @@ inline std::uint16_t value_bits(const std::uint8_t* data, std::int64_t cols, std
   return h;
 }
 }  // namespace f16
+
+// MXFP4 as kMxfp4x16.
+namespace mxfp4 {
+inline constexpr std::size_t kUnitBytes = 1088, kCodes = 64, kBlockCodes = 256;
+inline constexpr int kUnitBlocks = 4;
+inline bool fits(std::int64_t rows, std::int64_t cols) {
+  return rows > 0 && cols > 0 && rows % kGroupRows == 0 && cols % 32 == 0;
+}
+inline std::size_t group_bytes(std::int64_t cols) {
+  const std::int64_t blocks = cols / 32;
+  return static_cast<std::size_t>((blocks + kUnitBlocks - 1) / kUnitBlocks) * kCodes + static_cast<std::size_t>(blocks) * kBlockCodes;
+}
+// The unit holding block b of row r.
+inline const std::uint8_t* unit(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  return data + static_cast<std::size_t>(r / kGroupRows) * group_bytes(cols) + static_cast<std::size_t>(b / kUnitBlocks) * kUnitBytes;
+}
+// The E8M0 scale byte of block b of row r.
+inline std::uint8_t scale_byte(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t b) {
+  return unit(data, cols, r, b)[16 * (b % kUnitBlocks) + r % kGroupRows];
+}
+// The 4-bit code of weight c of row r.
+inline int code(const std::uint8_t* data, std::int64_t cols, std::int64_t r, std::int64_t c) {
+  const std::int64_t b = c / 32, j = c % 32, k = (j % 16) / 4;
+  const std::uint8_t byte = unit(data, cols, r, b)[kCodes + kBlockCodes * static_cast<std::size_t>(b % kUnitBlocks) +
+                                                    static_cast<std::size_t>(64 * k + 4 * (r % kGroupRows) + j % 4)];
+  return j < 16 ? byte & 15 : byte >> 4;
+}
+}  // namespace mxfp4
 
 }  // namespace kvstash::kernels::q8x16

@@ -1,4 +1,4 @@
-// Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and F16 interleaved by 16 rows (interleaved16.h): what
+// Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16 and MXFP4 interleaved by 16 rows (interleaved16.h): what
 // repack_for_decode makes, on which path and shapes, and that every path reads it exactly:
 // dequantize gives the values of the original on the AVX-512 path bit for bit, and matmul gives the
 // scalar statement's results bit for bit at every token count (so a token's result never depends
@@ -74,6 +74,7 @@ bool k_type(WeightType type) {
          type == WeightType::kQ6_K;
 }
 bool f16(WeightType type) { return type == WeightType::kF16; }
+bool mxfp4(WeightType type) { return type == WeightType::kMxfp4; }
 
 TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) {
   const WeightType type = GetParam();
@@ -95,6 +96,7 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) 
                           : type == WeightType::kQ4_1 ? WeightType::kQ4_1x16
                           : type == WeightType::kQ5_1 ? WeightType::kQ5_1x16
                           : type == WeightType::kF16  ? WeightType::kF16x16
+                          : mxfp4(type)               ? WeightType::kMxfp4x16
                                                       : WeightType::kQ8_0x16;
   EXPECT_EQ(repack(w.view).view.type, made);
   EXPECT_EQ(interleaved_source(made), type);
@@ -103,6 +105,9 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) 
   EXPECT_EQ(repack_bytes(make_test_weights(type, 24, cols, 2).view), 0u) << "rows not a multiple of 16";
   if (f16(type)) {
     EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 37, 3).view), w.bytes.size() / 128 * 37) << "any cols";
+  } else if (mxfp4(type)) {
+    // Any whole blocks: 3 blocks are one partial unit of 64 bytes of scales and 3 x 256 of codes per group.
+    EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 2u * (64 + 3 * 256)) << "an odd number of blocks";
   } else if (!k_type(type)) {
     EXPECT_EQ(repack_bytes(make_test_weights(type, 32, 96, 3).view), 0u) << "an odd number of blocks";
   }
@@ -125,7 +130,7 @@ TEST_P(Interleaved16, MadeOnlyFromItsTypeOfWholeGroupsOnTheSimdPathsThatReadIt) 
 // (a byte the quantizer never writes, but a file may hold) and 127; Q4_K's scale and min 63, codes
 // 0 and 15; Q5_K's the same with codes 31 and 0 beside them; Q3_K's scales -32 and 31, codes 7 and 0;
 // Q2_K's scale and min 15 and 0, codes 3 and 0; Q6_K's scales -128 and 127, codes 0 and 63; F16's largest finite value, a subnormal
-// and -0.
+// and -0; MXFP4's two denormal half scales and a large one, codes of 6, -6, 0 and -0.
 void put_extremes(TestWeights& w) {
   if (w.view.type == WeightType::kF16) {
     for (auto [at, bits] : {std::pair<int, std::uint16_t>{0, 0x7bff}, {1, 0x0001}, {2, 0x8000}, {3, 0xfbff}}) {
@@ -134,6 +139,12 @@ void put_extremes(TestWeights& w) {
   } else if (w.view.type == WeightType::kQ8_0) {
     w.bytes[2] = 0x80;
     w.bytes[3] = 0x7f;
+  } else if (w.view.type == WeightType::kMxfp4) {
+    w.bytes[0] = 1;     // block 0: scale 2^-127 (a denormal half scale) ...
+    w.bytes[1] = 0xf7;  // ... weight 0: code 7 (6, doubled 12); weight 16: code 15 (-6)
+    w.bytes[17] = 0;    // block 1: 2^-128
+    w.bytes[34] = 140;  // block 2 (row 1's block 0 at 64 columns): 2^12
+    w.bytes[35] = 0x80; // weight 0: code 0; weight 16: code 8 (-0)
   } else if (w.view.type == WeightType::kQ4_0) {
     w.bytes[2] = 0xf0;  // weight 0: code 0; weight 16: code 15
   } else if (w.view.type == WeightType::kQ4_1) {
@@ -297,7 +308,7 @@ TEST_P(Interleaved16, SharesASplitWithOtherTypes) {
 std::vector<WeightType> interleaved_types_this_cpu_runs() {
   if (!cpu_supports(SimdPath::kAvx512)) return {};
   return {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, WeightType::kQ5_1, WeightType::kQ2_K,
-          WeightType::kQ3_K, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16};
+          WeightType::kQ3_K, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kF16, WeightType::kMxfp4};
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Interleaved16);

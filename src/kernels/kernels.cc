@@ -34,6 +34,7 @@ constexpr WeightTypeFacts kFacts[] = {
     {WeightType::kQ5_Kx16, "q5_Kx16", 256, 176}, {WeightType::kQ4_1x16, "q4_1x16", 32, 20},
     {WeightType::kQ5_1x16, "q5_1x16", 32, 24}, {WeightType::kQ3_Kx16, "q3_Kx16", 256, 110},
     {WeightType::kQ2_Kx16, "q2_Kx16", 256, 84}, {WeightType::kMxfp4, "mxfp4", 32, 17},
+    {WeightType::kMxfp4x16, "mxfp4x16", 32, 17},
 };
 
 // Each interleaved type and the GGUF type repack_for_decode makes it from.
@@ -41,7 +42,7 @@ constexpr std::pair<WeightType, WeightType> kInterleavedFrom[] = {
     {WeightType::kQ8_0x16, WeightType::kQ8_0}, {WeightType::kQ4_0x16, WeightType::kQ4_0}, {WeightType::kQ5_0x16, WeightType::kQ5_0},
     {WeightType::kQ4_1x16, WeightType::kQ4_1}, {WeightType::kQ5_1x16, WeightType::kQ5_1}, {WeightType::kQ2_Kx16, WeightType::kQ2_K},
     {WeightType::kQ3_Kx16, WeightType::kQ3_K}, {WeightType::kQ4_Kx16, WeightType::kQ4_K}, {WeightType::kQ5_Kx16, WeightType::kQ5_K},
-    {WeightType::kQ6_Kx16, WeightType::kQ6_K}, {WeightType::kF16x16, WeightType::kF16}};
+    {WeightType::kQ6_Kx16, WeightType::kQ6_K}, {WeightType::kF16x16, WeightType::kF16}, {WeightType::kMxfp4x16, WeightType::kMxfp4}};
 
 // The interleaved type made from a GGUF type.
 WeightType interleaved_of(WeightType source) {
@@ -105,6 +106,9 @@ std::size_t repack_bytes(const WeightView& w) {
   }
   if (w.type == WeightType::kF16 && q8x16::f16::fits(w.rows, w.cols)) {
     return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::f16::group_bytes(w.cols);
+  }
+  if (w.type == WeightType::kMxfp4 && q8x16::mxfp4::fits(w.rows, w.cols)) {
+    return static_cast<std::size_t>(w.rows / q8x16::kGroupRows) * q8x16::mxfp4::group_bytes(w.cols);
   }
   return 0;
 }
@@ -267,6 +271,28 @@ void repack_block32(const WeightView& w, std::uint8_t* out) {
   });
 }
 
+// MXFP4 (17 bytes: e, qs[16]) into units of four blocks (the last may hold fewer; repack_units'
+// units are whole, so the group is written here).
+void repack_mxfp4(const WeightView& w, std::uint8_t* out) {
+  namespace mx = q8x16::mxfp4;
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t blocks = w.cols / kMxfp4BlockElems;
+  const std::size_t group_bytes = mx::group_bytes(w.cols);
+  for (std::int64_t g = 0; g < w.rows / q8x16::kGroupRows; ++g, out += group_bytes) {
+    std::memset(out, 0, group_bytes);
+    for (int l = 0; l < q8x16::kGroupRows; ++l) {
+      const std::uint8_t* row = src + static_cast<std::size_t>(g * q8x16::kGroupRows + l) * w.row_bytes;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::uint8_t* block = row + b * kMxfp4BlockBytes;
+        std::uint8_t* unit = out + static_cast<std::size_t>(b / mx::kUnitBlocks) * mx::kUnitBytes;
+        const std::size_t j = static_cast<std::size_t>(b % mx::kUnitBlocks);
+        unit[16 * j + static_cast<std::size_t>(l)] = block[0];
+        for (int k = 0; k < 4; ++k) std::memcpy(unit + mx::kCodes + mx::kBlockCodes * j + 64 * k + 4 * l, block + 1 + 4 * k, 4);
+      }
+    }
+  }
+}
+
 // F16: column c of a group is its 16 rows' values side by side (interleaved16.h). Rows are read 16
 // at a time, each front to back, so the source is 16 sequential streams.
 void repack_f16(const WeightView& w, std::uint8_t* out) {
@@ -299,6 +325,8 @@ WeightView repack_for_decode(const WeightView& w, void* dst) {
     repack_q3_k(w, out);
   } else if (w.type == WeightType::kQ6_K) {
     repack_q6_k(w, out);
+  } else if (w.type == WeightType::kMxfp4) {
+    repack_mxfp4(w, out);
   } else {
     repack_f16(w, out);
   }

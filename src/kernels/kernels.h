@@ -19,18 +19,19 @@ namespace kvstash::kernels {
 
 // Weight types in their GGUF block layouts (quant_formats.h describes the quantized ones), and
 // kQ8_0x16, kQ4_0x16, kQ5_0x16, kQ4_1x16, kQ5_1x16, kQ2_Kx16, kQ3_Kx16, kQ4_Kx16, kQ5_Kx16, kQ6_Kx16,
-// kF16x16: those GGUF types interleaved by 16 rows for the AVX-512 kernels (interleaved16.h), made
+// kF16x16, kMxfp4x16: those GGUF types interleaved by 16 rows for the AVX-512 kernels (interleaved16.h), made
 // only by repack_for_decode, never read from or written to a file.
 enum class WeightType {
   kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,
   kQ8_0x16, kQ4_Kx16, kQ6_Kx16, kQ4_0x16, kQ5_0x16, kF16x16, kQ5_Kx16, kQ4_1x16, kQ5_1x16, kQ3_Kx16, kQ2_Kx16,
   kMxfp4,  // GGUF MXFP4 (gpt-oss's experts): 32 E2M1 values and an E8M0 scale per 17 bytes (mxfp4.h)
+  kMxfp4x16,
 };
 inline bool is_interleaved(WeightType type) {
   return type == WeightType::kQ8_0x16 || type == WeightType::kQ4_Kx16 || type == WeightType::kQ6_Kx16 ||
          type == WeightType::kQ4_0x16 || type == WeightType::kQ5_0x16 || type == WeightType::kF16x16 ||
          type == WeightType::kQ5_Kx16 || type == WeightType::kQ4_1x16 || type == WeightType::kQ5_1x16 ||
-         type == WeightType::kQ3_Kx16 || type == WeightType::kQ2_Kx16;
+         type == WeightType::kQ3_Kx16 || type == WeightType::kQ2_Kx16 || type == WeightType::kMxfp4x16;
 }
 // The interleaved K types, which multiply activations quantized per 256 (QuantizedActivations::k_*)
 // rather than per 32.
@@ -43,7 +44,7 @@ inline bool is_k_interleaved(WeightType type) {
 inline constexpr WeightType kAllInterleavedTypes[] = {
     WeightType::kQ8_0x16, WeightType::kQ4_0x16, WeightType::kQ5_0x16, WeightType::kQ4_1x16, WeightType::kQ5_1x16,
     WeightType::kQ2_Kx16, WeightType::kQ3_Kx16, WeightType::kQ4_Kx16, WeightType::kQ5_Kx16, WeightType::kQ6_Kx16,
-    WeightType::kF16x16};
+    WeightType::kF16x16, WeightType::kMxfp4x16};
 WeightType interleaved_source(WeightType type);
 // The GGUF types (the interleaved ones are not).
 inline constexpr WeightType kAllWeightTypes[] = {
@@ -78,7 +79,9 @@ std::size_t row_bytes_for(WeightType type, std::int64_t cols);
 // == 0: Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 matrices of cols % 64 == 0 become kQ8_0x16, kQ4_0x16,
 // kQ5_0x16, kQ4_1x16 and kQ5_1x16, the same size; Q2_K, Q3_K, Q4_K, Q5_K and Q6_K ones become
 // kQ2_Kx16 (the same size), kQ3_Kx16 (116/110 of the size), kQ4_Kx16 (148/144), kQ5_Kx16
-// (180/176) and kQ6_Kx16 (212/210); F16 ones (any cols) become kF16x16, the same size. On the
+// (180/176) and kQ6_Kx16 (212/210); F16 ones (any cols) become kF16x16, the same size; MXFP4 ones
+// (any whole blocks) become kMxfp4x16 (the same size for cols % 128 == 0, else up to 48 bytes per 16
+// rows more: interleaved16.h). On the
 // AVX2 path, only Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and Q4_K (the layouts its kernels multiply).
 // repack_for_decode writes that copy to dst (64-byte aligned, repack_bytes(w) long) and returns its
 // view (row_bytes stays the original's); matmul and dequantize_rows accept it on every path.
@@ -87,7 +90,8 @@ WeightView repack_for_decode(const WeightView& w, void* dst);
 // The version of the layouts repack_for_decode writes (and of which matrices it repacks on each
 // path). Prepared weights saved to disk (model/weights_cache.h) are keyed by it: bump it with any
 // change to an interleaved layout or to repack_bytes, or old files would be read as the new layout.
-inline constexpr std::uint32_t kInterleavedLayoutVersion = 1;
+// 2: MXFP4 matrices repacked as kMxfp4x16 on the AVX-512 path.
+inline constexpr std::uint32_t kInterleavedLayoutVersion = 2;
 
 // The SIMD path in use: "avx512", "avx2" or "scalar". KVSTASH_SIMD=avx2|scalar in the environment
 // forces a lower path (for tests and benchmarks).

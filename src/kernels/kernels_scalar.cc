@@ -5,6 +5,7 @@
 
 #include "common/fp16.h"
 #include "kernels/interleaved16.h"
+#include "kernels/mxfp4.h"
 #include "kernels/quant_formats.h"
 #include "kernels/simd_dispatch.h"
 
@@ -186,6 +187,21 @@ float block32x16_row_dot(const WeightView& w, std::int64_t r, const float* x_sca
   return acc;
 }
 
+// Row r of a kMxfp4x16 matrix, exactly as interleaved16.h states every path computes it.
+float mxfp4x16_row_dot(const WeightView& w, std::int64_t r, const float* x_scales, const std::int8_t* x_values) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < w.cols / kMxfp4BlockElems; ++b) {
+    std::int32_t isum = 0;
+    for (int c = 0; c < kMxfp4BlockElems; ++c) {
+      isum += kMxfp4Values[q8x16::mxfp4::code(data, w.cols, r, b * kMxfp4BlockElems + c)] * x_values[b * kMxfp4BlockElems + c];
+    }
+    const float scale = mxfp4_half_scale(q8x16::mxfp4::scale_byte(data, w.cols, r, b)) * x_scales[b];
+    acc = std::fma(static_cast<float>(isum), scale, acc);
+  }
+  return acc;
+}
+
 // Row r of a kF16x16 matrix against one token, exactly as interleaved16.h states every path computes
 // it: four fma chains over the columns c = j (mod 4), then (p0 + p1) + (p2 + p3).
 float f16x16_row_dot(const WeightView& w, std::int64_t r, const float* x) {
@@ -220,8 +236,9 @@ void matmul_rows_scalar(const WeightView& w, const float* x, const QuantizedActi
         } else {
           const float* xs = xq.scales + t * blocks;
           const std::int8_t* xv = xq.values + t * w.cols;
-          y[t * y_stride + r] = w.type == WeightType::kQ8_0x16 ? q8_0x16_row_dot(w, r, xs, xv)
-                                                               : block32x16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks);
+          y[t * y_stride + r] = w.type == WeightType::kQ8_0x16    ? q8_0x16_row_dot(w, r, xs, xv)
+                                : w.type == WeightType::kMxfp4x16 ? mxfp4x16_row_dot(w, r, xs, xv)
+                                                                  : block32x16_row_dot(w, r, xs, xv, xq.block_sums + t * blocks);
         }
       }
     }
@@ -299,6 +316,16 @@ void dequantize_rows_scalar(const WeightView& w, std::int64_t row_begin, std::in
                             static_cast<float>(q8x16::k::signed_scale(base, bytes, w.cols, r, c));
         const int u = q3 ? q8x16::q3k::code(base, w.cols, r, c) : q8x16::q6k::code(base, w.cols, r, c);
         o[c] = std::fma(scale, static_cast<float>(u), -(scale * offset));
+      }
+    }
+    return;
+  }
+  if (w.type == WeightType::kMxfp4x16) {  // the values of the MXFP4 original, bit for bit (v s_w is exact)
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      float* o = out + (r - row_begin) * w.cols;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        o[c] = static_cast<float>(kMxfp4Values[q8x16::mxfp4::code(base, w.cols, r, c)]) *
+               mxfp4_half_scale(q8x16::mxfp4::scale_byte(base, w.cols, r, c / kMxfp4BlockElems));
       }
     }
     return;

@@ -150,7 +150,8 @@ struct InputNeeds {
     quantized = quantized || (is_quantized(w.type) && !k_inter);
     interleaved = interleaved || (is_interleaved(w.type) && is_quantized(w.type) && !k_inter);
     k_interleaved = k_interleaved || k_inter;
-    slice_form = slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && !is_interleaved(w.type));
+    slice_form = slice_form || (is_quantized(w.type) && w.type != WeightType::kQ8_0 && w.type != WeightType::kMxfp4 &&
+                                !is_interleaved(w.type));
   }
 };
 
@@ -282,9 +283,11 @@ void matmul_decode(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     const std::int64_t begin = (chunk - layout.first_chunk[i]) * layout.chunk_rows[i];
     const std::int64_t end = std::min(w.rows, begin + layout.chunk_rows[i]);
     if (w.type == WeightType::kMxfp4) {
-      // AVX2's pshufb kernel from the AVX2 path up (it gives the scalar kernel's bits).
-      (k.path == SimdPath::kScalar ? mxfp4_matmul_rows : mxfp4_matmul_rows_avx2)(w, xq, n_tokens, begin, end,
-                                                                                 job.y, w.rows);
+      // MXFP4 in its GGUF layout: its own kernels (mxfp4.h; the tables' matmul_rows do not take it).
+      const auto rows = k.path == SimdPath::kAvx512 ? mxfp4_matmul_rows_avx512
+                        : k.path == SimdPath::kAvx2 ? mxfp4_matmul_rows_avx2
+                                                    : mxfp4_matmul_rows;
+      rows(w, xq, n_tokens, begin, end, job.y, w.rows);
     } else {
       k.matmul_rows(w, job.x, xq, n_tokens, begin, end, job.y, w.rows);
     }

@@ -14,6 +14,7 @@
 
 #include "kernels/matmul_tiles.h"
 #include "kernels/interleaved16.h"
+#include "kernels/mxfp4.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/simd_impl.h"
 
@@ -897,6 +898,54 @@ void block32x16_tile(const std::uint8_t* group, std::int64_t cols, const float* 
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// kMxfp4x16 (interleaved16.h): one group of 16 rows against T tokens, a block at a time. The codes
+// are looked up (vpshufb) as v + 12 (0-24, unsigned for VNNI: the doubled E2M1 value plus 12), 4
+// chunks giving 8 registers as block32x16_tile's; per token, 8 VNNI steps from -12 x the block's
+// activation sum give the exact sum of v x_q, scaled by the 16 rows' half scales (from their E8M0
+// bytes in integer arithmetic, exact, denormals included) times d_x.
+template <int T>
+void mxfp4x16_tile(const std::uint8_t* group, std::int64_t cols, const float* x_scales, const std::int8_t* x_values,
+                   const std::int32_t* x_sums, float* y, std::int64_t y_stride, const std::uint8_t* prefetch_at) {
+  namespace mx = q8x16::mxfp4;
+  const std::int64_t blocks = cols / kMxfp4BlockElems;
+  alignas(16) std::int8_t shifted[16];
+  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<std::int8_t>(kMxfp4Values[i] + 12);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+  const __m512i low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  const __m512i denormal_base = _mm512_set1_epi32(0x00200000);
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t un = b / mx::kUnitBlocks;
+    const std::size_t j = static_cast<std::size_t>(b % mx::kUnitBlocks);
+    const std::uint8_t* unit = group + static_cast<std::size_t>(un) * mx::kUnitBytes;
+    if (prefetch_at != nullptr && j == 0) prefetch_span(prefetch_at + static_cast<std::size_t>(un) * mx::kUnitBytes, mx::kUnitBytes);
+    // 2^(e - 128): the exponent field e - 1 for e >= 2, else the denormal with bit 21 + e (mxfp4_half_scale).
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 16 * j)));
+    const __m512i bits = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(e, two), _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23),
+                                                 _mm512_sllv_epi32(denormal_base, e));
+    const __m512 sw = _mm512_castsi512_ps(bits);
+    const std::uint8_t* codes = unit + mx::kCodes + mx::kBlockCodes * j;
+    __m512i u[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i c = _mm512_loadu_si512(codes + 64 * k);
+      u[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(c, low4));
+      u[k + 4] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const std::int8_t* xb = x_values + t * cols + b * kMxfp4BlockElems;
+      // u[0..3] are weights 0-15 and u[4..7] weights 16-31: chunk k pairs with activations 4k..4k+3.
+      const __m512i dot = vnni_dot<8>(_mm512_set1_epi32(-12 * x_sums[t * blocks + b]), u, xb);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sw, _mm512_set1_ps(x_scales[t * blocks + b])), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // How far ahead of the bytes being read the interleaved tiles prefetch (into L2), by type and by
 // the tokens of the call. Measured with kernels_bench and a temporary sweep of these leads in one
 // process (BENCHMARKS.md, issue 14); ratios are decode's read rate over a read of the same pages:
@@ -967,6 +1016,7 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
                                   : kType == WeightType::kQ4_0x16 || kType == WeightType::kQ5_0x16 ||
                                           kType == WeightType::kQ4_1x16 || kType == WeightType::kQ5_1x16
                                       ? q8x16::b32::group_bytes(q8x16::b32::form_of(kType), w.cols)
+                                  : kType == WeightType::kMxfp4x16 ? q8x16::mxfp4::group_bytes(w.cols)
                                                                   : q8x16::group_bytes(w.cols);
   const std::int64_t blocks = w.cols / kQ8_0BlockElems;
   // A group longer than L1 (32 KiB on Zen 4) evicts the activations between one group and the next,
@@ -992,6 +1042,9 @@ void interleaved_rows(const WeightView& w, const QuantizedActivations& xq, int n
           block32x16_tile<kType, T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols,
                                                             xq.block_sums + t0 * blocks, yt, y_stride, ahead,
                                                             T == 1 && interleaved_token_into_l1<kType>());
+        } else if constexpr (kType == WeightType::kMxfp4x16) {
+          mxfp4x16_tile<T>(group, w.cols, xq.scales + t0 * blocks, xq.values + t0 * w.cols, xq.block_sums + t0 * blocks, yt,
+                           y_stride, ahead);
         } else if constexpr (kType == WeightType::kQ6_Kx16 && T == 1) {
           q6kx16_token(group, w.cols, xq.k_scales + t0 * (w.cols / 256), xq.k_values + t0 * w.cols,
                        xq.k_sums16 + t0 * (w.cols / 16), yt, ahead);
@@ -1158,6 +1211,7 @@ void matmul_rows(const WeightView& w, const float* x, const QuantizedActivations
     case WeightType::kQ4_1x16: return interleaved_rows<WeightType::kQ4_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kQ5_1x16: return interleaved_rows<WeightType::kQ5_1x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     case WeightType::kF16x16: return f16x16_rows(w, x, n_tokens, row_begin, row_end, y, y_stride);
+    case WeightType::kMxfp4x16: return interleaved_rows<WeightType::kMxfp4x16>(w, xq, n_tokens, row_begin, row_end, y, y_stride);
     default: break;
   }
   tiled_matmul_rows<Ops>(w, x, xq, n_tokens, row_begin, row_end, y, y_stride);

@@ -5,9 +5,18 @@
 // (kMxfp4Values) and the scale halved (2^(e - 128)), so a dot product against 8-bit activations is
 // an integer sum per block times one float.
 //
-// The decode path multiplies the activations quantized per 32 (QuantizedActivations, as every
-// 32-block type here and llama.cpp's mxfp4 x q8_0 do): scalar code, and an AVX2 kernel (also on the
-// AVX-512 path) with the same bits. Prefill converts rows to f32 for sgemm.
+// matmul multiplies the activations quantized per 32 (QuantizedActivations, as every 32-block type
+// here and llama.cpp's mxfp4 x q8_0 do), for decode and prefill alike (the sgemm path only where an
+// operator opts in to it): per block the exact integer dot product times (half scale x activation
+// scale). Scalar code, and kernels for AVX2 and for the AVX-512 path (mxfp4_tiles.h: vpshufb table
+// lookup, maddubs or VNNI integer dot, one fused multiply-add per block into 8 float lanes).
+// Bits, as kernels.h promises for every type: the AVX2 and AVX-512 kernels give each other's bits;
+// the scalar kernel's differ from theirs by float reassociation only (it adds block after block
+// without fused multiply-adds). Within a path a token's result never depends on how many tokens
+// share the call or which rows share its tile (batch invariance, mxfp4_test.cc).
+// On the AVX-512 path a loaded model's MXFP4 matrices (rows % 16 == 0) are copied interleaved by 16
+// rows (kMxfp4x16, interleaved16.h) for a VNNI kernel that takes 16 rows per register (matmul_avx512.cc);
+// that layout gives the scalar statement's bits on every path, as the other interleaved types do.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -40,9 +49,12 @@ void mxfp4_dequantize_rows(const WeightView& w, std::int64_t row_begin, std::int
 // y[t * y_stride + r] = dot(row r, activations of token t) for rows [row_begin, row_end).
 void mxfp4_matmul_rows(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                        std::int64_t row_end, float* y, std::int64_t y_stride);
-// The same on AVX2 (mxfp4_avx2.cc; only where the CPU has it), bit for bit the scalar result.
+// The same on AVX2 (mxfp4_avx2.cc) and on the AVX-512 path (mxfp4_avx512.cc, with VNNI), only where
+// the CPU has them; the two give the same bits.
 void mxfp4_matmul_rows_avx2(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
                             std::int64_t row_end, float* y, std::int64_t y_stride);
+void mxfp4_matmul_rows_avx512(const WeightView& w, const QuantizedActivations& xq, int n_tokens, std::int64_t row_begin,
+                              std::int64_t row_end, float* y, std::int64_t y_stride);
 // Encodes n values (a multiple of 32) as llama.cpp's reference quantizer does: per block, the
 // exponent e = floor(log2(max |x|)) - 2 + 127 (0 for an all-zero block), each value the nearest
 // code (the first of equals).

@@ -236,6 +236,7 @@ void quantize_row(WeightType type, const float* x, std::int64_t n, void* out) {
       case WeightType::kQ5_0x16:
       case WeightType::kQ4_1x16:
       case WeightType::kQ5_1x16:
+      case WeightType::kMxfp4x16:
       case WeightType::kF16x16: assert(false && "interleaved types are made by repack_for_decode, not encoded"); break;
       case WeightType::kQ4_0: encode_symmetric_32(x, 4, dst); break;
       case WeightType::kQ5_0: encode_symmetric_32(x, 5, dst); break;

@@ -194,6 +194,7 @@ void reference_dequantize_block(WeightType type, const std::uint8_t* block, doub
     case WeightType::kQ5_0x16:
     case WeightType::kQ4_1x16:
     case WeightType::kQ5_1x16:
+    case WeightType::kMxfp4x16:
     case WeightType::kF16x16: break;  // not a block layout (interleaved16.h): its rows are compared via dequantize_rows
   }
 }

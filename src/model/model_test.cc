@@ -827,7 +827,9 @@ TEST(Quantized, Q4KMBatchedAndUnbatchedPickTheSameTokens) {
                                 {"tiny-k", "q3_k_m"}, {"tiny-k", "q2_k"}, {"tiny", "q5_1"},
                                 // MoE: a token's experts give it the same bits whether it runs alone
                                 // (decode path) or grouped with others by expert.
-                                {"qwen3moe-tiny", "q8_0"}, {"qwen3moe-tiny", "q4_k_m"}}) {
+                                {"qwen3moe-tiny", "q8_0"}, {"qwen3moe-tiny", "q4_k_m"},
+                                // gpt-oss's MXFP4 experts (interleaved on the AVX-512 path).
+                                {"gpt-oss-tiny", "mxfp4_moe"}}) {
     SCOPED_TRACE(std::string(preset) + " " + scheme);
     auto q4 = load(preset, TensorType::kF32, scheme);
     ASSERT_TRUE(q4);

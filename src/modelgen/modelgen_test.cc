@@ -463,6 +463,23 @@ TEST(Describe, GptOssPresetHasTheRealShapeAndMxfp4Experts) {
   EXPECT_TRUE(yarn);
   EXPECT_TRUE(window);
   EXPECT_TRUE(general_type);
+  // gpt-oss-scaled: the first 4 of those layers, every tensor of the real shape and type.
+  GenerateOptions scaled_options = opts("gpt-oss-scaled", TensorType::kF32);
+  scaled_options.scheme = "mxfp4_moe";
+  auto scaled = describe_model(scaled_options);
+  ASSERT_TRUE(scaled) << scaled.status().to_string();
+  int scaled_stacks = 0, layer_tensors = 0, scaled_layer_tensors = 0;
+  for (const TensorPlan& t : scaled->tensors) {
+    const auto same = std::find_if(mixed->tensors.begin(), mixed->tensors.end(), [&](const TensorPlan& f) { return f.name == t.name; });
+    ASSERT_NE(same, mixed->tensors.end()) << t.name;
+    EXPECT_EQ(t.dims, same->dims) << t.name;
+    EXPECT_EQ(t.type, same->type) << t.name;
+    scaled_stacks += t.dims.size() == 3;
+    scaled_layer_tensors += t.name.starts_with("blk.");
+  }
+  for (const TensorPlan& t : mixed->tensors) layer_tensors += t.name.starts_with("blk.");
+  EXPECT_EQ(scaled_stacks, 4 * 3);
+  EXPECT_EQ(scaled_layer_tensors * 24, layer_tensors * 4);
   // --type mxfp4 is for MoE presets only.
   EXPECT_EQ(describe_model(opts("tiny", TensorType::kMXFP4)).status().code(), StatusCode::kInvalidArgument);
 }

@@ -65,7 +65,9 @@ ModelPreset phi3(std::string name, std::uint32_t layers, std::uint32_t embd, std
 // 4096, max_position_embeddings 131072, rms_norm_eps 1e-5, vocab 201088, untied. gpt-oss-tiny: 4
 // layers (two windowed, two full), 64 wide, 4 heads of 32 (128 != 64, as 4096 != 2880), 2 KV, a
 // window of 8 that the tests' prompts pass, 16 experts (not 8: llama.cpp's quantizer treats 8 as
-// Mixtral) of width 64, 4 used; the real RoPE (its YaRN ramp falls inside 16 pairs).
+// Mixtral) of width 64, 4 used; the real RoPE (its YaRN ramp falls inside 16 pairs). gpt-oss-scaled:
+// gpt-oss-20b with 4 of its 24 layers (every per-layer shape and the vocabulary real; about 3 GB as
+// `mxfp4_moe`), for benchmarks against llama.cpp on a machine where the 12 GB of the real one do not fit.
 ModelPreset gpt_oss(std::string name, std::uint32_t layers, std::uint32_t embd, std::uint32_t heads,
                     std::uint32_t kv_heads, std::uint32_t head_dim, std::uint64_t vocab, std::uint32_t experts,
                     std::uint32_t ff_expert, std::uint32_t window) {
@@ -108,8 +110,8 @@ ModelPreset mistral3(std::string name, std::uint32_t layers, std::uint32_t embd,
   return p;
 }
 
-const std::array<ModelPreset, 20>& presets() {
-  static const std::array<ModelPreset, 20> kPresets = {{
+const std::array<ModelPreset, 21>& presets() {
+  static const std::array<ModelPreset, 21> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -128,6 +130,7 @@ const std::array<ModelPreset, 20>& presets() {
       mistral_tiny(),
       gpt_oss("gpt-oss-tiny", 4, 64, 4, 2, 32, 0, 16, 64, 8),
       gpt_oss("gpt-oss-20b", 24, 2880, 64, 8, 64, 201088, 32, 2880, 128),
+      gpt_oss("gpt-oss-scaled", 4, 2880, 64, 8, 64, 201088, 32, 2880, 128),
       mistral3("mistral3-tiny", 2, 64, 4, 2, 32, 160, 0, 4096, false, 32),
       mistral3("ministral-3-3b", 26, 3072, 32, 8, 128, 9216, 131072, 262144, true, 16384),
   }};
