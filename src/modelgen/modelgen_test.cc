@@ -339,6 +339,11 @@ TEST(Describe, Qwen3PresetsHaveRealShapes) {
   auto dense = describe_model(opts("qwen3-0.6b", TensorType::kBF16));
   ASSERT_TRUE(dense) << dense.status().to_string();
   EXPECT_EQ(dense->n_params, 596049920u);
+  // Qwen3-1.7B: 1.7B, 1.4B without the embedding (model card); 28 layers of 2048, ff 6144, tied.
+  auto larger = describe_model(opts("qwen3-1.7b", TensorType::kBF16));
+  ASSERT_TRUE(larger) << larger.status().to_string();
+  EXPECT_EQ(larger->n_params, 1720574976u);
+  EXPECT_EQ(larger->n_params - 151936u * 2048u, 1409105920u);
   auto find = [](const ModelPlan& plan, const std::string& name) -> const TensorPlan* {
     for (const TensorPlan& t : plan.tensors) if (t.name == name) return &t;
     return nullptr;

@@ -110,8 +110,8 @@ ModelPreset mistral3(std::string name, std::uint32_t layers, std::uint32_t embd,
   return p;
 }
 
-const std::array<ModelPreset, 21>& presets() {
-  static const std::array<ModelPreset, 21> kPresets = {{
+const std::array<ModelPreset, 22>& presets() {
+  static const std::array<ModelPreset, 22> kPresets = {{
       {"tiny", "qwen2", 2, 64, 4, 2, 16, 128, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-k", "qwen2", 2, 256, 4, 2, 64, 512, 0, 4096, 1e6f, 1e-6f, true, true, false},
       {"tiny-llama", "llama", 2, 64, 4, 2, 16, 160, 0, 4096, 5e5f, 1e-5f, false, false, false},
@@ -121,6 +121,7 @@ const std::array<ModelPreset, 21>& presets() {
       qwen3("qwen3-tiny", "qwen3", 2, 64, 4, 2, 32, 128, 0, 4096, true),
       qwen3("qwen3moe-tiny", "qwen3moe", 2, 64, 4, 2, 32, 128, 0, 4096, false, 16, 4, 32),
       qwen3("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true),
+      qwen3("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, true),
       qwen3("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
       qwen3("qwen3moe-scaled", "qwen3moe", 8, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768),
       gemma3("gemma3-tiny", 7, 64, 4, 2, 32, 128, 0, 4096, 8),
