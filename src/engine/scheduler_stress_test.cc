@@ -27,10 +27,12 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <sstream>
 
 #include "cache/memory_tier.h"
@@ -130,7 +132,10 @@ struct Outcome {
 };
 
 // Runs the workload on one engine; returns each request's outcome per choice and the engine's stats.
-std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out) {
+// settled (optional): stats_out is read once it holds, or after 10 s: a request's last token
+// reaches the test inside its step, whose accounting (StepRecord, the budget counters) follows it.
+std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out,
+                                               const std::function<bool(const EngineStats&)>& settled = {}) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Outcome>> out(w.requests.size());
@@ -182,7 +187,13 @@ std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workloa
     }
   }
   lock.unlock();
-  if (stats_out) *stats_out = (*engine)->stats();
+  if (stats_out) {
+    *stats_out = (*engine)->stats();
+    for (int i = 0; settled && !settled(*stats_out) && i < 10000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      *stats_out = (*engine)->stats();
+    }
+  }
   engine->reset();
   return out;
 }
@@ -316,12 +327,22 @@ class SchedulerStressTest : public ::testing::Test {
       o.kv_budget = budget;
       o.prefix_cache = config != Config::kNoPrefixCache;
       std::vector<StepRecord> steps;
+      std::mutex steps_mu;  // the engine thread appends; the settled check below reads
+      std::function<bool(const EngineStats&)> settled;
       if (config == Config::kStepBudget) {
         o.itl_slo_ms = -1;
         o.step_cost = stress_step_cost();
         o.step_cost_online = false;
         o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
-        o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
+        o.on_step_record = [&steps, &steps_mu](const StepRecord& r) {
+          std::lock_guard<std::mutex> lock(steps_mu);
+          steps.push_back(r);
+        };
+        // Every decoding step counted in the stats has its record, and the other way round.
+        settled = [&steps, &steps_mu](const EngineStats& s) {
+          std::lock_guard<std::mutex> lock(steps_mu);
+          return s.decoding_steps == std::count_if(steps.begin(), steps.end(), [](const StepRecord& r) { return r.decode_rows > 0; });
+        };
       }
       if (speculative) o.speculative = stress_speculation();
       if (config == Config::kDraftModel) o.speculative = stress_draft_model();
@@ -334,7 +355,7 @@ class SchedulerStressTest : public ::testing::Test {
         o.chunk_tokens = 2 * kBlock;
       }
       EngineStats stats;
-      const auto got = run_workload(model, w, o, &stats);
+      const auto got = run_workload(model, w, o, &stats, settled);
       window_freed += stats.kv_window_blocks_peak < stats.kv_blocks_used_peak;
       // While sequences decode, no step is planned over its budget, but for the oldest prefill's
       // minimum progress (one block).
