@@ -38,17 +38,25 @@ std::string run(const std::string& command, int& exit_code) {
   return out;
 }
 
-TEST(BenchEngine, StepProfileCoversTheStepAndEveryWeightByte) {
-  ASSERT_TRUE(std::filesystem::exists(kvstash_binary())) << "build the kvstash target first";
-  const std::string model = testing::test_model_path("tiny-llama", gguf::TensorType::kF16);
+// `bench-engine --step-profile --json` on a small preset: its report, or a discarded value (the
+// failure recorded) when it did not run or did not print JSON.
+nlohmann::json step_profile_report(const std::string& preset) {
+  EXPECT_TRUE(std::filesystem::exists(kvstash_binary())) << "build the kvstash target first";
+  const std::string model = testing::test_model_path(preset, gguf::TensorType::kF16);
   int exit_code = 0;
   const std::string out = run(kvstash_binary() + " bench-engine -m " + model +
                                   " --prompt-tokens 16 --repeats 1 --decode-tokens 3 --batch 2 -t 2 --step-profile --json",
                               exit_code);
-  ASSERT_EQ(exit_code, 0) << out;
-  const auto report = nlohmann::json::parse(out, nullptr, false);
-  ASSERT_FALSE(report.is_discarded()) << out;
-  ASSERT_TRUE(report.contains("step_profile")) << out;
+  EXPECT_EQ(exit_code, 0) << out;
+  auto report = nlohmann::json::parse(out, nullptr, false);
+  EXPECT_FALSE(report.is_discarded()) << out;
+  return exit_code == 0 ? report : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
+TEST(BenchEngine, StepProfileCoversTheStepAndEveryWeightByte) {
+  const auto report = step_profile_report("tiny-llama");
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_TRUE(report.contains("step_profile")) << report.dump();
   const auto& profile = report["step_profile"];
   EXPECT_EQ(profile["steps"].get<int>(), 3);
   EXPECT_GT(profile["ms_per_step"].get<double>(), 0.0);
@@ -74,16 +82,9 @@ TEST(BenchEngine, StepProfileCoversTheStepAndEveryWeightByte) {
 // active bytes, which the "moe" object reports beside the file's, and the decode's share of the
 // streaming read is of those bytes; every one of them is read in a phase of the step profile.
 TEST(BenchEngine, MoeModelReportsTheActiveBytesADecodeStepReads) {
-  ASSERT_TRUE(std::filesystem::exists(kvstash_binary())) << "build the kvstash target first";
-  const std::string model = testing::test_model_path("qwen3moe-tiny", gguf::TensorType::kF16);
-  int exit_code = 0;
-  const std::string out = run(kvstash_binary() + " bench-engine -m " + model +
-                                  " --prompt-tokens 16 --repeats 1 --decode-tokens 3 --batch 2 -t 2 --step-profile --json",
-                              exit_code);
-  ASSERT_EQ(exit_code, 0) << out;
-  const auto report = nlohmann::json::parse(out, nullptr, false);
-  ASSERT_FALSE(report.is_discarded()) << out;
-  ASSERT_TRUE(report.contains("moe")) << out;
+  const auto report = step_profile_report("qwen3moe-tiny");
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_TRUE(report.contains("moe")) << report.dump();
   const auto& moe = report["moe"];
   EXPECT_EQ(moe["experts"].get<int>(), 16);
   EXPECT_EQ(moe["experts_used"].get<int>(), 4);
