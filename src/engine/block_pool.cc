@@ -239,9 +239,12 @@ void BlockPool::set_pin_clock(PinClock::time_point now) {
 }
 
 std::int64_t BlockPool::n_pinned_cached() const {
-  if (pins_.empty()) return 0;
+  // Over the pins (at most pin_max_share of the blocks), not the whole LRU: this runs every step.
   std::int64_t n = 0;
-  for (std::int32_t b : lru_) n += pinned(meta_[static_cast<std::size_t>(b)]);
+  for (const auto& [key, pin] : pins_) {
+    const auto it = by_key_.find(key);
+    n += it != by_key_.end() && meta_[static_cast<std::size_t>(it->second)].refs == 0;
+  }
   return n;
 }
 
