@@ -19,6 +19,7 @@
 #include <cmath>
 #include <optional>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -486,6 +487,10 @@ int serve_main(int argc, char** argv) {
                  "TTFT beside streams where a token of prefill costs a large part of a decode step, at their gaps)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  std::string step_log_path;
+  app.add_option("--step-log", step_log_path,
+                 "Append one JSON line per forward step to FILE (decode rows, prefill tokens, KV installs, the "
+                 "step budget, predicted and measured seconds): to see where steps pass their budget");
   app.add_option("--chat-template", server_options.chat_template,
                  "Use a built-in chat template (chatml, llama3) or this Jinja template's text instead of the model's");
   std::string chat_template_file;
@@ -797,6 +802,26 @@ int serve_main(int argc, char** argv) {
   if (Status st = check_kv_pool_fits(**model, engine_options); !st) {
     log_line("serve: " + st.message());
     return 1;
+  }
+  std::shared_ptr<std::FILE> step_log;
+  if (!step_log_path.empty()) {
+    step_log.reset(std::fopen(step_log_path.c_str(), "a"), [](std::FILE* f) {
+      if (f) std::fclose(f);
+    });
+    if (!step_log) {
+      log_line("serve: --step-log: cannot open " + step_log_path + " for appending");
+      return 1;
+    }
+    // The engine's thread calls this once a step, after the step's tokens went out: a buffered line.
+    engine_options.on_step_record = [step_log](const StepRecord& r) {
+      std::fprintf(step_log.get(),
+                   "{\"step\":%lld,\"decode_rows\":%d,\"prefill_tokens\":%d,\"installed_blocks\":%d,"
+                   "\"budget_s\":%.6f,\"predicted_s\":%.6f,\"measured_s\":%.6f,\"install_s\":%.6f,\"forced_progress\":%s,"
+                   "\"prefill_cut\":%s}\n",
+                   static_cast<long long>(r.step), r.decode_rows, r.prefill_tokens, r.installed_blocks, r.budget_s,
+                   r.predicted_s, r.measured_s, r.install_s, r.forced_progress ? "true" : "false", r.prefill_cut ? "true" : "false");
+      if (r.decode_rows == 0) std::fflush(step_log.get());  // idle-ish moments: keep the file current
+    };
   }
   std::string step_cost_file;
   bool step_cost_read = false;

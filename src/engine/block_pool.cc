@@ -37,6 +37,12 @@ BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_b
     window_free_.reserve(static_cast<std::size_t>(n_blocks));
     for (std::int64_t b = n_blocks - 1; b >= 0; --b) window_free_.push_back(static_cast<std::int32_t>(b));
   }
+  // Back every block's memory ahead of its first use, off the engine thread (block_pool.h).
+  for (auto [buffer, prefault] : {std::pair{&storage_, &prefault_}, std::pair{&window_storage_, &window_prefault_}}) {
+    if (buffer->data() == nullptr) continue;
+    *prefault = std::make_unique<Prefaulter>(buffer->data(), buffer->size());
+    (*prefault)->want(buffer->size());
+  }
   meta_.resize(static_cast<std::size_t>(n_blocks));
   free_.reserve(static_cast<std::size_t>(n_blocks));
   // Hand out low block numbers first (pop from the back).

@@ -142,6 +142,7 @@ struct StepRecord {
   double budget_s = 0;        // 0: no budget (none set, or no sequence decoding)
   double predicted_s = 0;     // the cost model's prediction for the step as it ran
   double measured_s = 0;      // the forward, sampling and installs, measured
+  double install_s = 0;       // of which the KV installs from the store
   // The step may be over its budget by design: what always progresses did not fit in it: the
   // oldest prefill's minimum (one block's worth of tokens), the step's first KV install, or (with
   // an absolute itl_slo_ms) the decode rows themselves.

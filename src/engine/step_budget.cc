@@ -60,6 +60,7 @@ void Engine::Impl::account_step(const StepShape& shape, double measured_s) {
   r.budget_s = shape.decode_rows > 0 ? step_budget_s : 0;
   r.predicted_s = step_cost.predict(shape);  // the prediction the plan was made with
   r.measured_s = measured_s;
+  r.install_s = step_install_s;
   r.forced_progress = step_forced_progress;
   r.prefill_cut = step_prefill_cut;
   step_cost.observe(shape, measured_s);

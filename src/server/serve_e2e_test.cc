@@ -110,3 +110,49 @@ TEST_F(ServeE2ETest, QueueZeroFillsTheBatchAndRefusesTheNext) {
 
 }  // namespace
 }  // namespace kvstash::server::testing
+
+namespace kvstash::server::testing {
+namespace {
+
+// --step-log: one JSON line per forward step, what the step budget saw (docs/step-budget.md).
+TEST_F(ServeE2ETest, StepLogHasALinePerStepWithTheBudgetWhileDecoding) {
+  const std::string path = dir_.path() + "/steps.jsonl";
+  auto s = serve("steplog", {"--no-kv-store", "--step-log", path});
+  ASSERT_TRUE(s->ready());
+  const std::string body =
+      json{{"model", "tiny"}, {"prompt", "x y z"}, {"max_tokens", 6}, {"ignore_eos", true}, {"temperature", 0}}.dump();
+  {
+    httplib::Client client("127.0.0.1", s->port());
+    auto res = client.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    ASSERT_NE(res->body.find("\"finish_reason\":\"length\""), std::string::npos) << res->body;
+  }
+  s->terminate();
+  EXPECT_EQ(s->wait_exit(), 0) << s->log();
+  std::istringstream lines(read_text_file(path));
+  int prefill_steps = 0, decode_steps = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line);
+    EXPECT_GT(j.at("measured_s").get<double>(), 0) << line;
+    if (j.at("decode_rows").get<int>() > 0) {
+      ++decode_steps;
+      EXPECT_GT(j.at("budget_s").get<double>(), 0) << "the default budget applies while a sequence decodes: " << line;
+    } else {
+      prefill_steps += j.at("prefill_tokens").get<int>() > 0;
+      EXPECT_EQ(j.at("budget_s").get<double>(), 0) << line;
+    }
+  }
+  EXPECT_GE(prefill_steps, 1);
+  EXPECT_EQ(decode_steps, 5);  // 6 tokens: the prefill samples the first, each decode step one more
+}
+
+TEST_F(ServeE2ETest, StepLogThatCannotBeOpenedIsRefusedByName) {
+  ServeProcess p(model_, with_alias({"--step-log", dir_.path() + "/no/such/dir/steps.jsonl"}), dir_.path() + "/bad.log");
+  EXPECT_FALSE(p.ready());
+  EXPECT_NE(p.wait_exit(), 0);
+  EXPECT_NE(p.log().find("--step-log: cannot open"), std::string::npos) << p.log();
+}
+
+}  // namespace
+}  // namespace kvstash::server::testing
