@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 namespace kvstash {
 namespace {
@@ -322,6 +324,30 @@ TEST(BlockPoolPins, PinsPastTheShareAreRefused) {
   EXPECT_EQ(pool.pin(keys, std::chrono::seconds(0)), 0u) << "no TTL, no pin";
   pool.set_pin_max_share(0.0);
   EXPECT_EQ(pool.pin(std::span<const cache::ChunkKey>(&keys[4], 1), std::chrono::seconds(60)), 0u);
+}
+
+}  // namespace
+}  // namespace kvstash
+
+namespace kvstash {
+namespace {
+
+// Fresh memory is backed ahead of use, the whole storage (block_pool.h). A bounded poll, not a
+// timing assertion.
+TEST(BlockPool, BacksItsWholeStorageAheadOfUse) {
+  ModelConfig c;
+  c.n_layers = 4;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;  // 256 KiB a block of 16 tokens
+  const std::size_t block_bytes = std::size_t{4} * 2 * 8 * 128 * 16 * 2;
+  BlockPool pool(c, 16, 256);
+  for (int i = 0; i < 3000 && pool.prefaulted_bytes() < 256 * block_bytes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(pool.prefaulted_bytes(), 256 * block_bytes);
+  // Blocks work as ever beside it.
+  for (int i = 0; i < 256; ++i) ASSERT_TRUE(pool.allocate());
+  EXPECT_FALSE(pool.allocate());
 }
 
 }  // namespace
