@@ -23,6 +23,9 @@
 # 32), ARRIVALS=6 arrivals of ARRIVAL_LEN=1500 prompt tokens and ARRIVAL_OUTPUT_LEN=16 answer
 # tokens at ARRIVAL_RATE=0.03 per second (Poisson) after ARRIVAL_DELAY=5 s, SLO=ttft:60000,itl:500
 # (ms), PREFILL_MIN=1024 (route --prefill-min-tokens). LEGS="idle disagg colocated" picks legs.
+# WORKER_NICE=N starts the workers at that nice value (default 0): on a machine whose cores the
+# workers fill, the router's threads otherwise wait for a core behind them (the router-added TTFT
+# measures that wait as much as the router's work); a deployment that shares cores would do the same.
 # The defaults suit the 2-vCPU development VM, where one 1,500-token prefill takes about a
 # minute on one thread: the arrival rate keeps the prefill worker about busy. Ports 18640
 # (router), 18641-18642 (workers) and 18649 (redis) must be free. JSON results land in OUT_DIR.
@@ -52,7 +55,7 @@ start() {  # $1 $2 = the two workers' --role; the router takes the roles they re
   for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.1; done
   local workers=() i=1
   for role in "$1" "$2"; do
-    "$KV" serve -m "$MODEL" --port $((ROUTER + i)) --threads 1 --role "$role" --cache-redis "redis://127.0.0.1:$REDIS" \
+    nice -n "${WORKER_NICE:-0}" "$KV" serve -m "$MODEL" --port $((ROUTER + i)) --threads 1 --role "$role" --cache-redis "redis://127.0.0.1:$REDIS" \
       --identity "$OUT/w$i.key" >"$OUT/w$i-$role.log" 2>&1 &
     pids+=($!)
     workers+=(--worker "http://127.0.0.1:$((ROUTER + i))")
