@@ -748,6 +748,8 @@ int Engine::Impl::plan_draft(Sequence& s, int max_tokens) {
   if (s.kv_budget > 0) room = std::min(room, s.kv_budget - s.num_slots - 1);
   if (room <= 0) return 0;
   const SpeculativeOptions& o = options.speculative;
+  // Sampling from a flat distribution: no draft could pay for itself (SpecState::flat).
+  if (s.spec.flat()) return 0;
   const int k = std::min(room, s.spec.length(o.max_draft));
   if (k <= 0) return 0;
   if (drafter) {
@@ -832,6 +834,7 @@ void Engine::Impl::sample_and_emit(Sequence& s, const float* row, int n_vocab) {
     return;
   }
   if (s.ttft_s < 0) s.ttft_s = std::chrono::duration<double>(Clock::now() - s.submitted).count();
+  if (options.speculative.draft != DraftKind::kNone) s.spec.observe(s.sampler.last_top_probability());
   s.tokens.push_back(r.token);
   const FinishReason reason = stop_reason(s, r.token);
   // The prompt's KV is complete (first token), or the sequence's (last): store its tail.

@@ -134,6 +134,7 @@ SampleResult Sampler::sample(const float* logits, int n_vocab, int n_top_logprob
 
 // Step 5: -1 when every logit is -inf (nothing may be picked).
 TokenId Sampler::pick(const float* logits, int n_vocab) {
+  last_top_probability_ = 1.0;
   if (params_.temperature <= 0.0f) {
     // Greedy; ties go to the lowest id so the choice never depends on the scan order.
     const auto best = static_cast<TokenId>(std::max_element(logits, logits + n_vocab) - logits);
@@ -235,6 +236,9 @@ TokenId Sampler::pick(const float* logits, int n_vocab) {
     sum = 0.0;
     for (std::size_t i = 0; i < n; ++i) sum += probs_[i];
   }
+  double top = 0.0;
+  for (std::size_t i = 0; i < n; ++i) top = std::max(top, probs_[i]);
+  last_top_probability_ = sum > 0.0 ? top / sum : 1.0;
   // Inverse-CDF draw with a 53-bit uniform from the seeded generator (same on every platform,
   // unlike std::discrete_distribution, whose algorithm the standard leaves open), over the
   // candidates in their order here: by logit after top-k / top-p, by id otherwise.

@@ -58,6 +58,10 @@ class Sampler {
   // and, with a grammar, advances the grammar's state over it.
   SampleResult sample(const float* logits, int n_vocab, int n_top_logprobs, std::span<const TokenId> context = {},
                       int n_prompt = 0);
+  // The probability of the likeliest token in the distribution the last sample() drew from (after
+  // temperature and the truncations); 1 for a greedy pick. A draft of one token is accepted with
+  // at most this probability (speculative.h SpecState::observe).
+  double last_top_probability() const { return last_top_probability_; }
 
  private:
   bool modifies_logits() const;
@@ -71,6 +75,7 @@ class Sampler {
   std::vector<std::uint64_t> mask_;                    // the grammar's allowed tokens, reused
   std::vector<std::pair<float, TokenId>> candidates_;  // reused between calls
   std::vector<double> probs_;                          // reused between calls
+  double last_top_probability_ = 1.0;                  // of the last pick()
 };
 
 }  // namespace kvstash

@@ -119,3 +119,32 @@ TEST(Sampler, TheSameSeedReplaysAndAnotherSeedDiffers) {
 
 }  // namespace
 }  // namespace kvstash
+
+namespace kvstash {
+namespace {
+
+// The top probability of the distribution the last draw came from (speculative decoding reads it).
+TEST(Sampler, ReportsTheTopProbabilityOfTheDistributionItDrewFrom) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  Sampler s(p);
+  s.sample(logits.data(), 3, 0);
+  EXPECT_NEAR(s.last_top_probability(), 0.5, 1e-6);
+  p.top_k = 2;  // renormalised over the two kept: 0.5 / 0.8
+  Sampler k(p);
+  k.sample(logits.data(), 3, 0);
+  EXPECT_NEAR(k.last_top_probability(), 0.625, 1e-6);
+  p.top_k = 0;
+  p.temperature = 1000.0f;  // nearly flat over three
+  Sampler hot(p);
+  hot.sample(logits.data(), 3, 0);
+  EXPECT_NEAR(hot.last_top_probability(), 1.0 / 3, 1e-3);
+  Sampler greedy(SamplingParams{});
+  greedy.sample(logits.data(), 3, 0);
+  EXPECT_EQ(greedy.last_top_probability(), 1.0);
+}
+
+}  // namespace
+}  // namespace kvstash

@@ -132,8 +132,10 @@ struct Outcome {
 };
 
 // Runs the workload on one engine; returns each request's outcome per choice and the engine's stats.
-// settled (optional): stats_out is read once it holds, or after 10 s: a request's last token
-// reaches the test inside its step, whose accounting (StepRecord, the budget counters) follows it.
+// settled (optional): stats_out is read once it holds (or after 10 s), after a one-token request
+// run alone behind the workload: a request's last token reaches the test inside its step, whose
+// accounting (StepRecord, the budget counters) follows it. The check alone was not enough: read
+// before that step's accounting, the stats and the records agreed on the steps before it.
 std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out,
                                                const std::function<bool(const EngineStats&)>& settled = {}) {
   std::mutex mu;
@@ -185,6 +187,24 @@ std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workloa
       step_base = w.requests[next].arrival_step - (*engine)->stats().steps;
       submit(next++);
     }
+  }
+  if (settled) {
+    // The last request's last token reaches the test inside its step, before that step's
+    // accounting: a one-token request run after it alone makes the engine finish that step
+    // first (one thread runs the steps in order). Its own step decodes nothing: no decoding
+    // step, no budget, nothing the settled check counts.
+    GenerationRequest sentinel;
+    sentinel.prompt = {1};
+    sentinel.max_tokens = 1;
+    bool sentinel_done = false;
+    auto id = engine_ptr->submit(sentinel, [&](const TokenEvent& ev) {
+      if (ev.finish == FinishReason::kNone) return;
+      std::lock_guard<std::mutex> guard(mu);
+      sentinel_done = true;
+      cv.notify_all();
+    });
+    EXPECT_TRUE(id.has_value()) << id.status().to_string();
+    if (id) cv.wait(lock, [&] { return sentinel_done; });
   }
   lock.unlock();
   if (stats_out) {

@@ -62,6 +62,14 @@ struct SpecState {
   int next_backoff = 4;
   int failed_retries = 0;  // consecutive retries (one-token drafts after a back-off) rejected
   bool off = false;        // given up: no more drafts for this sequence
+  // The target's recent top probability (an average over about the last 4 tokens; < 0 before
+  // the first): a one-token draft is accepted with at most that probability, whoever drafts it,
+  // so while it stays under kMinTopProbability (sampling from a flat distribution: a high
+  // temperature) the sequence does not draft. Greedy picks count 1.
+  double top_probability = -1;
+  static constexpr double kMinTopProbability = 0.3;
+  void observe(double top_p) { top_probability = top_probability < 0 ? top_p : 0.75 * top_probability + 0.25 * top_p; }
+  bool flat() const { return top_probability >= 0 && top_probability < kMinTopProbability; }
   // The draft length to try this step (0 = skip it); counts the back-off down.
   int length(int max_draft);
   // After a verified draft of `drafted` tokens of which `accepted` were kept. give_up_after > 0:

@@ -86,6 +86,20 @@ TEST(SpecState, ShrinksOnRejectionBacksOffAndRetriesWithOneToken) {
   EXPECT_EQ(skipped, SpecState::kMaxBackoff);
 }
 
+TEST(SpecState, AFlatTargetDistributionStopsDraftingAndAPeakedOneResumesIt) {
+  SpecState s;
+  EXPECT_FALSE(s.flat()) << "nothing observed yet";
+  s.observe(0.02);  // the first observation counts whole
+  EXPECT_TRUE(s.flat());
+  s.observe(1.0);   // 0.75 * 0.02 + 0.25: 0.265, still under 0.3
+  EXPECT_TRUE(s.flat());
+  s.observe(1.0);   // 0.449
+  EXPECT_FALSE(s.flat());
+  SpecState greedy;
+  for (int i = 0; i < 100; ++i) greedy.observe(1.0);  // greedy picks: never flat
+  EXPECT_FALSE(greedy.flat());
+}
+
 TEST(SpecState, GivesUpAfterConsecutiveFailedRetriesWhenAsked) {
   auto fail_until_backoff = [](SpecState& s) {
     for (int k = s.length(8); k > 0; k = s.length(8)) s.update(k, 0, 8, 2);
@@ -419,6 +433,25 @@ TEST_F(SpeculativeEngineTest, NoDraftsInStepsWithMoreDecodersThanMaxDecoders) {
       EXPECT_GT(stats.draft_tokens_accepted, 0);
     }
   }
+}
+
+// Sampling from a flat distribution (a very high temperature over 48 allowed tokens): a one-token
+// draft would be accepted about 1 time in 48, so no sequence drafts at all (SpecState::flat),
+// and the output is the same token for token.
+TEST_F(SpeculativeEngineTest, NothingIsDraftedWhileTheTargetSamplesFromAFlatDistribution) {
+  auto requests = prompts();
+  const int n_vocab = model_->config().n_vocab;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    SamplingParams& s = requests[i].sampling;
+    s.temperature = 1000.0f;
+    s.seed = 36 + i;
+    for (TokenId t = 48; t < n_vocab; ++t) s.logit_bias.emplace_back(t, -100.0f);
+  }
+  const EngineStats flat = expect_same_output(requests, options(false), options(true));
+  EXPECT_EQ(flat.draft_tokens, 0);
+  // The same prompts greedy do draft: the rule is the distribution's, not the prompts'.
+  const EngineStats greedy = expect_same_output(prompts(), options(false), options(true));
+  EXPECT_GT(greedy.draft_tokens, 0);
 }
 
 TEST_F(SpeculativeEngineTest, OptionsOutOfRangeAreRefusedByName) {
