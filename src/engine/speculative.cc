@@ -67,6 +67,7 @@ void SpecState::update(int drafted, int accepted, int max_draft, int give_up_aft
   if (drafted <= 0) return;
   // A retry is the one-token draft after a back-off (next_backoff has grown past its start).
   const bool retry = next_backoff > 4 && drafted == 1;
+  ever_accepted = ever_accepted || accepted > 0;
   if (accepted == drafted) {
     k = std::min(max_draft, std::max(1, k) * 2);
     next_backoff = 4;
@@ -77,7 +78,9 @@ void SpecState::update(int drafted, int accepted, int max_draft, int give_up_aft
     failed_retries = 0;
   } else {
     k /= 2;
-    if (retry && give_up_after > 0 && ++failed_retries >= give_up_after) {
+    // A draft never accepted gets one retry fewer: each retry first catches the draft up on the
+    // back-off's tokens, the last one on the most.
+    if (retry && give_up_after > 0 && ++failed_retries >= give_up_after - (ever_accepted ? 0 : 1)) {
       off = true;
       return;
     }

@@ -104,23 +104,33 @@ TEST(SpecState, GivesUpAfterConsecutiveFailedRetriesWhenAsked) {
   auto fail_until_backoff = [](SpecState& s) {
     for (int k = s.length(8); k > 0; k = s.length(8)) s.update(k, 0, 8, 2);
   };
+  auto retries_until_off = [](SpecState& s) {
+    int retries = 0;
+    for (int step = 0; step < 200 && !s.off; ++step) {
+      const int k = s.length(8);
+      if (k == 0) continue;
+      EXPECT_EQ(k, 1) << "a retry drafts one token";
+      ++retries;
+      s.update(k, 0, 8, 2);
+    }
+    return retries;
+  };
   SpecState never;  // give_up_after 0: retries forever
-  SpecState s;
+  SpecState s;      // some draft accepted once: give_up_after retries
+  s.update(2, 1, 8, 2);
   fail_until_backoff(s);
-  int retries = 0;
-  for (int step = 0; step < 200 && !s.off; ++step) {
-    const int k = s.length(8);
-    if (k == 0) continue;
-    EXPECT_EQ(k, 1) << "a retry drafts one token";
-    ++retries;
-    s.update(k, 0, 8, 2);
-  }
+  EXPECT_EQ(retries_until_off(s), 2);
   EXPECT_TRUE(s.off);
-  EXPECT_EQ(retries, 2);
   for (int step = 0; step < 100; ++step) EXPECT_EQ(s.length(8), 0) << "off for good";
+  // A draft never accepted gets one retry fewer (each retry first catches the draft up).
+  SpecState unaccepted;
+  fail_until_backoff(unaccepted);
+  EXPECT_EQ(retries_until_off(unaccepted), 1);
+  EXPECT_TRUE(unaccepted.off);
 
   // A retry that is accepted resets the count: failures must be consecutive.
   SpecState t;
+  t.update(2, 1, 8, 2);
   fail_until_backoff(t);
   int seen = 0;
   for (int step = 0; step < 400 && !t.off; ++step) {
