@@ -207,8 +207,11 @@ TokenId Sampler::pick(const float* logits, int n_vocab) {
     }
   }
   probs_.resize(n);
-  double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) sum += probs_[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
+  double sum = 0.0, top = 0.0;  // top: the largest of probs_, for last_top_probability_
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += probs_[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
+    top = std::max(top, probs_[i]);
+  }
   if (params_.top_p < 1.0f) {
     // The smallest prefix of the candidates sorted by logit whose mass reaches top_p. Without a
     // top_k they are not sorted yet: sorting all of a 150k vocabulary took ~10 ms per token
@@ -235,9 +238,8 @@ TokenId Sampler::pick(const float* logits, int n_vocab) {
     n = keep;
     sum = 0.0;
     for (std::size_t i = 0; i < n; ++i) sum += probs_[i];
+    top = probs_[0];  // the kept prefix is sorted by logit
   }
-  double top = 0.0;
-  for (std::size_t i = 0; i < n; ++i) top = std::max(top, probs_[i]);
   last_top_probability_ = sum > 0.0 ? top / sum : 1.0;
   // Inverse-CDF draw with a 53-bit uniform from the seeded generator (same on every platform,
   // unlike std::discrete_distribution, whose algorithm the standard leaves open), over the

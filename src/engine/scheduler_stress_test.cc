@@ -27,12 +27,10 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <functional>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 #include <sstream>
 
 #include "cache/memory_tier.h"
@@ -132,12 +130,13 @@ struct Outcome {
 };
 
 // Runs the workload on one engine; returns each request's outcome per choice and the engine's stats.
-// settled (optional): stats_out is read once it holds (or after 10 s), after a one-token request
-// run alone behind the workload: a request's last token reaches the test inside its step, whose
-// accounting (StepRecord, the budget counters) follows it. The check alone was not enough: read
-// before that step's accounting, the stats and the records agreed on the steps before it.
+// settle_last_step: before stats_out is read, a one-token request runs alone behind the workload. A
+// request's last token reaches the test inside its step, whose accounting (StepRecord, the budget
+// counters) follows it; read at once, the stats could miss that step. (Waiting until the stats'
+// decoding steps equalled the records' was not enough: read before that step's accounting, both
+// still agreed on the steps before it.)
 std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out,
-                                               const std::function<bool(const EngineStats&)>& settled = {}) {
+                                               bool settle_last_step = false) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Outcome>> out(w.requests.size());
@@ -188,11 +187,11 @@ std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workloa
       submit(next++);
     }
   }
-  if (settled) {
+  if (settle_last_step) {
     // The last request's last token reaches the test inside its step, before that step's
     // accounting: a one-token request run after it alone makes the engine finish that step
     // first (one thread runs the steps in order). Its own step decodes nothing: no decoding
-    // step, no budget, nothing the settled check counts.
+    // step, no budget, nothing the budget checks count.
     GenerationRequest sentinel;
     sentinel.prompt = {1};
     sentinel.max_tokens = 1;
@@ -207,13 +206,7 @@ std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workloa
     if (id) cv.wait(lock, [&] { return sentinel_done; });
   }
   lock.unlock();
-  if (stats_out) {
-    *stats_out = (*engine)->stats();
-    for (int i = 0; settled && !settled(*stats_out) && i < 10000; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      *stats_out = (*engine)->stats();
-    }
-  }
+  if (stats_out) *stats_out = (*engine)->stats();
   engine->reset();
   return out;
 }
@@ -347,22 +340,12 @@ class SchedulerStressTest : public ::testing::Test {
       o.kv_budget = budget;
       o.prefix_cache = config != Config::kNoPrefixCache;
       std::vector<StepRecord> steps;
-      std::mutex steps_mu;  // the engine thread appends; the settled check below reads
-      std::function<bool(const EngineStats&)> settled;
       if (config == Config::kStepBudget) {
         o.itl_slo_ms = -1;
         o.step_cost = stress_step_cost();
         o.step_cost_online = false;
         o.min_prefill_tokens = seed % 2 ? 1 : kBlock;
-        o.on_step_record = [&steps, &steps_mu](const StepRecord& r) {
-          std::lock_guard<std::mutex> lock(steps_mu);
-          steps.push_back(r);
-        };
-        // Every decoding step counted in the stats has its record, and the other way round.
-        settled = [&steps, &steps_mu](const EngineStats& s) {
-          std::lock_guard<std::mutex> lock(steps_mu);
-          return s.decoding_steps == std::count_if(steps.begin(), steps.end(), [](const StepRecord& r) { return r.decode_rows > 0; });
-        };
+        o.on_step_record = [&steps](const StepRecord& r) { steps.push_back(r); };  // read after the engine is gone
       }
       if (speculative) o.speculative = stress_speculation();
       if (config == Config::kDraftModel) o.speculative = stress_draft_model();
@@ -375,7 +358,7 @@ class SchedulerStressTest : public ::testing::Test {
         o.chunk_tokens = 2 * kBlock;
       }
       EngineStats stats;
-      const auto got = run_workload(model, w, o, &stats, settled);
+      const auto got = run_workload(model, w, o, &stats, /*settle_last_step=*/config == Config::kStepBudget);
       window_freed += stats.kv_window_blocks_peak < stats.kv_blocks_used_peak;
       // While sequences decode, no step is planned over its budget, but for the oldest prefill's
       // minimum progress (one block).
