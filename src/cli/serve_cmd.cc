@@ -88,6 +88,16 @@ void write_step_cost(const std::string& path, const StepCostParams& c) {
 
 using server::log_line;
 
+// "cost model (how): 25.0 ms a step, ..." for the log.
+std::string describe_step_cost(const StepCostParams& c, const std::string& how) {
+  char figures[256];
+  std::snprintf(figures, sizeof figures,
+                "%.1f ms a step, %.2f ms a decode row, %.2f ms a prefill token, %.3f us an attention pair, %.1f us a KV "
+                "block installed",
+                c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
+  return "cost model (" + how + "): " + figures;
+}
+
 // Where the demo model is written when no -m is given: $XDG_CACHE_HOME/kvstash, else
 // ~/.cache/kvstash, else the system temp directory.
 std::filesystem::path demo_model_path() {
@@ -712,7 +722,15 @@ int serve_main(int argc, char** argv) {
     startup->record("map", r.map_seconds);
     startup->record("fingerprint", r.fingerprint_seconds);
     startup->record("prepare", r.prepare_seconds);
+    // Set before the engine exists: its deferred calibration waits for the write (below).
+    if (r.cache_write_due) startup->set_weights_cache_writing(true);
     if (model_load.weights == WeightMemory::kHugePages) log_line("serve: weights cache: " + r.weights_cache);
+    if (r.fingerprint_beside_copy) {
+      char hashed[32];
+      std::snprintf(hashed, sizeof hashed, "%.3f s", r.hashed_seconds);
+      log_line(std::string("serve: fingerprint: first start of this file, hashed in ") + hashed +
+               " beside the copy of the weights (remembered for later starts)");
+    }
   }
   log_line("serve: " + (*model)->weight_memory_summary());
   std::unique_ptr<Model> draft_model;  // outlives the engine (declared before it)
@@ -835,6 +853,26 @@ int serve_main(int argc, char** argv) {
       step_cost_read = true;
     }
   }
+  if (engine_options.itl_slo_ms != 0 && !step_cost_read) {
+    // Measured by the engine in its first idle second, not here: a first start's second of
+    // calibration forwards would come before the first answer (issue 37). Not while the prepared
+    // weights are written (their copy would slow the timed forwards).
+    engine_options.calibrate_when_idle = true;
+    engine_options.calibration_may_start = [startup] { return !startup->weights_cache_writing(); };
+    engine_options.on_step_cost_measured = [step_cost_file, startup](const Expected<StepCostParams>& c) {
+      startup->set_step_cost_pending(false);
+      if (!c) {
+        log_line("step budget: the cost model could not be measured (" + c.status().to_string() + "): no step budget");
+        return;
+      }
+      if (!step_cost_file.empty() && (c->base_s > 0 || c->per_decode_row_s > 0 || c->per_row_s > 0 || c->per_pair_s > 0)) {
+        write_step_cost(step_cost_file, *c);
+      }
+      log_line("step budget: " + describe_step_cost(*c, step_cost_file.empty() ? "measured when idle"
+                                                                             : "measured when idle, saved to " + step_cost_file));
+    };
+    startup->set_step_cost_pending(true);
+  }
   Expected<std::unique_ptr<Engine>> engine = [&]() -> Expected<std::unique_ptr<Engine>> {
     try {
       return Engine::create(**model, engine_options);
@@ -850,18 +888,12 @@ int serve_main(int argc, char** argv) {
   }
   end_phase("pool");
   if (engine_options.itl_slo_ms != 0) {
-    const StepCostParams c = (*engine)->stats().step_cost;
-    if (!step_cost_file.empty() && !step_cost_read && (c.base_s > 0 || c.per_decode_row_s > 0 || c.per_row_s > 0 || c.per_pair_s > 0)) {
-      write_step_cost(step_cost_file, c);
-    }
-    char line[640];
-    std::snprintf(line, sizeof line,
-                  "step budget: %s while sequences decode; cost model (%s): %.1f ms a step, %.2f ms a decode row, %.2f ms a "
-                  "prefill token, %.3f us an attention pair, %.1f us a KV block installed",
-                  (engine_options.itl_slo_ms > 0 ? std::to_string(engine_options.itl_slo_ms) + " ms"
-                                                 : "a factor " + CLI::detail::to_string(engine_options.itl_slo_factor) + " of the decode part").c_str(),
-                  step_cost_read ? ("read from " + step_cost_file).c_str() : "measured now", c.base_s * 1e3, c.per_decode_row_s * 1e3, c.per_row_s * 1e3, c.per_pair_s * 1e6, c.per_block_install_s * 1e6);
-    log_line(line);
+    const std::string budget = engine_options.itl_slo_ms > 0
+                                   ? CLI::detail::to_string(engine_options.itl_slo_ms) + " ms"
+                                   : "a factor " + CLI::detail::to_string(engine_options.itl_slo_factor) + " of the decode part";
+    log_line("step budget: " + budget + " while sequences decode; " +
+             (step_cost_read ? describe_step_cost((*engine)->stats().step_cost, "read from " + step_cost_file)
+                             : "cost model measured in the first idle second (none applies until then)"));
   }
   {
     std::lock_guard lock(ban_sink->mu);
@@ -913,7 +945,6 @@ int serve_main(int argc, char** argv) {
     }
   } weights_writer;
   if ((*model)->load_report().cache_write_due) {
-    startup->set_weights_cache_writing(true);
     weights_writer.thread = std::thread([&m = **model, startup] {
       const auto start = std::chrono::steady_clock::now();
       const Status st = m.save_prepared_weights();

@@ -91,6 +91,7 @@ class BlockPool {
   int block_size() const { return view_.block_size; }
   // Blocks that allocate() can hand out now: free ones plus cached ones it may evict.
   std::int64_t n_available() const { return static_cast<std::int64_t>(free_.size() + lru_.size()); }
+  std::int64_t n_free() const { return static_cast<std::int64_t>(free_.size()); }  // never cached
   std::int64_t n_used() const { return n_blocks() - n_available(); }
   std::int64_t n_cached() const { return static_cast<std::int64_t>(lru_.size()); }
 

@@ -26,6 +26,10 @@ namespace {
 // Loads run on these threads; each load() also keeps several gets in flight on the store's own
 // I/O threads, so two are enough for two requests loading at once without queueing.
 constexpr int kPrefetchThreads = 2;
+
+std::chrono::steady_clock::duration calibrate_delay(const EngineOptions& o) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(o.calibrate_idle_s));
+}
 }  // namespace
 
 Engine::Impl::Impl(const Model& m, const EngineOptions& o, std::int64_t n_blocks)
@@ -93,6 +97,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   if (!std::isfinite(o.itl_slo_ms) || !std::isfinite(o.itl_slo_factor) || o.itl_slo_factor <= 0) {
     return invalid_argument("itl_slo_ms must be a finite number (0 = no step budget) and itl_slo_factor a positive one");
   }
+  if (!(o.calibrate_idle_s >= 0 && o.calibrate_idle_s <= 3600)) {
+    return invalid_argument("calibrate_idle_s must be in [0, 3600] seconds");
+  }
   if (o.min_prefill_tokens < 1) return invalid_argument("min_prefill_tokens must be at least 1 (a prefill always progresses)");
   if (!(o.pool_pin_max_share >= 0.0 && o.pool_pin_max_share <= 0.9)) {
     return invalid_argument("pool_pin_max_share must be in [0, 0.9] (pinned blocks must leave the pool room to evict)");
@@ -117,7 +124,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   }
   StepCostParams cost = o.step_cost;
   const bool given = cost.base_s > 0 || cost.per_decode_row_s > 0 || cost.per_row_s > 0 || cost.per_pair_s > 0;
-  if (o.itl_slo_ms != 0 && !given) {  // the budget needs the model: measured here, before any request
+  if (o.itl_slo_ms != 0 && !given && o.calibrate_when_idle) {  // measured by the engine thread, when idle
+    impl->calibration_pending = true;
+    impl->calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(o);
+  } else if (o.itl_slo_ms != 0 && !given) {  // the budget needs the model: measured here, before any request
     auto measured = StepCostModel::calibrate(model, impl->pool, impl->threads);
     if (!measured) return measured.status();
     cost = *measured;
@@ -127,6 +137,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
     std::lock_guard<std::mutex> lock(impl->mu);
     impl->stats.kv_blocks_total = n_blocks;
     impl->stats.step_cost = cost;
+    impl->stats.step_cost_pending = impl->calibration_pending;
   }
   impl->thread = std::thread([impl] { impl->loop(); });
   return engine;
@@ -222,7 +233,13 @@ void Engine::Impl::loop() {
         return stopping || load_finished || !incoming.empty() || !cancels.empty() || !forget.empty() || !waiting.empty() ||
                !running.empty();
       };
-      if (loading.empty()) {
+      if (loading.empty() && calibration_pending) {
+        if (!wake.wait_until(lock, calibrate_at, ready)) {  // idle since calibrate_at: measure now
+          lock.unlock();
+          calibrate_now();
+          continue;
+        }
+      } else if (loading.empty()) {
         wake.wait(lock, ready);
       } else {  // wake at the earliest load deadline at the latest
         auto deadline = loading.front()->load_deadline;
@@ -233,6 +250,7 @@ void Engine::Impl::loop() {
     }
     step();
     publish_key_changes();
+    if (calibration_pending) calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(options);
   }
   // Shutting down: every request still known gets its final event.
   take_new_work();
@@ -245,6 +263,30 @@ void Engine::Impl::loop() {
   running.clear();
   waiting.clear();
   loading.clear();
+}
+
+void Engine::Impl::calibrate_now() {
+  calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(options);
+  if (options.calibration_may_start && !options.calibration_may_start()) return;
+  auto interrupted = [this] {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping || !incoming.empty() || !cancels.empty() || !forget.empty();
+  };
+  Expected<StepCostParams> measured = StepCostModel::calibrate(model, pool, threads, interrupted);
+  calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(options);
+  // Interrupted, or the pool's free blocks are all in use for now: again at the next idle period.
+  if (!measured && (measured.status().code() == StatusCode::kUnavailable ||
+                    measured.status().code() == StatusCode::kResourceExhausted)) {
+    return;
+  }
+  calibration_pending = false;
+  if (measured) step_cost = StepCostModel(*measured, options.step_cost_online);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.step_cost_pending = false;
+    if (measured) stats.step_cost = *measured;
+  }
+  if (options.on_step_cost_measured) options.on_step_cost_measured(measured);
 }
 
 void Engine::Impl::take_new_work() {

@@ -228,6 +228,19 @@ struct EngineOptions {
   // (well under a second for a 0.5B model). Tests set them to skip the calibration.
   StepCostParams step_cost{};
   bool step_cost_online = true;  // refine the model from each step's measured time
+  // With the budget on and no step_cost given: measure the coefficients the first time the engine
+  // has been idle for calibrate_idle_s, instead of at create() (serve's first start of a model: the
+  // calibration's second of forwards leaves the start-up path, issue 37). No budget applies until
+  // then (EngineStats::step_cost_pending). A request that arrives mid-calibration stops it after
+  // the forward in progress (it waits for at most that one); it runs again at the next idle period.
+  bool calibrate_when_idle = false;
+  double calibrate_idle_s = 1.0;
+  // Asked on the engine thread before a deferred calibration starts; false waits another idle
+  // period (serve: while the prepared weights are being written, which would skew the timings).
+  std::function<bool()> calibration_may_start{};
+  // Called on the engine thread with what a deferred calibration measured, or why it could not
+  // (a forward's error; the budget then stays off).
+  std::function<void(const Expected<StepCostParams>&)> on_step_cost_measured{};
   // For tests and traces: called on the engine thread after every step that ran a forward.
   std::function<void(const StepRecord&)> on_step_record{};
 };
@@ -291,6 +304,7 @@ struct EngineStats {
   double last_step_predicted_s = 0;
   double last_step_measured_s = 0;
   StepCostParams step_cost{};  // the coefficients the engine calibrated (or was given)
+  bool step_cost_pending = false;  // calibrate_when_idle: not measured yet (no budget applies)
   // Speculative decoding: acceptance rate = draft_tokens_accepted / draft_tokens; mean accepted
   // length = draft_tokens_accepted / drafts.
   std::int64_t drafts = 0;                 // sequence steps that verified a draft

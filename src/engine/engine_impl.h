@@ -68,6 +68,10 @@ struct Engine::Impl {
   std::vector<cache::KvChange> unpublished_changes;  // pool key changes the event log has not taken yet
   // The step-time budget (EngineOptions::itl_slo_ms; engine/step_cost.h, docs/step-budget.md).
   StepCostModel step_cost;
+  // EngineOptions::calibrate_when_idle: the coefficients are still to be measured, at the first
+  // idle moment from calibrate_at on (pushed back by every step).
+  bool calibration_pending = false;
+  std::chrono::steady_clock::time_point calibrate_at{};
   int step_installed_blocks = 0;    // this step's KV blocks installed from the store, at admission
   double step_install_s = 0;        // and the time they took
   double step_budget_s = 0;         // this step's budget; 0 = none (off, or nothing decoding)
@@ -83,6 +87,8 @@ struct Engine::Impl {
 
   // engine.cc
   void loop();
+  // Runs the deferred calibration (the engine is idle); a request that arrives stops it.
+  void calibrate_now();
   void step();
   void take_new_work();
   void admit_waiting();

@@ -13,7 +13,7 @@ constexpr double kRoundingSlack = 1e-9;
 }  // namespace
 
 double Engine::Impl::step_time_budget(const StepShape& decode_shape) const {
-  if (options.itl_slo_ms == 0 || decode_shape.decode_rows == 0) return 0;
+  if (options.itl_slo_ms == 0 || decode_shape.decode_rows == 0 || calibration_pending) return 0;
   if (options.itl_slo_ms > 0) return options.itl_slo_ms / 1000.0;
   // A factor of what the decode part alone costs (installs aside): the streams' gap grows by at
   // most that factor while a prompt prefills beside them.
@@ -25,7 +25,7 @@ double Engine::Impl::step_time_budget(const StepShape& decode_shape) const {
 bool Engine::Impl::defer_install(const Sequence& next) const {
   // The first install of a step always goes (a load makes progress); later ones only while the
   // step's decode part (the running sequences that decode) and its installs fit in the budget.
-  if (options.itl_slo_ms == 0 || step_installed_blocks == 0) return false;
+  if (options.itl_slo_ms == 0 || step_installed_blocks == 0 || calibration_pending) return false;
   const int blocks = prefetched_blocks(next);
   if (blocks == 0) return false;
   StepShape decode_shape;

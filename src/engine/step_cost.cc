@@ -37,14 +37,15 @@ Expected<double> timed_forward(const Model& model, const BlockPool& pool, Thread
 
 }  // namespace
 
-Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool& pool, ThreadPool& threads) {
+Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool& pool, ThreadPool& threads,
+                                                  const std::function<bool()>& interrupted) {
   const int bs = pool.block_size();
   // Enough blocks for the context row (its context plus the new slot), the prefill, and one block
   // for each row of the decode batch; a smaller pool (tests) calibrates on a shorter context and a
   // smaller batch (the engine's pool always has two blocks: n_ctx plus a block).
-  const int available = static_cast<int>(std::min<std::int64_t>(pool.n_available(), (kCalibrationContext + bs) / bs + 1));
+  const int available = static_cast<int>(std::min<std::int64_t>(pool.n_free(), (kCalibrationContext + bs) / bs + 1));
   if (available < 2) {
-    return resource_exhausted("step cost calibration needs 2 free KV blocks; the pool has " + std::to_string(pool.n_available()));
+    return resource_exhausted("step cost calibration needs 2 free KV blocks; the pool has " + std::to_string(pool.n_free()));
   }
   const int decode_batch = std::min(4, available);
   std::vector<std::int32_t> table;
@@ -69,22 +70,27 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
     return s;
   };
   std::vector<float> logits;
+  // Every forward goes through here: it is where an interruption is noticed.
+  auto timed = [&](const std::vector<BatchSequence>& sequences) -> Expected<double> {
+    if (interrupted && interrupted()) return Status(StatusCode::kUnavailable, "step cost calibration: interrupted");
+    return timed_forward(model, pool, threads, sequences, logits);
+  };
   // The context's cost is a small difference of two decode times (a few ms on a 0.5B model) that
   // other load on the machine only ever adds to: the fastest of kRepeats of each, alternated. The
   // first forward also warms caches and page tables.
   constexpr int kRepeats = 3;
   double t1 = 1e300, t_context = 1e300;
   for (int i = 0; i < kRepeats; ++i) {
-    auto base = timed_forward(model, pool, threads, {one(0, 1, 0)}, logits);
+    auto base = timed({one(0, 1, 0)});
     if (!base) return base.status();
-    auto with_context = timed_forward(model, pool, threads, {one(context, 1, 0)}, logits);
+    auto with_context = timed({one(context, 1, 0)});
     if (!with_context) return with_context.status();
     t1 = std::min(t1, *base);
     t_context = std::min(t_context, *with_context);
   }
   std::vector<BatchSequence> rows;
   for (int i = 0; i < decode_batch; ++i) rows.push_back(one(0, 1, i));
-  auto batch = timed_forward(model, pool, threads, rows, logits);
+  auto batch = timed(rows);
   if (!batch) return batch.status();
   // A pair's cost from a prefill chunk after chunk_context slots against the same chunk from 0:
   // prefill * chunk_context more pairs (16k at the defaults), a difference of tens of percent.
@@ -93,11 +99,11 @@ Expected<StepCostParams> StepCostModel::calibrate(const Model& model, BlockPool&
   // 3.4x the streams' gap under a 2x budget (BENCHMARKS.md, issue 34).
   double chunk = 1e300, chunk_at_context = 1e300;
   for (int i = 0; i < kRepeats; ++i) {
-    auto at_zero = timed_forward(model, pool, threads, {one(0, prefill, 0)}, logits);
+    auto at_zero = timed({one(0, prefill, 0)});
     if (!at_zero) return at_zero.status();
     chunk = std::min(chunk, *at_zero);
     if (chunk_context > 0) {
-      auto at_context = timed_forward(model, pool, threads, {one(chunk_context, prefill, 0)}, logits);
+      auto at_context = timed({one(chunk_context, prefill, 0)});
       if (!at_context) return at_context.status();
       chunk_at_context = std::min(chunk_at_context, *at_context);
     }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/engine.h"
 #include "kvstash/status.h"
@@ -55,10 +56,13 @@ class StepCostModel {
 
   // Measures the coefficients with a handful of forwards on `model` (seven decode-sized ones and
   // one prefill of kCalibrationPrefillTokens tokens: about a second for a 0.5B model on two loaded
-  // cores, under half on a quiet machine). It borrows free blocks of `pool` and gives them back unregistered (the pool's counts
-  // and its prefix cache are as before). Errors: a forward's (kInternal), or a pool with fewer than
-  // two free blocks (kResourceExhausted).
-  static Expected<StepCostParams> calibrate(const Model& model, BlockPool& pool, ThreadPool& threads);
+  // cores, under half on a quiet machine). It borrows free blocks of `pool` (never cached ones: an
+  // engine that calibrates when idle keeps its prefix cache) and gives them back unregistered (the
+  // pool's counts and its prefix cache are as before). `interrupted`, when given, is asked between
+  // forwards; true stops the calibration (kUnavailable, "interrupted"). Errors: a forward's
+  // (kInternal), or a pool with fewer than two free blocks (kResourceExhausted).
+  static Expected<StepCostParams> calibrate(const Model& model, BlockPool& pool, ThreadPool& threads,
+                                            const std::function<bool()>& interrupted = {});
 
   double predict(const StepShape& shape) const { return predict_decode_part(shape) + predict_prefill_part(shape); }
   // The part the step costs without its prefill: base, decode rows, installs.

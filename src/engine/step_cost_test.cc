@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "common/thread_pool.h"
 #include "engine/block_pool.h"
@@ -205,6 +208,109 @@ TEST_F(StepBudgetTest, CalibratesOnTheModelAndGivesThePoolBack) {
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
 }
 
+// An engine that calibrates when idle asks between forwards: a request stops it, and the pool's
+// cached blocks (its prefix cache) are never borrowed, only free ones.
+TEST_F(StepBudgetTest, CalibrationStopsWhenInterruptedAndLeavesCachedBlocks) {
+  ThreadPool threads(1);
+  BlockPool pool(model_->config(), 16, 64);
+  int asked = 0;
+  auto stopped = StepCostModel::calibrate(*model_, pool, threads, [&] { return ++asked == 3; });
+  ASSERT_FALSE(stopped.has_value());
+  EXPECT_EQ(stopped.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(stopped.status().message().find("interrupted"), std::string::npos);
+  EXPECT_EQ(asked, 3);  // two forwards ran, the third was not started
+  EXPECT_EQ(pool.n_available(), 64);
+
+  // 62 of 64 blocks cached (registered, unreferenced): calibration takes the 2 free ones.
+  std::vector<std::int32_t> table;
+  for (int i = 0; i < 62; ++i) table.push_back(*pool.allocate());
+  for (int i = 0; i < 62; ++i) {
+    cache::ChunkKey key;
+    key.bytes[0] = static_cast<std::uint8_t>(i + 1);
+    pool.register_block(table[static_cast<std::size_t>(i)], key);
+  }
+  pool.release_table(table);
+  ASSERT_EQ(pool.n_cached(), 62);
+  ASSERT_EQ(pool.n_free(), 2);
+  auto p = StepCostModel::calibrate(*model_, pool, threads, [] { return false; });
+  ASSERT_TRUE(p.has_value()) << p.status().to_string();
+  EXPECT_EQ(pool.n_cached(), 62);
+  EXPECT_EQ(pool.n_free(), 2);
+}
+
+// A first start of serve: the coefficients are measured when the engine has been idle, after the
+// first requests; until then no budget applies, and the output is the same throughout.
+TEST_F(StepBudgetTest, CalibratesWhenIdleAndTheBudgetAppliesFromThen) {
+  EngineOptions off;
+  const Run unbudgeted = run(off);
+  EngineOptions on;
+  on.itl_slo_ms = -1;
+  on.calibrate_when_idle = true;
+  on.calibrate_idle_s = 3600;  // not during run(): its steps run with no budget
+  std::atomic<int> calls{0};
+  on.on_step_cost_measured = [&](const Expected<StepCostParams>&) { ++calls; };
+  const Run pending = run(on);
+  ASSERT_EQ(pending.tokens, unbudgeted.tokens);
+  EXPECT_TRUE(pending.stats.step_cost_pending);
+  for (const StepRecord& r : pending.steps) ASSERT_EQ(r.budget_s, 0) << "step " << r.step;
+  EXPECT_EQ(calls.load(), 0);
+
+  // Idle for 50 ms, but not allowed to start until the gate opens (serve: the weights' write).
+  std::atomic<bool> may_start{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Expected<StepCostParams>> measured;
+  on.calibrate_idle_s = 0.05;
+  on.calibration_may_start = [&] { return may_start.load(); };
+  on.on_step_cost_measured = [&](const Expected<StepCostParams>& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    measured = c;
+    cv.notify_all();
+  };
+  on.n_ctx = 512;
+  on.n_threads = 1;
+  std::vector<StepRecord> records;
+  on.on_step_record = [&](const StepRecord& rec) {
+    std::lock_guard<std::mutex> lock(mu);
+    records.push_back(rec);
+  };
+  auto e = Engine::create(*model_, on);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE((*e)->stats().step_cost_pending);
+  may_start = true;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return measured.has_value(); }));
+  }
+  ASSERT_TRUE(measured->has_value()) << measured->status().to_string();
+  const EngineStats stats = (*e)->stats();
+  EXPECT_FALSE(stats.step_cost_pending);
+  EXPECT_GT(stats.step_cost.per_row_s, 0);
+  EXPECT_EQ(stats.step_cost.per_decode_row_s, (*measured)->per_decode_row_s);
+
+  // From then on the budget applies: a request's decoding steps have one.
+  GenerationRequest r;
+  r.prompt = prompt(8, 1);
+  r.max_tokens = 4;
+  r.stop_at_end_of_generation = false;
+  bool done = false;
+  ASSERT_TRUE((*e)->submit(std::move(r), [&](const TokenEvent& ev) {
+    if (ev.finish == FinishReason::kNone) return;
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    cv.notify_all();
+  }));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  }
+  e->reset();  // the last step's accounting is done once the engine is gone
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(records.size(), 4u);  // prefill, then 3 decoding steps
+  for (std::size_t i = 1; i < records.size(); ++i) EXPECT_GT(records[i].budget_s, 0) << "step " << i;
+}
+
 TEST_F(StepBudgetTest, LongPromptBesideStreamsIsChunkedToTheBudgetWithTheSameOutput) {
   EngineOptions off;
   const Run unbudgeted = run(off);
@@ -278,6 +384,9 @@ TEST_F(StepBudgetTest, RefusesANonFiniteBudget) {
   EXPECT_FALSE(Engine::create(*model_, o).has_value());
   o.itl_slo_factor = 2;
   o.min_prefill_tokens = 0;
+  EXPECT_FALSE(Engine::create(*model_, o).has_value());
+  o.min_prefill_tokens = 1;
+  o.calibrate_idle_s = -1;
   EXPECT_FALSE(Engine::create(*model_, o).has_value());
 }
 

@@ -139,12 +139,23 @@ void write_sidecar(const std::filesystem::path& p, const Digest& probe, const Di
 
 }  // namespace
 
-Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c) {
-  auto sidecar = sidecar_path(file.path());
-  const Digest probe = sample_probe(file);
+FingerprintProbe probe_fingerprint(const gguf::File& file) {
+  FingerprintProbe out;
+  out.probe = sample_probe(file);
+  const auto sidecar = sidecar_path(file.path());
   Digest cached{};
-  if (!sidecar.empty() && read_sidecar(sidecar, probe, &cached)) return cached;
+  if (!sidecar.empty() && read_sidecar(sidecar, out.probe, &cached)) out.remembered = cached;
+  return out;
+}
 
+Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c) {
+  const FingerprintProbe p = probe_fingerprint(file);
+  if (p.remembered) return *p.remembered;
+  return hash_fingerprint(file, c, p.probe);
+}
+
+Digest hash_fingerprint(const gguf::File& file, const ModelConfig& c, const Digest& probe) {
+  const auto sidecar = sidecar_path(file.path());
   const auto& tensors = file.tensors();
   std::vector<Digest> tensor_digests(tensors.size());
   default_thread_pool().run(static_cast<int>(tensors.size()), [&](int i) {

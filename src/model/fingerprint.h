@@ -11,6 +11,8 @@
 // by another file that shares path, size and mtime.
 #pragma once
 
+#include <optional>
+
 #include "common/sha256.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -18,5 +20,16 @@
 namespace kvstash {
 
 Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& config);
+
+// model_fingerprint in two halves, so that a first start can hash the file beside other work
+// (copying the weights reads the same pages): probe_fingerprint reads the probe (a few hundred KiB)
+// and the sidecar, and gives the fingerprint when the sidecar holds it for this file;
+// hash_fingerprint hashes every tensor (the whole file) and records the result in the sidecar.
+struct FingerprintProbe {
+  Digest probe{};
+  std::optional<Digest> remembered;  // the sidecar's fingerprint, when its probe matches the file
+};
+FingerprintProbe probe_fingerprint(const gguf::File& file);
+Digest hash_fingerprint(const gguf::File& file, const ModelConfig& config, const Digest& probe);
 
 }  // namespace kvstash

@@ -186,6 +186,10 @@ struct ModelLoadReport {
   // (e.g. "PATH: stale (...); prepared again, rewriting it").
   std::string weights_cache = "off";
   bool cache_write_due = false;    // a miss whose file is still to be written (defer_weights_cache_write)
+  // A first start: the file was hashed beside the copy; fingerprint_seconds is the probe and the
+  // wait for the hash after the copy, hashed_seconds the hash's own time.
+  bool fingerprint_beside_copy = false;
+  double hashed_seconds = 0;
 };
 
 class Model {
@@ -283,6 +287,10 @@ class Model {
   std::size_t prepared_bytes_ = 0;               // of weights_, the bytes the matrices use
   std::string weights_cache_dir_;                // empty: no prepared-weights cache
   std::future<Expected<PreparedWeights>> prepared_read_;  // start_prepared_read() until prepare_weights()
+  // A first start of this file (no sidecar): the fingerprint's hash of the whole file, running
+  // from bind() while prepare_weights() copies the weights (both read the same pages). Declared
+  // after file_: destroyed (waited for) before the mapping goes.
+  std::future<std::array<std::uint8_t, 32>> fingerprint_hash_;
   ModelLoadReport report_;
   int repacked_matrices_ = 0;
 };

@@ -252,14 +252,28 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
   // The fingerprint needs only the configuration above; known this early, it names the
   // prepared-weights file, whose read then overlaps building the tokenizer and binding.
   const auto fingerprint_start = std::chrono::steady_clock::now();
-  auto fp = model_fingerprint(*file_, c);
+  const FingerprintProbe probe = probe_fingerprint(*file_);
+  if (probe.remembered) {
+    fingerprint_ = *probe.remembered;
+    if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty()) {
+      start_prepared_read(options.weights_cache_dir);
+    }
+  } else if (options.weights == WeightMemory::kHugePages) {
+    // A first start of this file: the hash reads all of it, and so will the copy of the weights
+    // (prepare_weights); both at once, on the two halves of the machine, read it from disk once.
+    // Nothing was prepared for a file never fingerprinted (at worst the same model under another
+    // path: its file is then not needed).
+    const auto hash_start = std::chrono::steady_clock::now();
+    fingerprint_hash_ = std::async(std::launch::async, [this, file = file_.get(), config = c, p = probe.probe, hash_start] {
+      const Digest d = hash_fingerprint(*file, config, p);
+      report_.hashed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hash_start).count();
+      return d;
+    });
+  } else {
+    fingerprint_ = hash_fingerprint(*file_, c, probe.probe);
+  }
   report_.fingerprint_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - fingerprint_start).count();
-  if (!fp) return fp.status();
-  fingerprint_ = *fp;
-  if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty()) {
-    start_prepared_read(options.weights_cache_dir);
-  }
 
   auto tok = Tokenizer::from_gguf(*file_);
   if (!tok) return Status(tok.status().code(), path + ": " + tok.status().message());

@@ -3,6 +3,7 @@
 // again, or prepare them and write the file for the next start.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -34,6 +35,33 @@ void Model::start_prepared_read(const std::string& dir) {
 void Model::prepare_weights(const ModelLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   weights_cache_dir_ = options.weights_cache_dir;
+  if (fingerprint_hash_.valid()) {  // a first start: copy while bind()'s hash runs, then take it
+    copy_weights_to_huge_pages();
+    report_.prepare_seconds = seconds_since(start);
+    const auto wait_start = std::chrono::steady_clock::now();
+    fingerprint_ = fingerprint_hash_.get();
+    report_.fingerprint_seconds += seconds_since(wait_start);
+    report_.fingerprint_beside_copy = true;
+    if (weights_cache_dir_.empty()) return;
+    const std::string path = weights_cache_file(weights_cache_dir_, cache_key(fingerprint_)).string();
+    if (weights_.data() == nullptr) {
+      report_.weights_cache = path + ": not prepared (no memory for the copy); the weights stay on the file mapping";
+      return;
+    }
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {  // the same model prepared under another path: left as it is
+      report_.weights_cache = "first start of this file, prepared beside its fingerprint (" + path + " is there already)";
+      return;
+    }
+    report_.weights_cache = path + ": not there yet (first start of this file, prepared beside its fingerprint); " +
+                            (options.defer_weights_cache_write ? "writing it" : "written");
+    if (options.defer_weights_cache_write) {
+      report_.cache_write_due = true;
+    } else if (Status st = save_prepared_weights(); !st) {
+      report_.weights_cache = path + ": not there yet; prepared, cannot write it: " + st.message();
+    }
+    return;
+  }
   if (weights_cache_dir_.empty()) {
     copy_weights_to_huge_pages();
     report_.prepare_seconds = seconds_since(start);

@@ -225,6 +225,42 @@ TEST(WeightsCacheModel, CachedWeightsGiveTheSameGreedyOutput) {
   }
 }
 
+// A first start of a file (no fingerprint remembered for it): the file is hashed beside the copy of
+// the weights. The fingerprint is the one a plain hash gives, the prepared file is written, and a
+// copy of the model under another path finds it there and leaves it alone.
+TEST(WeightsCacheModel, FirstStartHashesBesideTheCopy) {
+  const fs::path dir = fresh_dir("model-first");
+  const fs::path copy = dir / "first.gguf";
+  fs::copy_file(test_model("q4_k_m"), copy);
+  auto first = load_model(copy.string(), dir / "cache");
+  ASSERT_TRUE(first);
+  const ModelLoadReport& r = first->load_report();
+  EXPECT_TRUE(r.fingerprint_beside_copy);
+  EXPECT_GT(r.hashed_seconds, 0);
+  EXPECT_NE(r.weights_cache.find("not there yet (first start of this file, prepared beside its fingerprint); written"),
+            std::string::npos) << r.weights_cache;
+  ModelLoadOptions mapping;  // hashes in bind(), nothing beside it
+  mapping.weights = WeightMemory::kFileMapping;
+  auto reference = Model::load(test_model("q4_k_m"), mapping);
+  ASSERT_TRUE(reference.has_value());
+  EXPECT_EQ(first->fingerprint(), (*reference)->fingerprint());
+  EXPECT_EQ(greedy(*first, 6).first, greedy(**reference, 6).first);
+
+  auto again = load_model(copy.string(), dir / "cache");  // remembered now: the file is read
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->load_report().fingerprint_beside_copy);
+  EXPECT_EQ(again->load_report().weights_cache.rfind("read ", 0), 0u) << again->load_report().weights_cache;
+
+  const fs::path other = dir / "other.gguf";
+  fs::copy_file(copy, other);
+  auto second_copy = load_model(other.string(), dir / "cache");
+  ASSERT_TRUE(second_copy);
+  EXPECT_TRUE(second_copy->load_report().fingerprint_beside_copy);
+  EXPECT_NE(second_copy->load_report().weights_cache.find("is there already"), std::string::npos)
+      << second_copy->load_report().weights_cache;
+  EXPECT_EQ(greedy(*second_copy, 6).first, greedy(**reference, 6).first);
+}
+
 TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
   const fs::path dir = fresh_dir("model-rebuild");
   auto first = load_model(test_model("f16"), dir);

@@ -19,8 +19,11 @@ namespace fs = std::filesystem;
 class StartupE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
-    ASSERT_FALSE(model_.empty());
+    // A copy under a new path: its first start is a first start (no fingerprint remembered).
+    const std::string shared = kvstash::testing::test_model_path("tiny", gguf::TensorType::kF16);
+    ASSERT_FALSE(shared.empty());
+    model_ = dir_.path() + "/model.gguf";
+    fs::copy_file(shared, model_);
   }
   std::unique_ptr<ServeProcess> serve(const std::string& name) {
     auto p = std::make_unique<ServeProcess>(
@@ -59,11 +62,17 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
   {
     auto s = serve("first");
     ASSERT_TRUE(s->ready());
-    EXPECT_NE(s->log().find("not there yet; prepared again, writing it"), std::string::npos) << s->log();
-    ASSERT_TRUE(log_eventually_has(*s, "serve: weights cache: written in")) << s->log();
-    EXPECT_EQ(s->metric("kvstash_startup_weights_cache_writing"), 0);
+    // The file is hashed beside the copy, and the cost model is measured after the write, idle.
+    EXPECT_NE(s->log().find("not there yet (first start of this file, prepared beside its fingerprint); writing it"),
+              std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("serve: fingerprint: first start of this file, hashed in"), std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("cost model measured in the first idle second"), std::string::npos) << s->log();
     first_answer = greedy(*s);
     ASSERT_FALSE(first_answer.is_null()) << s->last_error();
+    ASSERT_TRUE(log_eventually_has(*s, "serve: weights cache: written in")) << s->log();
+    EXPECT_EQ(s->metric("kvstash_startup_weights_cache_writing"), 0);
+    ASSERT_TRUE(log_eventually_has(*s, "cost model (measured when idle, saved to ")) << s->log();
+    EXPECT_EQ(s->metric("kvstash_step_cost_pending"), 0);
     EXPECT_EQ(s->stop(), 0);
   }
   ASSERT_EQ(cache_files().size(), 1u);
@@ -73,6 +82,8 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     ASSERT_TRUE(s->ready());
     EXPECT_NE(s->log().find("serve: weights cache: read " + cache_files()[0].string()), std::string::npos) << s->log();
     EXPECT_NE(s->log().find("cost model (read from " + cache_files(".stepcost")[0].string()), std::string::npos) << s->log();
+    EXPECT_EQ(s->log().find("serve: fingerprint: first start"), std::string::npos) << s->log();  // remembered
+    EXPECT_EQ(s->metric("kvstash_step_cost_pending"), 0);
     EXPECT_NE(s->log().find("start-up: "), std::string::npos);
     const std::string page = s->metrics();
     for (const char* phase : {"map", "fingerprint", "prepare", "pool", "listening"}) {
@@ -100,8 +111,9 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     ASSERT_TRUE(s->ready());
     EXPECT_NE(s->log().find("damaged (checksum mismatch"), std::string::npos) << s->log();
     EXPECT_NE(s->log().find("does not read back (damaged or of another version): measuring again"), std::string::npos) << s->log();
-    EXPECT_NE(s->log().find("cost model (measured now)"), std::string::npos) << s->log();
+    EXPECT_NE(s->log().find("cost model measured in the first idle second"), std::string::npos) << s->log();
     ASSERT_TRUE(log_eventually_has(*s, "serve: weights cache: written in")) << s->log();
+    ASSERT_TRUE(log_eventually_has(*s, "cost model (measured when idle, saved to ")) << s->log();
     const json answer = greedy(*s);
     ASSERT_FALSE(answer.is_null()) << s->last_error();
     EXPECT_EQ(tokens_of(answer), tokens_of(first_answer));

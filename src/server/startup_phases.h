@@ -26,11 +26,16 @@ class StartupPhases {
   // kvstash_startup_weights_cache_writing (1 while the prepared-weights file is being written).
   std::string render_metrics() const;
   void set_weights_cache_writing(bool writing) { weights_cache_writing_ = writing; }
+  bool weights_cache_writing() const { return weights_cache_writing_; }
+  // kvstash_step_cost_pending: 1 while the step budget's cost model is still to be measured (a
+  // first start measures it when idle; no step budget applies until then).
+  void set_step_cost_pending(bool pending) { step_cost_pending_ = pending; }
 
  private:
   mutable std::mutex mu_;
   std::vector<std::pair<std::string, double>> phases_;  // guarded by mu_
   std::atomic<bool> weights_cache_writing_{false};
+  std::atomic<bool> step_cost_pending_{false};
 };
 
 }  // namespace kvstash::server
