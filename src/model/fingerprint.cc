@@ -148,6 +148,19 @@ FingerprintProbe probe_fingerprint(const gguf::File& file) {
   return out;
 }
 
+std::optional<Digest> unverified_fingerprint(const std::string& model_path) {
+  const auto sidecar = sidecar_path(model_path);
+  if (sidecar.empty()) return std::nullopt;
+  std::ifstream in(sidecar, std::ios::binary);
+  char magic[sizeof kSidecarMagic];
+  Digest probe{}, d{};
+  in.read(magic, sizeof magic);
+  in.read(reinterpret_cast<char*>(probe.data()), 32);
+  in.read(reinterpret_cast<char*>(d.data()), 32);
+  if (!in || std::memcmp(magic, kSidecarMagic, sizeof magic) != 0) return std::nullopt;
+  return d;
+}
+
 Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c) {
   const FingerprintProbe p = probe_fingerprint(file);
   if (p.remembered) return *p.remembered;

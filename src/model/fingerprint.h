@@ -30,6 +30,10 @@ struct FingerprintProbe {
   std::optional<Digest> remembered;  // the sidecar's fingerprint, when its probe matches the file
 };
 FingerprintProbe probe_fingerprint(const gguf::File& file);
+// The fingerprint the sidecar holds for this path, size and mtime, without the probe's check (no
+// byte of the model is read): only to start work early, the prepared weights' read, that
+// probe_fingerprint then confirms or drops.
+std::optional<Digest> unverified_fingerprint(const std::string& model_path);
 Digest hash_fingerprint(const gguf::File& file, const ModelConfig& config, const Digest& probe);
 
 }  // namespace kvstash

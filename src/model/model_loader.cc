@@ -243,6 +243,16 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
   auto file = gguf::File::open(path);
   if (!file) return file.status();
   file_ = std::move(file.value());
+  if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty()) {
+    // The prepared file is read from here on, beside the probe, the tokenizer and the binding:
+    // named by the fingerprint the sidecar remembers for this path, size and mtime, which the
+    // probe below then confirms. (Not before the GGUF's metadata is parsed: a cold parse queued
+    // behind the read's 128 MiB in flight took up to a second.)
+    if (std::optional<Digest> remembered = unverified_fingerprint(path)) {
+      fingerprint_ = *remembered;
+      start_prepared_read(options.weights_cache_dir);
+    }
+  }
   KVSTASH_RETURN_IF_ERROR(describe_architecture(*file_, &config_));
   ModelConfig& c = config_;
   const gguf::TensorInfo* embd = file_->find_tensor("token_embd.weight");
@@ -253,9 +263,15 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
   // prepared-weights file, whose read then overlaps building the tokenizer and binding.
   const auto fingerprint_start = std::chrono::steady_clock::now();
   const FingerprintProbe probe = probe_fingerprint(*file_);
+  if (prepared_read_.valid() && probe.remembered != fingerprint_) {
+    // load() started reading the prepared file the sidecar named, and the probe says the sidecar
+    // is not this file's (replaced in place): that read is of no use. (Rare; waited for.)
+    prepared_read_.wait();
+    prepared_read_ = {};
+  }
   if (probe.remembered) {
     fingerprint_ = *probe.remembered;
-    if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty()) {
+    if (options.weights == WeightMemory::kHugePages && !options.weights_cache_dir.empty() && !prepared_read_.valid()) {
       start_prepared_read(options.weights_cache_dir);
     }
   } else if (options.weights == WeightMemory::kHugePages) {

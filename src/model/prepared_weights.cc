@@ -24,9 +24,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 void Model::start_prepared_read(const std::string& dir) {
   weights_cache_dir_ = dir;
-  // One reader per core, at most 4: reading a page-cached file is copy-bound and scales with
-  // cores; a cold disk is read sequentially either way.
-  const int readers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  // Readers wait on the disk, not on the cores: eight keep enough reads in flight (on the 2-vCPU
+  // VM of BENCHMARKS.md's cold start, 1 GB read in 0.55-0.59 s to the first token with 8 against
+  // 0.84-1.34 s with 2, page cache dropped).
+  const int readers = 8;
   prepared_read_ = std::async(std::launch::async, [dir, key = cache_key(fingerprint_), readers] {
     return load_prepared_weights(dir, key, readers);
   });

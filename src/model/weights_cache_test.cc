@@ -4,6 +4,9 @@
 // named and rebuilt.
 #include "model/weights_cache.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -88,9 +91,39 @@ TEST(WeightsCache, RoundTripsPayloadAndTable) {
     ASSERT_GE(r->memory.size(), bytes.size());
     EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % kHugePageBytes, 0u);
+    EXPECT_EQ(r->direct_bytes, 0u);  // just written: copied from the page cache
   }
   // Nothing but the file is left behind (the temporary was renamed).
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
+// Drops the file's pages from the page cache (written and flushed: clean, so they can go).
+void evict_from_page_cache(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fdatasync(fd);
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+}
+
+// A cold file (a start after the page cache was dropped) is read past the page cache, straight
+// into the memory, with the same bytes; damage is still found there.
+TEST(WeightsCache, ColdFileIsReadPastThePageCache) {
+  const fs::path dir = fresh_dir("cold");
+  const auto bytes = payload();
+  ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
+  const fs::path file = weights_cache_file(dir, key_of(7));
+  evict_from_page_cache(file);
+  auto r = load_prepared_weights(dir, key_of(7), 3);
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  EXPECT_EQ(r->direct_bytes, bytes.size());  // every chunk, the short last one included
+  ASSERT_EQ(r->payload_bytes, bytes.size());
+  EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
+  EXPECT_EQ(r->matrices, kTable);
+
+  flip_byte(file, fs::file_size(file) - (std::uint64_t{20} << 20));  // in the second chunk
+  evict_from_page_cache(file);
+  EXPECT_NE(load_error(dir, key_of(7)).find("damaged (checksum mismatch in payload bytes 16777216.."), std::string::npos);
 }
 
 TEST(WeightsCache, MissingFileIsNotFound) {
@@ -259,6 +292,46 @@ TEST(WeightsCacheModel, FirstStartHashesBesideTheCopy) {
   EXPECT_NE(second_copy->load_report().weights_cache.find("is there already"), std::string::npos)
       << second_copy->load_report().weights_cache;
   EXPECT_EQ(greedy(*second_copy, 6).first, greedy(**reference, 6).first);
+}
+
+// The prepared file's read starts before the GGUF's probe, on the fingerprint the sidecar names for
+// the path, size and mtime. A file replaced in place with all three kept is caught by the probe:
+// that read is dropped and the new file's own weights are used.
+TEST(WeightsCacheModel, AReplacedFileIsNotGivenTheOldPreparedWeights) {
+  const fs::path dir = fresh_dir("model-replaced");
+  const fs::path path = dir / "model.gguf";
+  fs::copy_file(test_model("f16"), path);
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  auto original = load_model(path.string(), dir / "cache");
+  ASSERT_TRUE(original);
+  auto again = load_model(path.string(), dir / "cache");
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->load_report().weights_cache.rfind("read ", 0), 0u) << again->load_report().weights_cache;
+
+  // A weight of the first tensor changed (the probe reads each tensor's first bytes), then the
+  // size and mtime of the original.
+  {
+    auto file = gguf::File::open(path.string());
+    ASSERT_TRUE(file.has_value());
+    // The data section runs to the end of the file.
+    const std::uint64_t at = fs::file_size(path) - (*file)->data_size() +
+                             static_cast<std::uint64_t>((*file)->tensors()[0].data - (*file)->data_begin());
+    file->reset();
+    flip_byte(path, at + 2);
+  }
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  auto replaced = load_model(path.string(), dir / "cache");
+  ASSERT_TRUE(replaced);
+  EXPECT_NE(replaced->fingerprint(), original->fingerprint());
+  EXPECT_TRUE(replaced->load_report().fingerprint_beside_copy);
+  auto reference = Model::load(path.string(), ModelLoadOptions{});  // prepared again, no cache
+  ASSERT_TRUE(reference.has_value());
+  EXPECT_EQ(replaced->fingerprint(), (*reference)->fingerprint());
+  const auto got = greedy(*replaced, 4), expected = greedy(**reference, 4);
+  EXPECT_EQ(got.first, expected.first);
+  EXPECT_EQ(0, std::memcmp(got.second.data(), expected.second.data(), expected.second.size() * sizeof(float)));
 }
 
 TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
