@@ -37,16 +37,30 @@ BlockPool::BlockPool(const ModelConfig& config, int block_size, std::int64_t n_b
     window_free_.reserve(static_cast<std::size_t>(n_blocks));
     for (std::int64_t b = n_blocks - 1; b >= 0; --b) window_free_.push_back(static_cast<std::int32_t>(b));
   }
-  // Back every block's memory ahead of its first use, off the engine thread (block_pool.h).
+  // Every block's memory is backed ahead of its first use, off the engine thread, from
+  // start_prefault() on (block_pool.h).
   for (auto [buffer, prefault] : {std::pair{&storage_, &prefault_}, std::pair{&window_storage_, &window_prefault_}}) {
     if (buffer->data() == nullptr) continue;
     *prefault = std::make_unique<Prefaulter>(buffer->data(), buffer->size());
-    (*prefault)->want(buffer->size());
   }
   meta_.resize(static_cast<std::size_t>(n_blocks));
   free_.reserve(static_cast<std::size_t>(n_blocks));
   // Hand out low block numbers first (pop from the back).
   for (std::int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<std::int32_t>(b));
+}
+
+void BlockPool::start_prefault() {
+  if (prefault_started_) return;
+  prefault_started_ = true;
+  if (prefault_) prefault_->want(storage_.size());
+  if (window_prefault_) window_prefault_->want(window_storage_.size());
+}
+
+bool BlockPool::prefault_done() const {
+  auto done = [](const std::unique_ptr<Prefaulter>& p, std::size_t size) {
+    return !p || !p->supported() || p->populated() >= size;
+  };
+  return prefault_started_ && done(prefault_, storage_.size()) && done(window_prefault_, window_storage_.size());
 }
 
 void BlockPool::setup_split(const ModelConfig& config) {

@@ -341,10 +341,16 @@ TEST(BlockPool, BacksItsWholeStorageAheadOfUse) {
   c.head_dim = 128;  // 256 KiB a block of 16 tokens
   const std::size_t block_bytes = std::size_t{4} * 2 * 8 * 128 * 16 * 2;
   BlockPool pool(c, 16, 256);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(pool.prefaulted_bytes(), 0u);  // no thread before start_prefault()
+  EXPECT_FALSE(pool.prefault_done());
+  pool.start_prefault();
+  pool.start_prefault();  // once
   for (int i = 0; i < 3000 && pool.prefaulted_bytes() < 256 * block_bytes; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(pool.prefaulted_bytes(), 256 * block_bytes);
+  EXPECT_TRUE(pool.prefault_done());
   // Blocks work as ever beside it.
   for (int i = 0; i < 256; ++i) ASSERT_TRUE(pool.allocate());
   EXPECT_FALSE(pool.allocate());

@@ -124,6 +124,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   }
   StepCostParams cost = o.step_cost;
   const bool given = cost.base_s > 0 || cost.per_decode_row_s > 0 || cost.per_row_s > 0 || cost.per_pair_s > 0;
+  impl->created_at = std::chrono::steady_clock::now();
+  impl->prefault_at = impl->created_at + Impl::kPrefaultIdle;
   if (o.itl_slo_ms != 0 && !given && o.calibrate_when_idle) {  // measured by the engine thread, when idle
     impl->calibration_pending = true;
     impl->calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(o);
@@ -233,24 +235,32 @@ void Engine::Impl::loop() {
         return stopping || load_finished || !incoming.empty() || !cancels.empty() || !forget.empty() || !waiting.empty() ||
                !running.empty();
       };
-      if (loading.empty() && calibration_pending) {
-        if (!wake.wait_until(lock, calibrate_at, ready)) {  // idle since calibrate_at: measure now
-          lock.unlock();
-          calibrate_now();
-          continue;
-        }
-      } else if (loading.empty()) {
+      // Wake at the earliest load deadline at the latest, and when idle work falls due.
+      auto deadline = std::chrono::steady_clock::time_point::max();
+      for (const auto& s : loading) deadline = std::min(deadline, s->load_deadline);
+      if (loading.empty() && !pool.prefault_started()) deadline = std::min(deadline, prefault_at);
+      if (loading.empty() && calibration_pending) deadline = std::min(deadline, calibrate_at);
+      bool idle = false;
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
         wake.wait(lock, ready);
-      } else {  // wake at the earliest load deadline at the latest
-        auto deadline = loading.front()->load_deadline;
-        for (const auto& s : loading) deadline = std::min(deadline, s->load_deadline);
-        wake.wait_until(lock, deadline, ready);
+      } else {
+        idle = !wake.wait_until(lock, deadline, ready) && loading.empty();
       }
       if (stopping) break;
+      if (idle) {
+        lock.unlock();
+        idle_work();
+        continue;
+      }
     }
     step();
     publish_key_changes();
-    if (calibration_pending) calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(options);
+    const auto now = std::chrono::steady_clock::now();
+    if (calibration_pending) calibrate_at = now + calibrate_delay(options);
+    if (!pool.prefault_started()) {  // busy since creation for long: start it anyway
+      if (now - created_at >= kPrefaultLatest) pool.start_prefault();
+      prefault_at = now + kPrefaultIdle;
+    }
   }
   // Shutting down: every request still known gets its final event.
   take_new_work();
@@ -265,8 +275,17 @@ void Engine::Impl::loop() {
   loading.clear();
 }
 
+void Engine::Impl::idle_work() {
+  const auto now = std::chrono::steady_clock::now();
+  if (!pool.prefault_started() && now >= prefault_at) pool.start_prefault();
+  if (calibration_pending && now >= calibrate_at) calibrate_now();
+}
+
 void Engine::Impl::calibrate_now() {
   calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(options);
+  // Not beside the pool's prefault (it slows the forwards it shares the cores with), nor where the
+  // caller says not yet.
+  if (!pool.prefault_done()) return;
   if (options.calibration_may_start && !options.calibration_may_start()) return;
   auto interrupted = [this] {
     std::lock_guard<std::mutex> lock(mu);

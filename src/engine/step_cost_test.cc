@@ -256,6 +256,8 @@ TEST_F(StepBudgetTest, CalibratesWhenIdleAndTheBudgetAppliesFromThen) {
   EXPECT_EQ(calls.load(), 0);
 
   // Idle for 50 ms, but not allowed to start until the gate opens (serve: the weights' write).
+  // (Nor before the pool's prefault, which the engine starts once idle, is done: this also shows
+  // that it starts.)
   std::atomic<bool> may_start{false};
   std::mutex mu;
   std::condition_variable cv;
