@@ -6,9 +6,12 @@
 #   [RUNS=3] [LLAMA_SERVER=path] scripts/bench/coldstart.sh [BUILD_DIR] [MODEL]
 #
 # Modes: "prepared" (the default flags, after one start has written the prepared weights),
-# "no-cache" (--weights-cache off: every start copies and interleaves the weights, as before
-# issue 37), "mmap" (--mmap-weights), and llama-server on the same file when LLAMA_SERVER names
-# one. The fingerprint sidecar is kept between starts (the issue's "one earlier start").
+# "first" (the default flags on a very first start: the model under a path never seen, a hard link
+# of it, so no fingerprint is remembered, and an empty weights cache), "no-cache" (--weights-cache
+# off: every start copies and interleaves the weights, as before issue 37; the fingerprint
+# remembered), "mmap" (--mmap-weights), and llama-server on the same file when LLAMA_SERVER names
+# one. The modes take turns within each run, so that each run's figures share the disk's state
+# (a cloud disk's throughput moves by 2x within minutes): read ratios within a run.
 set -euo pipefail
 build=${1:-build}
 model=${2:-/tmp/kvstash-bench/qwen2.5-0.5b-f16.gguf}
@@ -51,7 +54,7 @@ declare -A cmd
 cmd[prepared]="${kvstash[*]} --weights-cache $cache_dir"
 cmd[no-cache]="${kvstash[*]} --weights-cache off"
 cmd[mmap]="${kvstash[*]} --mmap-weights"
-modes=(prepared no-cache mmap)
+modes=(prepared first no-cache mmap)
 if [ -n "${LLAMA_SERVER:-}" ] && [ -x "$LLAMA_SERVER" ]; then
   cmd[llama-server]="$LLAMA_SERVER -m $model --host 127.0.0.1 --port $port -c 4096 -np 1"
   modes+=(llama-server)
@@ -64,13 +67,19 @@ for _ in $(seq 600); do ls "$cache_dir"/*.kvw >/dev/null 2>&1 && break; sleep 0.
 ls "$cache_dir"/*.kvw >/dev/null 2>&1 || { echo "no prepared-weights file written" >&2; exit 1; }
 
 echo "mode cache run health_s first_token_after_s"
-for mode in "${modes[@]}"; do
+for r in $(seq "$runs"); do
   for cache in cold warm; do
     [ "$cache" = cold ] && [ "$can_drop" = 0 ] && continue
-    for r in $(seq "$runs"); do
+    for mode in "${modes[@]}"; do
+      line=${cmd[$mode]:-}
+      if [ "$mode" = first ]; then  # a path never seen (no fingerprint sidecar), nothing prepared
+        ln -f "$model" "$work/first-$r-$cache.gguf"
+        line="${kvstash[*]/$model/$work/first-$r-$cache.gguf} --weights-cache $work/first-$r-$cache"
+      fi
       [ "$cache" = cold ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
       # shellcheck disable=SC2086
-      echo "$mode $cache $r $(start_once ${cmd[$mode]})"
+      echo "$mode $cache $r $(start_once $line)"
+      [ "$mode" = first ] && rm -rf "$work/first-$r-$cache.gguf" "$work/first-$r-$cache"
     done
   done
 done
