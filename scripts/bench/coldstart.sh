@@ -10,8 +10,9 @@
 # of it, so no fingerprint is remembered, and an empty weights cache), "no-cache" (--weights-cache
 # off: every start copies and interleaves the weights, as before issue 37; the fingerprint
 # remembered), "mmap" (--mmap-weights), and llama-server on the same file when LLAMA_SERVER names
-# one. The modes take turns within each run, so that each run's figures share the disk's state
-# (a cloud disk's throughput moves by 2x within minutes): read ratios within a run.
+# one. The modes take turns within each run (each mode's cold start, then its warm one), so that
+# each run's figures share the disk's state (a cloud disk's throughput moves by 2x within
+# minutes): read ratios within a run.
 set -euo pipefail
 build=${1:-build}
 model=${2:-/tmp/kvstash-bench/qwen2.5-0.5b-f16.gguf}
@@ -68,9 +69,9 @@ ls "$cache_dir"/*.kvw >/dev/null 2>&1 || { echo "no prepared-weights file writte
 
 echo "mode cache run health_s first_token_after_s"
 for r in $(seq "$runs"); do
-  for cache in cold warm; do
-    [ "$cache" = cold ] && [ "$can_drop" = 0 ] && continue
-    for mode in "${modes[@]}"; do
+  for mode in "${modes[@]}"; do
+    for cache in cold warm; do  # warm: the page cache as the same mode's cold start left it
+      [ "$cache" = cold ] && [ "$can_drop" = 0 ] && continue
       line=${cmd[$mode]:-}
       if [ "$mode" = first ]; then  # a path never seen (no fingerprint sidecar), nothing prepared
         ln -f "$model" "$work/first-$r-$cache.gguf"

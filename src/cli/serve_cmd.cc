@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <optional>
 #include <fstream>
@@ -87,6 +88,24 @@ void write_step_cost(const std::string& path, const StepCostParams& c) {
 }
 
 using server::log_line;
+
+// A one-shot signal: set() once (later calls do nothing), wait() until then.
+struct Settled {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  void set() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+};
 
 // "cost model (how): 25.0 ms a step, ..." for the log.
 std::string describe_step_cost(const StepCostParams& c, const std::string& how) {
@@ -841,6 +860,10 @@ int serve_main(int argc, char** argv) {
       if (r.decode_rows == 0) std::fflush(step_log.get());  // idle-ish moments: keep the file current
     };
   }
+  // The engine calls this once it has settled: idle for a moment after start-up, or busy for a
+  // while (EngineOptions::on_settled).
+  auto engine_settled = std::make_shared<Settled>();
+  engine_options.on_settled = [engine_settled] { engine_settled->set(); };
   std::string step_cost_file;
   bool step_cost_read = false;
   if (engine_options.itl_slo_ms != 0 && !model_load.weights_cache_dir.empty()) {
@@ -936,16 +959,20 @@ int serve_main(int argc, char** argv) {
   if (share_node) share_node->set_peer_url("http://" + server_options.host + ":" + std::to_string((*http)->port()));
   end_phase("listening");
   log_line(startup->summary());
-  // A first start writes its prepared weights now, while it serves: the write only reads the
-  // weights. Joined before the model goes (declared after it).
+  // A first start writes its prepared weights while it serves (the write only reads the weights),
+  // from when the engine has settled (engine_settled above): not beside the first request. Joined
+  // before the model goes (declared after it); a stop before then writes at once.
   struct JoinOnExit {
+    std::shared_ptr<Settled> settled;
     std::thread thread;
     ~JoinOnExit() {
+      settled->set();
       if (thread.joinable()) thread.join();
     }
-  } weights_writer;
+  } weights_writer{engine_settled, {}};
   if ((*model)->load_report().cache_write_due) {
-    weights_writer.thread = std::thread([&m = **model, startup] {
+    weights_writer.thread = std::thread([&m = **model, startup, settled = engine_settled] {
+      settled->wait();
       const auto start = std::chrono::steady_clock::now();
       const Status st = m.save_prepared_weights();
       startup->set_weights_cache_writing(false);

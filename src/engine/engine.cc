@@ -125,7 +125,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const Engin
   StepCostParams cost = o.step_cost;
   const bool given = cost.base_s > 0 || cost.per_decode_row_s > 0 || cost.per_row_s > 0 || cost.per_pair_s > 0;
   impl->created_at = std::chrono::steady_clock::now();
-  impl->prefault_at = impl->created_at + Impl::kPrefaultIdle;
+  impl->settle_at = impl->created_at + Impl::kSettleIdle;
   if (o.itl_slo_ms != 0 && !given && o.calibrate_when_idle) {  // measured by the engine thread, when idle
     impl->calibration_pending = true;
     impl->calibrate_at = std::chrono::steady_clock::now() + calibrate_delay(o);
@@ -238,7 +238,7 @@ void Engine::Impl::loop() {
       // Wake at the earliest load deadline at the latest, and when idle work falls due.
       auto deadline = std::chrono::steady_clock::time_point::max();
       for (const auto& s : loading) deadline = std::min(deadline, s->load_deadline);
-      if (loading.empty() && !pool.prefault_started()) deadline = std::min(deadline, prefault_at);
+      if (loading.empty() && !settled) deadline = std::min(deadline, settle_at);
       if (loading.empty() && calibration_pending) deadline = std::min(deadline, calibrate_at);
       bool idle = false;
       if (deadline == std::chrono::steady_clock::time_point::max()) {
@@ -257,9 +257,9 @@ void Engine::Impl::loop() {
     publish_key_changes();
     const auto now = std::chrono::steady_clock::now();
     if (calibration_pending) calibrate_at = now + calibrate_delay(options);
-    if (!pool.prefault_started()) {  // busy since creation for long: start it anyway
-      if (now - created_at >= kPrefaultLatest) pool.start_prefault();
-      prefault_at = now + kPrefaultIdle;
+    if (!settled) {  // busy since creation for long: settled anyway
+      if (now - created_at >= kSettleLatest) settle();
+      settle_at = now + kSettleIdle;
     }
   }
   // Shutting down: every request still known gets its final event.
@@ -277,8 +277,14 @@ void Engine::Impl::loop() {
 
 void Engine::Impl::idle_work() {
   const auto now = std::chrono::steady_clock::now();
-  if (!pool.prefault_started() && now >= prefault_at) pool.start_prefault();
+  if (!settled && now >= settle_at) settle();
   if (calibration_pending && now >= calibrate_at) calibrate_now();
+}
+
+void Engine::Impl::settle() {
+  settled = true;
+  pool.start_prefault();
+  if (options.on_settled) options.on_settled();
 }
 
 void Engine::Impl::calibrate_now() {

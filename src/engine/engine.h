@@ -241,6 +241,11 @@ struct EngineOptions {
   // Called on the engine thread with what a deferred calibration measured, or why it could not
   // (a forward's error; the budget then stays off).
   std::function<void(const Expected<StepCostParams>&)> on_step_cost_measured{};
+  // Called once on the engine thread when the engine has settled after create(): idle for half a
+  // second, or 2 s after create() if it never was. Work that would slow a request sharing the
+  // cores with it waits for this: the KV pool's prefault (block_pool.h) starts then, and serve
+  // writes a first start's prepared weights then (not beside a cold start's first request).
+  std::function<void()> on_settled{};
   // For tests and traces: called on the engine thread after every step that ran a forward.
   std::function<void(const StepRecord&)> on_step_record{};
 };

@@ -72,12 +72,13 @@ struct Engine::Impl {
   // idle moment from calibrate_at on (pushed back by every step).
   bool calibration_pending = false;
   std::chrono::steady_clock::time_point calibrate_at{};
-  // The pool's prefault (block_pool.h) starts once the engine has been idle for kPrefaultIdle
-  // (prefault_at, pushed back by every step), or kPrefaultLatest after creation if it never is: a
-  // cold start's first request does not share the cores with it.
-  static constexpr std::chrono::milliseconds kPrefaultIdle{500};
-  static constexpr std::chrono::seconds kPrefaultLatest{2};
-  std::chrono::steady_clock::time_point created_at{}, prefault_at{};
+  // EngineOptions::on_settled: once idle for kSettleIdle (settle_at, pushed back by every step),
+  // or kSettleLatest after creation if never: the pool's prefault starts then (block_pool.h), so
+  // that a cold start's first request does not share the cores with it.
+  static constexpr std::chrono::milliseconds kSettleIdle{500};
+  static constexpr std::chrono::seconds kSettleLatest{2};
+  std::chrono::steady_clock::time_point created_at{}, settle_at{};
+  bool settled = false;
   int step_installed_blocks = 0;    // this step's KV blocks installed from the store, at admission
   double step_install_s = 0;        // and the time they took
   double step_budget_s = 0;         // this step's budget; 0 = none (off, or nothing decoding)
@@ -93,8 +94,9 @@ struct Engine::Impl {
 
   // engine.cc
   void loop();
-  // The engine is idle: starts the pool's prefault and runs the deferred calibration when due.
+  // The engine is idle: settles and runs the deferred calibration when due.
   void idle_work();
+  void settle();  // once: the pool's prefault, then EngineOptions::on_settled
   // Runs the deferred calibration (the engine is idle); a request that arrives stops it.
   void calibrate_now();
   void step();

@@ -48,7 +48,6 @@ struct PreparedMatrix {
 struct PreparedWeights {
   HugePageBuffer memory;                // the payload, in huge-page memory where the kernel gives it
   std::uint64_t payload_bytes = 0;      // of memory.size() (rounded up to 2 MiB), the bytes read
-  std::uint64_t direct_bytes = 0;       // of them, read past the page cache (it did not hold them)
   std::vector<PreparedMatrix> matrices;
 };
 
@@ -60,9 +59,7 @@ std::filesystem::path default_weights_cache_dir();
 std::filesystem::path weights_cache_file(const std::filesystem::path& dir, const WeightsCacheKey& key);
 
 // Reads the key's file under dir into huge-page memory, reading with `readers` threads (each
-// chunk's checksum is checked by the thread that read it). A chunk the page cache holds whole is
-// copied from it; the others are read with O_DIRECT into the memory itself (through the page
-// cache where the file system refuses that). Errors: kNotFound when there is no
+// chunk's checksum is checked by the thread that read it). Errors: kNotFound when there is no
 // file; kCorrupt for a file that cannot be used, with a message naming the file and saying
 // "truncated", "stale (...)" or "damaged (...)"; kIoError when it cannot be read or the memory
 // not mapped.
