@@ -24,6 +24,13 @@ class HugePageBuffer {
   // huge pages. Returns an empty buffer (data() == nullptr) if the mapping fails; the caller
   // falls back to what it had.
   static HugePageBuffer allocate(std::size_t bytes);
+  // Maps the first `file_bytes` of the open file `fd` read-only (MAP_SHARED: the page cache's own
+  // pages, shared by every process that maps the file), 2 MiB aligned so that the file's 2 MiB
+  // folios can be mapped whole, and asks for huge pages. data() is the mapping plus
+  // `data_offset`, size() the bytes after it. Empty (data() == nullptr) if the mapping fails.
+  // Whether the kernel maps the file with huge pages depends on its file system (large folios)
+  // and on how the pages came into the page cache: huge_bytes() says.
+  static HugePageBuffer map_file(int fd, std::size_t file_bytes, std::size_t data_offset);
   ~HugePageBuffer();
   HugePageBuffer(HugePageBuffer&& other) noexcept;
   HugePageBuffer& operator=(HugePageBuffer&& other) noexcept;
@@ -35,14 +42,19 @@ class HugePageBuffer {
   // Whether the kernel accepted MADV_HUGEPAGE (THP "madvise" or "always"); false where THP is
   // off ("never") or unsupported: the memory is then ordinary 4 KiB pages.
   bool huge_pages_advised() const { return advised_; }
-  // Bytes of this buffer currently backed by huge pages (AnonHugePages of its range in
-  // /proc/self/smaps); -1 if that cannot be read.
+  // Bytes of this buffer currently backed by huge pages (AnonHugePages, or FilePmdMapped for a
+  // file's mapping, of its range in /proc/self/smaps); -1 if that cannot be read.
   long long huge_bytes() const;
+  bool file_backed() const { return file_; }  // map_file()'s
 
  private:
+  void release();
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
+  std::uint8_t* map_ = nullptr;  // what to unmap: data_, or a file mapping's start
+  std::size_t map_size_ = 0;
   bool advised_ = false;
+  bool file_ = false;
 };
 
 }  // namespace kvstash

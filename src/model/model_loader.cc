@@ -226,7 +226,8 @@ std::string Model::weight_memory_summary() const {
   for (const kernels::WeightView* w : weight_matrices()) bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
   if (weights_.data() == nullptr) return "weights: " + mib(static_cast<double>(bytes)) + " mapped from the file";
   const long long huge = weights_.huge_bytes();
-  std::string s = "weights: " + mib(static_cast<double>(bytes)) + " copied into huge-page memory (";
+  std::string s = "weights: " + mib(static_cast<double>(bytes)) +
+                  (weights_.file_backed() ? " mapped from the prepared-weights file (" : " copied into huge-page memory (");
   if (!weights_.huge_pages_advised()) {
     s += "the kernel refused MADV_HUGEPAGE: 4 KiB pages)";
   } else {

@@ -72,9 +72,15 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
   const std::string path = weights_cache_file(weights_cache_dir_, cache_key(fingerprint_)).string();
   Expected<PreparedWeights> prepared = prepared_read_.get();
   std::string why;
+  const bool mapped = prepared && prepared->mapped;
+  const long long small_pages = prepared ? prepared->mapped_huge_bytes : -1;
   if (prepared && bind_prepared(std::move(*prepared), &why)) {
     report_.prepare_seconds = seconds_since(start);
-    report_.weights_cache = "read " + path;
+    report_.weights_cache = "read " + path + (mapped ? " (mapped)" : "");
+    if (!mapped && small_pages >= 0) {
+      report_.weights_cache += " (copied: the kernel mapped " + std::to_string(small_pages >> 20) +
+                               " MiB of it with huge pages; its file system may lack large folios)";
+    }
     return;
   }
   if (!prepared) {

@@ -1,6 +1,7 @@
 #include "model/weights_cache.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -69,6 +70,23 @@ bool write_all(int fd, const void* src, std::size_t n) {
     if (put_n <= 0) return false;
     p += put_n, n -= static_cast<std::size_t>(put_n);
   }
+  return true;
+}
+
+// Reads [p, p + n) of a file mapping into the page cache and maps it, as a read would; false with
+// errno on an I/O error. Where the kernel lacks MADV_POPULATE_READ (before Linux 5.14) the caller's
+// read of the bytes faults them in.
+bool populate(std::uint8_t* p, std::uint64_t n) {
+#ifdef MADV_POPULATE_READ
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(p) / page * page;
+  errno = 0;
+  if (::madvise(reinterpret_cast<void*>(begin), reinterpret_cast<std::uintptr_t>(p) + n - begin, MADV_POPULATE_READ) != 0) {
+    return errno == EINVAL;  // not supported: touched by the checksum instead
+  }
+#else
+  (void)p, (void)n;
+#endif
   return true;
 }
 
@@ -158,41 +176,67 @@ Expected<PreparedWeights> load_prepared_weights(const std::filesystem::path& dir
     if (m.offset > payload_bytes) return corrupt(path + ": damaged (a matrix starts past the payload)");
   }
   out.payload_bytes = payload_bytes;
+  // Mapped where the kernel maps the file with huge pages, else read into huge-page memory:
+  // either way the kernels read the weights from 2 MiB pages.
+  out.memory = HugePageBuffer::map_file(f.fd, static_cast<std::size_t>(file_size), static_cast<std::size_t>(offset));
+  out.mapped = out.memory.data() != nullptr;
+  // Readers take chunks in turn; each brings its chunk in and checks its checksum. From the
+  // mapping: MADV_POPULATE_READ reads what the page cache lacks and maps it (an I/O error is an
+  // error return there, not a SIGBUS later); eight readers keep enough reads in flight for the
+  // disk. Into memory: pread through the page cache.
+  const std::uint64_t n_chunks = chunk_count(payload_bytes);
+  const std::uint8_t* sums = &header[kFixedBytes + n_matrices * kMatrixBytes];
+  auto check_all = [&](bool from_mapping) -> Status {
+    std::atomic<std::uint64_t> next{0};
+    std::atomic<std::int64_t> bad_chunk{-1};
+    std::atomic<int> read_errno{0};
+    auto reader = [&] {
+      for (std::uint64_t c = next++; c < n_chunks && bad_chunk.load() < 0 && read_errno.load() == 0; c = next++) {
+        const std::uint64_t at = c * kChunkBytes, n = std::min(kChunkBytes, payload_bytes - at);
+        std::uint8_t* dst = out.memory.data() + at;
+        if (from_mapping) {
+          if (!populate(dst, n)) read_errno = errno != 0 ? errno : EIO;
+        } else if (!read_at(f.fd, dst, n, offset + at)) {
+          read_errno = errno != 0 ? errno : EIO;
+        }
+        if (read_errno.load() == 0 && XXH3_64bits(dst, n) != get<std::uint64_t>(sums + c * 8)) {
+          bad_chunk = static_cast<std::int64_t>(c);
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int r = 1; r < std::clamp<int>(readers, 1, 64) && static_cast<std::uint64_t>(r) < n_chunks; ++r) {
+      threads.emplace_back(reader);
+    }
+    reader();
+    for (std::thread& t : threads) t.join();
+    if (read_errno.load() != 0) return io_error(path + ": read failed: " + std::strerror(read_errno.load()));
+    if (bad_chunk >= 0) {
+      return corrupt(path + ": damaged (checksum mismatch in payload bytes " +
+                     std::to_string(static_cast<std::uint64_t>(bad_chunk.load()) * kChunkBytes) + "..)");
+    }
+    return Status::ok();
+  };
+  if (out.mapped) {
+    KVSTASH_RETURN_IF_ERROR(check_all(true));
+    // The kernel maps a file with huge pages only from 2 MiB folios in its page cache (a file
+    // system with large folios; pages read, not just written). Where it did not, the weights are
+    // copied into huge-page memory: decode on 4 KiB pages is the slow --mmap-weights case.
+    const long long huge = out.memory.huge_bytes();
+    if (huge >= 0 && static_cast<double>(huge) >= 0.9 * static_cast<double>(payload_bytes)) return out;
+    HugePageBuffer copy = HugePageBuffer::allocate(payload_bytes);
+    if (copy.data() == nullptr) return out;  // the mapping is still right, only slower
+    std::memcpy(copy.data(), out.memory.data(), payload_bytes);
+    out.memory = std::move(copy);
+    out.mapped = false;
+    out.mapped_huge_bytes = huge;
+    return out;
+  }
   out.memory = HugePageBuffer::allocate(payload_bytes);
   if (payload_bytes > 0 && out.memory.data() == nullptr) {
     return io_error(path + ": cannot map " + std::to_string(payload_bytes) + " bytes for the weights");
   }
-  // Readers take chunks in turn; each checks the checksum of what it read. Through the page cache:
-  // read past it (O_DIRECT), a cold start read 1 GB 0-10 % sooner, but the file then never became
-  // warm, and every later start read it from the disk again (a warm start 0.60-0.88 s to the first
-  // token against 0.45-0.50 s).
-  const std::uint64_t n_chunks = chunk_count(payload_bytes);
-  const std::uint8_t* sums = &header[kFixedBytes + n_matrices * kMatrixBytes];
-  std::atomic<std::uint64_t> next{0};
-  std::atomic<std::int64_t> bad_chunk{-1};
-  std::atomic<bool> read_failed{false};
-  auto reader = [&] {
-    for (std::uint64_t c = next++; c < n_chunks && bad_chunk.load() < 0 && !read_failed.load(); c = next++) {
-      const std::uint64_t at = c * kChunkBytes, n = std::min(kChunkBytes, payload_bytes - at);
-      std::uint8_t* dst = out.memory.data() + at;
-      if (!read_at(f.fd, dst, n, offset + at)) {
-        read_failed = true;
-      } else if (XXH3_64bits(dst, n) != get<std::uint64_t>(sums + c * 8)) {
-        bad_chunk = static_cast<std::int64_t>(c);
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int r = 1; r < std::clamp<int>(readers, 1, 64) && static_cast<std::uint64_t>(r) < n_chunks; ++r) {
-    threads.emplace_back(reader);
-  }
-  reader();
-  for (std::thread& t : threads) t.join();
-  if (read_failed) return io_error(path + ": read failed: " + errno_text());
-  if (bad_chunk >= 0) {
-    return corrupt(path + ": damaged (checksum mismatch in payload bytes " +
-                   std::to_string(static_cast<std::uint64_t>(bad_chunk.load()) * kChunkBytes) + "..)");
-  }
+  KVSTASH_RETURN_IF_ERROR(check_all(false));
   return out;
 }
 
@@ -241,6 +285,10 @@ Status store_prepared_weights(const std::filesystem::path& dir, const WeightsCac
   // Flushed before the rename, so a crash leaves either no file or a whole one under the name.
   const bool written = write_all(f.fd, header.data(), header.size()) &&
                        write_all(f.fd, payload.data(), payload.size()) && ::fdatasync(f.fd) == 0;
+  // The written pages leave the page cache: pages that came in by writes are small folios, which
+  // the kernel cannot map as huge pages (load_prepared_weights would copy them); read back by the
+  // next start, they come in as 2 MiB folios it maps whole.
+  if (written) ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
   if (!written) {
     const std::string why = errno_text();
     std::filesystem::remove(tmp, ec);

@@ -48,6 +48,11 @@ struct PreparedMatrix {
 struct PreparedWeights {
   HugePageBuffer memory;                // the payload, in huge-page memory where the kernel gives it
   std::uint64_t payload_bytes = 0;      // of memory.size() (rounded up to 2 MiB), the bytes read
+  // The payload is the file's own mapping (the page cache's pages, mapped with huge pages), not a
+  // copy. When false after a mapping that the kernel gave small pages, mapped_huge_bytes says how
+  // much it did map huge (the weights were then copied into huge-page memory).
+  bool mapped = false;
+  long long mapped_huge_bytes = -1;
   std::vector<PreparedMatrix> matrices;
 };
 
@@ -58,8 +63,13 @@ std::filesystem::path default_weights_cache_dir();
 // The file of a key under dir: <fingerprint hex>-l<layout>-<simd>.kvw.
 std::filesystem::path weights_cache_file(const std::filesystem::path& dir, const WeightsCacheKey& key);
 
-// Reads the key's file under dir into huge-page memory, reading with `readers` threads (each
-// chunk's checksum is checked by the thread that read it). Errors: kNotFound when there is no
+// Maps the key's file under dir (MAP_SHARED, read-only, 2 MiB aligned, MADV_HUGEPAGE) and brings
+// its payload in with `readers` threads, each checking the checksums of the chunks it read. Where
+// the kernel maps it with huge pages (a file system with large folios, ext4 and XFS on recent
+// kernels, and pages the page cache read rather than had written) the payload stays the mapping:
+// no copy, no fresh memory to clear, and a warm start costs the checksums alone. Otherwise it is
+// copied into huge-page memory (or read there when the file cannot be mapped). The file must not
+// be changed in place while mapped (writers write a new file and rename it: store below). Errors: kNotFound when there is no
 // file; kCorrupt for a file that cannot be used, with a message naming the file and saying
 // "truncated", "stale (...)" or "damaged (...)"; kIoError when it cannot be read or the memory
 // not mapped.

@@ -90,7 +90,13 @@ TEST(WeightsCache, RoundTripsPayloadAndTable) {
     ASSERT_EQ(r->payload_bytes, bytes.size());
     ASSERT_GE(r->memory.size(), bytes.size());
     EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % kHugePageBytes, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % 4096, 0u);  // the payload's offset in the file
+    // Written, then read back from the disk (the writer drops its pages): the page cache holds it
+    // in 2 MiB folios, and the payload is the file's mapping, mapped with huge pages. (This needs
+    // a file system with large folios, ext4 or XFS on Linux 6.x: the project's machines.)
+    EXPECT_TRUE(r->mapped);
+    EXPECT_TRUE(r->memory.file_backed());
+    EXPECT_GE(r->memory.huge_bytes(), static_cast<long long>(bytes.size() / kHugePageBytes * kHugePageBytes) - 2 * static_cast<long long>(kHugePageBytes));
   }
   // Nothing but the file is left behind (the temporary was renamed).
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
@@ -122,6 +128,27 @@ TEST(WeightsCache, ColdFileReadsBackTheSame) {
   flip_byte(file, fs::file_size(file) - (std::uint64_t{20} << 20));  // in the second chunk
   evict_from_page_cache(file);
   EXPECT_NE(load_error(dir, key_of(7)).find("damaged (checksum mismatch in payload bytes 16777216.."), std::string::npos);
+}
+
+// A file whose pages came into the page cache by writes (small folios) is mapped with 4 KiB
+// pages: its weights are copied into huge-page memory instead, with the same bytes.
+TEST(WeightsCache, PagesTheKernelCannotMapHugeAreCopied) {
+  const fs::path dir = fresh_dir("small-pages");
+  const auto bytes = payload();
+  ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
+  const fs::path file = weights_cache_file(dir, key_of(7));
+  const fs::path rewritten = dir / "rewritten";
+  fs::copy_file(file, rewritten);  // written, so cached in small folios
+  fs::rename(rewritten, file);
+  auto r = load_prepared_weights(dir, key_of(7), 3);
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  EXPECT_FALSE(r->mapped);
+  EXPECT_GE(r->mapped_huge_bytes, 0);
+  EXPECT_LT(r->mapped_huge_bytes, static_cast<long long>(bytes.size()) / 2);
+  EXPECT_FALSE(r->memory.file_backed());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->memory.data()) % kHugePageBytes, 0u);
+  ASSERT_EQ(r->payload_bytes, bytes.size());
+  EXPECT_EQ(0, std::memcmp(r->memory.data(), bytes.data(), bytes.size()));
 }
 
 TEST(WeightsCache, MissingFileIsNotFound) {
