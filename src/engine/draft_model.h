@@ -90,6 +90,7 @@ class DraftModelDrafter {
   std::int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
 
   const BlockPool& pool() const { return pool_; }
+  void start_prefault() { pool_.start_prefault(); }  // with the target's (Engine::Impl::settle)
 
  private:
   // Gives kv blocks for n_tokens tokens; false (and kv released) when the pool has none left.

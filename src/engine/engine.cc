@@ -284,6 +284,7 @@ void Engine::Impl::idle_work() {
 void Engine::Impl::settle() {
   settled = true;
   pool.start_prefault();
+  if (drafter) drafter->start_prefault();
   if (options.on_settled) options.on_settled();
 }
 

@@ -265,8 +265,8 @@ Status Model::bind(const std::string& path, const ModelLoadOptions& options) {
   const auto fingerprint_start = std::chrono::steady_clock::now();
   const FingerprintProbe probe = probe_fingerprint(*file_);
   if (prepared_read_.valid() && probe.remembered != fingerprint_) {
-    // load() started reading the prepared file the sidecar named, and the probe says the sidecar
-    // is not this file's (replaced in place): that read is of no use. (Rare; waited for.)
+    // The read started above is of the file the sidecar named, and the probe says the sidecar is
+    // not this file's (replaced in place): that read is of no use. (Rare; waited for.)
     prepared_read_.wait();
     prepared_read_ = {};
   }

@@ -25,7 +25,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 void Model::start_prepared_read(const std::string& dir) {
   weights_cache_dir_ = dir;
   // Readers wait on the disk, not on the cores: eight keep enough reads in flight (on the 2-vCPU
-  // VM of BENCHMARKS.md's cold start, 1 GB read in 0.55-0.59 s to the first token with 8 against
+  // VM of BENCHMARKS.md's cold start, 1 GB read in 0.56-0.71 s to the first token with 8 against
   // 0.84-1.34 s with 2, page cache dropped).
   const int readers = 8;
   prepared_read_ = std::async(std::launch::async, [dir, key = cache_key(fingerprint_), readers] {
@@ -73,12 +73,12 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
   Expected<PreparedWeights> prepared = prepared_read_.get();
   std::string why;
   const bool mapped = prepared && prepared->mapped;
-  const long long small_pages = prepared ? prepared->mapped_huge_bytes : -1;
+  const long long huge_mapped = prepared ? prepared->mapped_huge_bytes : -1;
   if (prepared && bind_prepared(std::move(*prepared), &why)) {
     report_.prepare_seconds = seconds_since(start);
     report_.weights_cache = "read " + path + (mapped ? " (mapped)" : "");
-    if (!mapped && small_pages >= 0) {
-      report_.weights_cache += " (copied: the kernel mapped " + std::to_string(small_pages >> 20) +
+    if (!mapped && huge_mapped >= 0) {
+      report_.weights_cache += " (copied: the kernel mapped " + std::to_string(huge_mapped >> 20) +
                                " MiB of it with huge pages; its file system may lack large folios)";
     }
     return;
