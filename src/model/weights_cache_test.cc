@@ -137,8 +137,17 @@ TEST(WeightsCache, PagesTheKernelCannotMapHugeAreCopied) {
   const auto bytes = payload();
   ASSERT_TRUE(store_prepared_weights(dir, key_of(7), kTable, bytes).is_ok());
   const fs::path file = weights_cache_file(dir, key_of(7));
+  // Rewritten 4 KiB at a time: its pages come into the page cache by small writes (small folios).
   const fs::path rewritten = dir / "rewritten";
-  fs::copy_file(file, rewritten);  // written, so cached in small folios
+  {
+    std::ifstream in(file, std::ios::binary);
+    std::ofstream out(rewritten, std::ios::binary);
+    out.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: each write() is one 4 KiB page
+    std::vector<char> page(4096);
+    while (in.read(page.data(), static_cast<std::streamsize>(page.size())) || in.gcount() > 0) {
+      out.write(page.data(), in.gcount());
+    }
+  }
   fs::rename(rewritten, file);
   auto r = load_prepared_weights(dir, key_of(7), 3);
   ASSERT_TRUE(r.has_value()) << r.status().to_string();
