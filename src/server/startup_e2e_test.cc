@@ -127,6 +127,21 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
   EXPECT_NE(s->log().find("cost model (read from "), std::string::npos) << s->log();
 }
 
+// A first start stopped right after it listens, before the engine settles (0.5 s idle) and the
+// write would begin: the prepared file is written before the process exits, and read next time.
+TEST_F(StartupE2ETest, AStopRightAfterAFirstStartStillWritesThePreparedWeights) {
+  {
+    auto s = serve("stopped");
+    ASSERT_TRUE(s->ready());
+    EXPECT_EQ(s->stop(), 0);
+    EXPECT_NE(s->log().find("serve: weights cache: written in"), std::string::npos) << s->log();
+  }
+  ASSERT_EQ(cache_files().size(), 1u);
+  auto s = serve("after");
+  ASSERT_TRUE(s->ready());
+  EXPECT_NE(s->log().find("serve: weights cache: read " + cache_files()[0].string()), std::string::npos) << s->log();
+}
+
 TEST_F(StartupE2ETest, OffLeavesNoFile) {
   auto p = std::make_unique<ServeProcess>(model_, std::vector<std::string>{"--no-kv-store", "--weights-cache", "off"},
                                           dir_.path() + "/off.log");
