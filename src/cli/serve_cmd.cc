@@ -72,7 +72,9 @@ std::optional<StepCostParams> read_step_cost(const std::string& path) {
   return c;
 }
 
+// Writes nothing for coefficients that are all zero (read_step_cost would not take them back).
 void write_step_cost(const std::string& path, const StepCostParams& c) {
+  if (!(c.base_s > 0 || c.per_decode_row_s > 0 || c.per_row_s > 0 || c.per_pair_s > 0)) return;
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);  // a first start's cache
@@ -888,9 +890,7 @@ int serve_main(int argc, char** argv) {
         log_line("step budget: the cost model could not be measured (" + c.status().to_string() + "): no step budget");
         return;
       }
-      if (!step_cost_file.empty() && (c->base_s > 0 || c->per_decode_row_s > 0 || c->per_row_s > 0 || c->per_pair_s > 0)) {
-        write_step_cost(step_cost_file, *c);
-      }
+      if (!step_cost_file.empty()) write_step_cost(step_cost_file, *c);
       log_line("step budget: " + describe_step_cost(*c, step_cost_file.empty() ? "measured when idle"
                                                                              : "measured when idle, saved to " + step_cost_file));
     };

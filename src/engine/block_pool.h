@@ -92,7 +92,6 @@ class BlockPool {
   std::size_t prefaulted_bytes() const { return prefault_ ? prefault_->populated() : 0; }
   // Starts backing the whole storage on the prefaulter's thread (once; later calls do nothing).
   void start_prefault();
-  bool prefault_started() const { return prefault_started_; }
   // Started, and all of the storage backed (or the kernel cannot: then nothing more will be).
   bool prefault_done() const;
   int block_size() const { return view_.block_size; }

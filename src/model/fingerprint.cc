@@ -111,15 +111,21 @@ Digest sample_probe(const gguf::File& file) {
   return h.finish();
 }
 
-bool read_sidecar(const std::filesystem::path& p, const Digest& probe, Digest* out) {
+// The sidecar's probe and fingerprint, if it reads back whole with its magic.
+struct SidecarEntry {
+  Digest probe{};
+  Digest fingerprint{};
+};
+std::optional<SidecarEntry> read_sidecar(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) return false;
+  if (!in) return std::nullopt;
   char magic[sizeof kSidecarMagic];
-  Digest stored_probe{};
+  SidecarEntry e;
   in.read(magic, sizeof magic);
-  in.read(reinterpret_cast<char*>(stored_probe.data()), 32);
-  in.read(reinterpret_cast<char*>(out->data()), 32);
-  return in.gcount() == 32 && std::memcmp(magic, kSidecarMagic, sizeof magic) == 0 && stored_probe == probe;
+  in.read(reinterpret_cast<char*>(e.probe.data()), 32);
+  in.read(reinterpret_cast<char*>(e.fingerprint.data()), 32);
+  if (!in || std::memcmp(magic, kSidecarMagic, sizeof magic) != 0) return std::nullopt;
+  return e;
 }
 
 void write_sidecar(const std::filesystem::path& p, const Digest& probe, const Digest& d) {
@@ -143,22 +149,17 @@ FingerprintProbe probe_fingerprint(const gguf::File& file) {
   FingerprintProbe out;
   out.probe = sample_probe(file);
   const auto sidecar = sidecar_path(file.path());
-  Digest cached{};
-  if (!sidecar.empty() && read_sidecar(sidecar, out.probe, &cached)) out.remembered = cached;
+  if (sidecar.empty()) return out;
+  if (std::optional<SidecarEntry> e = read_sidecar(sidecar); e && e->probe == out.probe) out.remembered = e->fingerprint;
   return out;
 }
 
 std::optional<Digest> unverified_fingerprint(const std::string& model_path) {
   const auto sidecar = sidecar_path(model_path);
   if (sidecar.empty()) return std::nullopt;
-  std::ifstream in(sidecar, std::ios::binary);
-  char magic[sizeof kSidecarMagic];
-  Digest probe{}, d{};
-  in.read(magic, sizeof magic);
-  in.read(reinterpret_cast<char*>(probe.data()), 32);
-  in.read(reinterpret_cast<char*>(d.data()), 32);
-  if (!in || std::memcmp(magic, kSidecarMagic, sizeof magic) != 0) return std::nullopt;
-  return d;
+  std::optional<SidecarEntry> e = read_sidecar(sidecar);
+  if (!e) return std::nullopt;
+  return e->fingerprint;
 }
 
 Expected<Digest> model_fingerprint(const gguf::File& file, const ModelConfig& c) {

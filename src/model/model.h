@@ -268,6 +268,9 @@ class Model {
   // Takes the prepared file if there is a good one, else prepares the weights (and writes the file
   // unless deferred). Fills report_.
   void prepare_weights(const ModelLoadOptions& options);
+  // After a miss: report_.weights_cache = line + "written" (or "writing it" when the write is
+  // deferred: cache_write_due), or line + "cannot write it: ..." when the write fails.
+  void write_prepared(const std::string& line, const ModelLoadOptions& options);
   std::vector<kernels::WeightView*> weight_matrices();  // each distinct matrix once, in forward order
   std::vector<const kernels::WeightView*> weight_matrices() const;
 

@@ -54,13 +54,7 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
       report_.weights_cache = "first start of this file, prepared beside its fingerprint (" + path + " is there already)";
       return;
     }
-    report_.weights_cache = path + ": not there yet (first start of this file, prepared beside its fingerprint); " +
-                            (options.defer_weights_cache_write ? "writing it" : "written");
-    if (options.defer_weights_cache_write) {
-      report_.cache_write_due = true;
-    } else if (Status st = save_prepared_weights(); !st) {
-      report_.weights_cache = path + ": not there yet; prepared, cannot write it: " + st.message();
-    }
+    write_prepared(path + ": not there yet (first start of this file, prepared beside its fingerprint); ", options);
     return;
   }
   if (weights_cache_dir_.empty()) {
@@ -92,13 +86,17 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
     report_.weights_cache = why + "; the weights stay on the file mapping";
     return;
   }
-  report_.weights_cache = why + "; prepared again, " + (options.defer_weights_cache_write ? "writing it" : "written");
+  write_prepared(why + "; prepared again, ", options);
+  report_.prepare_seconds = seconds_since(start);
+}
+
+void Model::write_prepared(const std::string& line, const ModelLoadOptions& options) {
+  report_.weights_cache = line + (options.defer_weights_cache_write ? "writing it" : "written");
   if (options.defer_weights_cache_write) {
     report_.cache_write_due = true;
   } else if (Status st = save_prepared_weights(); !st) {
-    report_.weights_cache = why + "; prepared again, cannot write it: " + st.message();
+    report_.weights_cache = line + "cannot write it: " + st.message();
   }
-  report_.prepare_seconds = seconds_since(start);
 }
 
 bool Model::bind_prepared(PreparedWeights prepared, std::string* why) {
