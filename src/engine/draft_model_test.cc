@@ -75,9 +75,9 @@ class DraftModelTest : public ::testing::Test {
 
   // Submits the requests, max_queued in flight, and returns each one's result. A request whose
   // prompt begins with a whole block of the one before it is submitted once that one has finished,
-  // so that its prefix is in the pool: submitted together, both could be admitted in one step and
-  // both prefilled (how many come in before the first step depends on the machine's speed; on a
-  // 2-vCPU Zen 1 VM all fifty did, and no prefix was ever hit).
+  // so that its prefix is in the pool. Submitted together, the two can be admitted in one step and
+  // both prefilled: whether they are depends on the machine's speed (on a 2-vCPU Zen 1 VM every
+  // such pair was, and no prefix was ever hit).
   static std::vector<GenerationResult> run_all(Engine& engine, const std::vector<GenerationRequest>& requests) {
     std::mutex mu;
     std::condition_variable cv;
