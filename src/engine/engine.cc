@@ -240,6 +240,14 @@ void Engine::Impl::loop() {
       for (const auto& s : loading) deadline = std::min(deadline, s->load_deadline);
       if (loading.empty() && !settled) deadline = std::min(deadline, settle_at);
       if (loading.empty() && calibration_pending) deadline = std::min(deadline, calibrate_at);
+      if (!ready() && !unpublished_changes.empty()) {
+        // About to wait with key changes a subscriber's lock held back at the last step: no step
+        // may come to publish them, so publish them now, waiting for the log (the engine is idle).
+        lock.unlock();
+        options.kv_events->publish(unpublished_changes);
+        unpublished_changes.clear();
+        continue;
+      }
       bool idle = false;
       if (deadline == std::chrono::steady_clock::time_point::max()) {
         wake.wait(lock, ready);
@@ -539,9 +547,10 @@ void Engine::Impl::step() {
   account_step(shape, std::chrono::duration<double>(Clock::now() - t0).count() + step_install_s);
 }
 
-// The pool's key changes of the step just run, in one publish (one lock hold of the log). The
+// The pool's key changes of the step just run, in one publish (one lock hold of the log). A busy
 // engine never waits for the log: when a subscriber holds its lock, the changes wait for the next
-// step (in order; past kMaxUnpublished they are published with a wait, so memory stays bounded).
+// step (in order; past kMaxUnpublished they are published with a wait, so memory stays bounded),
+// or, when no step follows, are published with a wait before the engine idles (loop()).
 void Engine::Impl::publish_key_changes() {
   if (!options.kv_events) return;
   constexpr std::size_t kMaxUnpublished = 1 << 16;

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "cache/kv_events.h"
 #include "model/model.h"
 #include "modelgen/test_models.h"
 
@@ -46,6 +49,37 @@ class EngineTest : public ::testing::Test {
   static Model* model_;
 };
 Model* EngineTest::model_ = nullptr;
+
+// A subscriber that holds the event log's lock at the engine's last step makes that step's
+// try_publish fail; with no step after it, the engine publishes those key changes (waiting for the
+// lock) before it idles, or a router would never see them. Ten idle transitions with the lock
+// hammered by snapshots: before the fix, each left its last changes unpublished about half the time.
+TEST_F(EngineTest, KeyChangesHeldBackByASubscriberArePublishedBeforeTheEngineIdles) {
+  cache::KvEventLog log;
+  EngineOptions o;
+  o.kv_events = &log;
+  auto engine = make_engine(o);
+  for (int round = 0; round < 10; ++round) {
+    std::atomic<bool> stop{false};
+    std::thread subscriber([&] {
+      while (!stop.load()) (void)log.snapshot();
+    });
+    auto r = generate(*engine, greedy(prompt(48, 100 + round), 3));
+    stop = true;
+    subscriber.join();
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    bool published = false;
+    std::size_t in_log = 0;
+    std::int64_t cached = 0;
+    for (int i = 0; i < 200 && !published; ++i) {
+      in_log = log.snapshot().keys[static_cast<int>(cache::KvSource::kPool)].size();
+      cached = engine->stats().kv_blocks_cached;
+      published = cached > 0 && static_cast<std::int64_t>(in_log) == cached;
+      if (!published) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(published) << "round " << round << ": the log holds " << in_log << " pool keys, the pool caches " << cached << " blocks";
+  }
+}
 
 TEST_F(EngineTest, GeneratesMaxTokensAndReportsUsage) {
   auto engine = make_engine();
