@@ -361,5 +361,99 @@ TEST(BatchInvariance, OneStepChunksAndCacheHitGiveBitIdenticalLogprobs) {
   }
 }
 
+// A model loaded with prepare_in_background (how the server's first start loads it) answers from
+// the file mapping while its weights are copied, and the copy is swapped in while the engine
+// decodes: four concurrent greedy requests, the swap let go at the engine's tenth step, give the
+// tokens of a model prepared before serving, and so do the same prompts after the swap (their
+// prefixes then hits on KV computed before it). F32 weights keep their layout on every SIMD path,
+// so all of them go to the background copy. Under TSan: the engine thread's passes against the
+// copy thread's swap.
+TEST(EngineBackgroundWeights, SwapWhileDecodingChangesNoGreedyOutput) {
+  const std::string path = testing::test_model_path("tiny", gguf::TensorType::kF32);
+  auto prompt = [](int i) {
+    std::vector<TokenId> t;
+    for (int k = 0; k < 20 + 9 * i; ++k) t.push_back(static_cast<TokenId>((k * 37 + i * 101 + 3) % 200));
+    return t;
+  };
+  auto request = [&](int i) {
+    GenerationRequest r;
+    r.prompt = prompt(i);
+    r.max_tokens = 24;
+    r.stop_at_end_of_generation = false;
+    return r;
+  };
+  EngineOptions eo;
+  eo.n_ctx = 512;
+  eo.n_threads = 2;
+  std::vector<std::vector<TokenId>> expected;
+  {
+    auto prepared = Model::load(path);
+    ASSERT_TRUE(prepared.has_value()) << prepared.status().to_string();
+    auto engine = Engine::create(**prepared, eo);
+    ASSERT_TRUE(engine.has_value());
+    for (int i = 0; i < 4; ++i) expected.push_back(generate(**engine, request(i))->tokens);
+  }
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    void let_go() {
+      std::lock_guard lock(mu);
+      open = true;
+      cv.notify_all();
+    }
+  };
+  auto gate = std::make_shared<Gate>();
+  ModelLoadOptions o;
+  o.prepare_in_background = true;
+  o.before_weights_swap = [gate] {
+    std::unique_lock lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->open; });
+  };
+  auto loaded = Model::load(path, o);
+  ASSERT_TRUE(loaded.has_value()) << loaded.status().to_string();
+  const std::unique_ptr<Model> model = std::move(*loaded);
+  struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
+    std::shared_ptr<Gate> gate;
+    ~LetGoOnExit() { gate->let_go(); }
+  } let_go_on_exit{gate};
+  ASSERT_GT(model->load_report().background_bytes, 0u);
+  ASSERT_FALSE(model->weights_prepared());
+  auto created = Engine::create(*model, eo);
+  ASSERT_TRUE(created.has_value());
+  Engine& engine = **created;
+
+  std::atomic<bool> clients_done{false};
+  std::int64_t steps_at_swap = -1;
+  std::thread releaser([&] {
+    while (engine.stats().steps < 10 && !clients_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gate->let_go();
+    model->wait_weights_prepared();
+    steps_at_swap = engine.stats().steps;
+  });
+  std::vector<std::vector<TokenId>> got(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      auto r = generate(engine, request(i));
+      if (r) got[static_cast<std::size_t>(i)] = r->tokens;
+    });
+  }
+  for (auto& c : clients) c.join();
+  const std::int64_t steps_at_end = engine.stats().steps;
+  clients_done = true;
+  releaser.join();
+  EXPECT_TRUE(model->weights_prepared());
+  EXPECT_GE(steps_at_swap, 10);
+  EXPECT_LT(steps_at_swap, steps_at_end) << "the swap came after the last step: nothing decoded across it";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], expected[static_cast<std::size_t>(i)]) << "request " << i;
+  for (int i = 0; i < 4; ++i) {
+    auto again = generate(engine, request(i));
+    ASSERT_TRUE(again.has_value());
+    EXPECT_GT(again->cached_tokens, 0) << "request " << i;
+    EXPECT_EQ(again->tokens, expected[static_cast<std::size_t>(i)]) << "request " << i << " after the swap";
+  }
+}
+
 }  // namespace
 }  // namespace kvstash

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
+#include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "model/attention.h"
@@ -186,6 +188,8 @@ Status Model::forward(const ForwardBatch& batch, const KvPoolView& kv, float* lo
   const int T = static_cast<int>(batch.tokens.size());
   if (Status st = check_batch(batch, kv, c); !st) return st;
   if (T == 0) return Status::ok();
+  // A background copy of the weights swaps its views in between two passes, never during one.
+  std::shared_lock weights_in_place(weights_swap_);
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const int q_dim = nh * hd, kv_dim = nkv * hd, half = hd / 2;
   int ff = 0;  // the widest dense feed-forward

@@ -3,16 +3,23 @@
 // pages, and its batched forward pass over a paged KV cache. What each layer computes is the
 // ModelConfig's per-layer description (model_config.h); forward() walks it.
 //
-// Thread safety: a Model is immutable after load(); forward() may be called by one thread at a
-// time per KvStorage it writes.
+// Thread safety: a Model is immutable after load(), but for one swap: where load() left weights to
+// a background copy (ModelLoadOptions::prepare_in_background), the copy's thread points their views
+// at the copy under an exclusive lock that forward() holds shared for its whole pass, so the swap
+// falls between two passes. forward() may be called by one thread at a time per KvStorage it
+// writes; the other methods from any thread.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
+#include <shared_mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/huge_pages.h"
@@ -175,6 +182,18 @@ struct ModelLoadOptions {
   // On a cache miss: false (the default) writes the file before load() returns; true leaves it to
   // the caller's save_prepared_weights() (the server writes it after it starts listening).
   bool defer_weights_cache_write = false;
+  // With kHugePages, when this start prepares the weights (no good prepared file): false (the
+  // default) prepares every matrix before load() returns. true returns once the matrices whose
+  // prepared layout differs from the file's are prepared (the interleaved ones: the kernels give
+  // other bits on them, so they must be in place before the first pass) and copies the others into
+  // the huge-page memory on a thread of its own, at a low priority, while forward() reads them from
+  // the file mapping; they are swapped in between two passes. The same bytes under the same kernels:
+  // no result changes (model_test's BackgroundPreparation). weights_prepared() says when. The
+  // server's choice: a first start answers without waiting for that copy (issue 37).
+  bool prepare_in_background = false;
+  // Tests only: called on the preparing thread when the background copy is done, just before the
+  // swap (a test holds it there to run passes on both sides of the swap).
+  std::function<void()> before_weights_swap;
 };
 
 // How Model::load spent its time, for start-up logs and metrics.
@@ -190,6 +209,9 @@ struct ModelLoadReport {
   // wait for the hash after the copy, hashed_seconds the hash's own time.
   bool fingerprint_beside_copy = false;
   double hashed_seconds = 0;
+  // prepare_in_background: the bytes load() left to the background copy (0: none; everything
+  // was in place when load() returned).
+  std::size_t background_bytes = 0;
 };
 
 class Model {
@@ -223,8 +245,14 @@ class Model {
   // benchmarks that stream-read the very pages a decode step reads.
   std::span<const std::uint8_t> weight_memory() const { return {weights_.data(), weights_.size()}; }
   const ModelLoadReport& load_report() const { return report_; }
+  // False while the background copy of ModelLoadOptions::prepare_in_background runs (forward()
+  // then reads those weights from the file mapping, at the mapping's speed); true otherwise.
+  bool weights_prepared() const { return !background_.load(std::memory_order_acquire); }
+  // Waits until weights_prepared(); returns the background copy's seconds (0 when there was none).
+  double wait_weights_prepared() const;
   // Writes the prepared weights to the cache directory of the load options (through a temporary
-  // file renamed into place). Only reads the model, so it may run while forward() does. An error
+  // file renamed into place), after waiting for a background copy (wait_weights_prepared()). Only
+  // reads the model, so it may run while forward() does. An error
   // when there is no cache directory or the weights are not prepared (kInvalidArgument), or the
   // write fails (kIoError).
   Status save_prepared_weights() const;
@@ -254,11 +282,21 @@ class Model {
   };
   Model() = default;
   Status bind(const std::string& path, const ModelLoadOptions& options);
+  // A matrix left to the background copy: its bytes on the file mapping, and where they go.
+  struct PendingCopy {
+    kernels::WeightView* view;
+    const void* from;
+    std::uint8_t* to;
+    std::size_t bytes;
+  };
   // Copies every weight matrix into weights_ (in the order a forward pass reads them) and points
   // the views there; a matrix the SIMD path in use reads faster in its own layout is repacked on
   // the way (kernels::repack_for_decode: every quantized type and F16 on AVX-512). Leaves the views on the file mapping if
-  // the memory cannot be mapped.
-  void copy_weights_to_huge_pages();
+  // the memory cannot be mapped. With `background`, the matrices kept in their own layout are not
+  // copied: returned instead, their places in weights_ reserved, their views still on the mapping.
+  std::vector<PendingCopy> copy_weights_to_huge_pages(bool background = false);
+  // Starts the thread that copies `pending` and swaps the views over (prepare_in_background).
+  void start_background_copy(std::vector<PendingCopy> pending, std::function<void()> before_swap);
   // Binds the weight views to a prepared file's memory when its matrix table matches this
   // model's matrices on this SIMD path; false (views untouched) when it does not.
   bool bind_prepared(PreparedWeights prepared, std::string* why);
@@ -296,6 +334,13 @@ class Model {
   std::future<std::array<std::uint8_t, 32>> fingerprint_hash_;
   ModelLoadReport report_;
   int repacked_matrices_ = 0;
+  // The background copy (prepare_in_background): forward() holds weights_swap_ shared for a pass,
+  // the swap exclusive; background_ is true until the swap; background_done_ has the copy's
+  // seconds. Joined in ~Model, before the memory and the mapping go.
+  mutable std::shared_mutex weights_swap_;
+  std::atomic<bool> background_{false};
+  std::shared_future<double> background_done_;
+  std::thread background_copy_;
 };
 
 }  // namespace kvstash

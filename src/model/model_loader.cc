@@ -6,6 +6,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "model/architectures.h"
 #include "model/fingerprint.h"
@@ -149,7 +154,9 @@ int ForwardBatch::logit_rows() const {
   return rows;
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  if (background_copy_.joinable()) background_copy_.join();
+}
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
@@ -185,7 +192,7 @@ std::vector<kernels::WeightView*> Model::weight_matrices() {
   return out;
 }
 
-void Model::copy_weights_to_huge_pages() {
+std::vector<Model::PendingCopy> Model::copy_weights_to_huge_pages(bool background) {
   constexpr std::size_t kAlign = 64;  // each matrix starts on a cache line
   auto padded = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   const std::vector<kernels::WeightView*> matrices = weight_matrices();
@@ -194,9 +201,10 @@ void Model::copy_weights_to_huge_pages() {
     total += padded(std::max(kernels::repack_bytes(*w), w->row_bytes * static_cast<std::size_t>(w->rows)));
   }
   HugePageBuffer buffer = HugePageBuffer::allocate(total);
-  if (buffer.data() == nullptr) return;  // stays on the file mapping; the summary says so
+  if (buffer.data() == nullptr) return {};  // stays on the file mapping; the summary says so
   std::size_t at = 0;
   prepared_table_.clear();
+  std::vector<PendingCopy> pending;
   for (kernels::WeightView* w : matrices) {
     const std::size_t n = w->row_bytes * static_cast<std::size_t>(w->rows);
     const std::size_t begin = at;
@@ -204,6 +212,9 @@ void Model::copy_weights_to_huge_pages() {
       *w = kernels::repack_for_decode(*w, buffer.data() + at);
       ++repacked_matrices_;
       at += padded(repacked);
+    } else if (background) {
+      pending.push_back({w, w->data, buffer.data() + at, n});
+      at += padded(n);
     } else {
       std::memcpy(buffer.data() + at, w->data, n);
       w->data = buffer.data() + at;
@@ -214,6 +225,35 @@ void Model::copy_weights_to_huge_pages() {
   if (config_.tied_output) token_embd_ = output_;
   prepared_bytes_ = at;
   weights_ = std::move(buffer);
+  return pending;
+}
+
+void Model::start_background_copy(std::vector<PendingCopy> pending, std::function<void()> before_swap) {
+  for (const PendingCopy& p : pending) report_.background_bytes += p.bytes;
+  std::promise<double> done;
+  background_done_ = done.get_future().share();
+  background_.store(true, std::memory_order_release);
+  background_copy_ = std::thread([this, pending = std::move(pending), before_swap = std::move(before_swap),
+                                  done = std::move(done)]() mutable {
+    // Below the serving threads (a thread's nice value is its own on Linux): requests answered
+    // from the mapping meanwhile come first, and the copy still ends under load (the idle class
+    // would wait for an idle core that a busy server never has).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    const auto start = std::chrono::steady_clock::now();
+    for (const PendingCopy& p : pending) std::memcpy(p.to, p.from, p.bytes);
+    if (before_swap) before_swap();
+    {
+      std::unique_lock swap(weights_swap_);  // between two passes of forward()
+      for (const PendingCopy& p : pending) p.view->data = p.to;
+      if (config_.tied_output) token_embd_ = output_;
+    }
+    background_.store(false, std::memory_order_release);
+    done.set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+}
+
+double Model::wait_weights_prepared() const {
+  return background_done_.valid() ? background_done_.get() : 0.0;
 }
 
 std::string Model::weight_memory_summary() const {
@@ -225,6 +265,11 @@ std::string Model::weight_memory_summary() const {
   std::size_t bytes = 0;
   for (const kernels::WeightView* w : weight_matrices()) bytes += w->row_bytes * static_cast<std::size_t>(w->rows);
   if (weights_.data() == nullptr) return "weights: " + mib(static_cast<double>(bytes)) + " mapped from the file";
+  if (!weights_prepared()) {
+    return "weights: " + mib(static_cast<double>(bytes)) + " (" + mib(static_cast<double>(report_.background_bytes)) +
+           " read from the file mapping while a background thread copies them into huge-page memory" +
+           (repacked_matrices_ > 0 ? "; " + std::to_string(repacked_matrices_) + " matrices interleaved by 16 rows already)" : ")");
+  }
   const long long huge = weights_.huge_bytes();
   std::string s = "weights: " + mib(static_cast<double>(bytes)) +
                   (weights_.file_backed() ? " mapped from the prepared-weights file (" : " copied into huge-page memory (");

@@ -36,8 +36,14 @@ void Model::start_prepared_read(const std::string& dir) {
 void Model::prepare_weights(const ModelLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   weights_cache_dir_ = options.weights_cache_dir;
+  // Prepares the weights here, or (prepare_in_background) those that must be in place before the
+  // first pass, leaving the rest to a background copy.
+  auto prepare = [&] {
+    std::vector<PendingCopy> pending = copy_weights_to_huge_pages(options.prepare_in_background);
+    if (!pending.empty()) start_background_copy(std::move(pending), options.before_weights_swap);
+  };
   if (fingerprint_hash_.valid()) {  // a first start: copy while bind()'s hash runs, then take it
-    copy_weights_to_huge_pages();
+    prepare();
     report_.prepare_seconds = seconds_since(start);
     const auto wait_start = std::chrono::steady_clock::now();
     fingerprint_ = fingerprint_hash_.get();
@@ -58,7 +64,7 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
     return;
   }
   if (weights_cache_dir_.empty()) {
-    copy_weights_to_huge_pages();
+    prepare();
     report_.prepare_seconds = seconds_since(start);
     return;
   }
@@ -80,7 +86,7 @@ void Model::prepare_weights(const ModelLoadOptions& options) {
   if (!prepared) {
     why = prepared.status().code() == StatusCode::kNotFound ? path + ": not there yet" : prepared.status().message();
   }
-  copy_weights_to_huge_pages();
+  prepare();
   if (weights_.data() == nullptr) {  // no memory for the copy: nothing to write either
     report_.prepare_seconds = seconds_since(start);
     report_.weights_cache = why + "; the weights stay on the file mapping";
@@ -139,6 +145,7 @@ bool Model::bind_prepared(PreparedWeights prepared, std::string* why) {
 
 Status Model::save_prepared_weights() const {
   if (weights_cache_dir_.empty()) return invalid_argument("no prepared-weights cache directory");
+  wait_weights_prepared();
   if (weights_.data() == nullptr || prepared_table_.empty()) {
     return invalid_argument("the weights are used from the file mapping: nothing prepared to save");
   }

@@ -8,13 +8,16 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -235,8 +238,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const fs::path& cache
 }
 
 // Greedy decoding of n tokens after a short prompt, one token per forward pass; returns the
-// tokens and every step's logits.
-std::pair<std::vector<TokenId>, std::vector<float>> greedy(const Model& model, int n) {
+// tokens and every step's logits. after_step(step) runs after each pass.
+std::pair<std::vector<TokenId>, std::vector<float>> greedy(const Model& model, int n,
+                                                          const std::function<void(int)>& after_step = {}) {
   const ModelConfig& c = model.config();
   KvPoolView kv;
   kv.set_shape(c);
@@ -259,6 +263,7 @@ std::pair<std::vector<TokenId>, std::vector<float>> greedy(const Model& model, i
     const auto next = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     tokens.push_back(next);
     feed = {next};
+    if (after_step) after_step(step);
   }
   return {tokens, all_logits};
 }
@@ -402,6 +407,99 @@ TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
     ASSERT_TRUE(again);
     EXPECT_EQ(again->load_report().weights_cache.rfind("read ", 0), 0u) << again->load_report().weights_cache;
     EXPECT_EQ(greedy(*again, 6).first, expected.first);
+  }
+}
+
+// Serving while preparing (ModelLoadOptions::prepare_in_background, what the server asks for):
+// load() returns with the matrices that keep their file layout still on the file mapping, copies
+// them on a thread of its own, and swaps them in between two passes. The swap is held until a
+// decode has run four passes, then let go while it runs: every pass, before, during and after it,
+// gives the logits of a model prepared before load() returned, bit for bit (and, where this SIMD
+// path interleaves none of its matrices, those of the file mapping too). A first start (the
+// fingerprint hashed beside), its prepared file written after the swap and read back. F32 keeps
+// its layout on every path; F16 and Q4_K_M's Q6_K matrices on AVX2 (model_test_avx2); on AVX-512
+// those are interleaved before load() returns and nothing is left to the background.
+TEST(WeightsCacheModel, BackgroundCopyIsSwappedInBetweenPassesWithTheSameBits) {
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    void let_go() {
+      std::lock_guard lock(mu);
+      open = true;
+      cv.notify_all();
+    }
+  };
+  for (const std::string kind : {"f32", "f16", "q4_k_m"}) {
+    SCOPED_TRACE(kind);
+    const fs::path dir = fresh_dir("model-background-" + kind);
+    const fs::path path = dir / "model.gguf";  // a path never seen: a first start
+    fs::copy_file(kind == "f32" ? testing::test_model_path("tiny", gguf::TensorType::kF32) : test_model(kind), path);
+    auto gate = std::make_shared<Gate>();
+    std::atomic<bool> hook_ran{false};
+    ModelLoadOptions o;
+    o.prepare_in_background = true;
+    o.weights_cache_dir = (dir / "cache").string();
+    o.defer_weights_cache_write = true;
+    o.before_weights_swap = [gate, &hook_ran] {
+      hook_ran = true;
+      std::unique_lock lock(gate->mu);
+      gate->cv.wait(lock, [&] { return gate->open; });
+    };
+    auto loaded = Model::load(path.string(), o);
+    ASSERT_TRUE(loaded.has_value()) << loaded.status().to_string();
+    const std::unique_ptr<Model> m = std::move(*loaded);
+    struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
+      std::shared_ptr<Gate> gate;
+      ~LetGoOnExit() { gate->let_go(); }
+    } let_go_on_exit{gate};
+    // The references, loaded after it (the fingerprint is remembered from here on).
+    auto prepared = Model::load(path.string(), ModelLoadOptions{});
+    ASSERT_TRUE(prepared.has_value()) << prepared.status().to_string();
+    ModelLoadOptions mapping;
+    mapping.weights = WeightMemory::kFileMapping;
+    auto mapped = Model::load(path.string(), mapping);
+    ASSERT_TRUE(mapped.has_value()) << mapped.status().to_string();
+    const auto expected = greedy(**prepared, 12);
+    const ModelLoadReport& r = m->load_report();
+    EXPECT_TRUE(r.fingerprint_beside_copy);
+    EXPECT_EQ(m->fingerprint(), (*prepared)->fingerprint());
+    EXPECT_TRUE(r.cache_write_due);
+    const bool interleaves_none = (*prepared)->weight_memory_summary().find("interleaved") == std::string::npos;
+    if (kind == "f32" || (kind == "f16" && interleaves_none)) EXPECT_GT(r.background_bytes, 0u);
+    if (r.background_bytes > 0) {
+      EXPECT_FALSE(m->weights_prepared());
+      EXPECT_NE(m->weight_memory_summary().find("read from the file mapping while a background thread copies"),
+                std::string::npos) << m->weight_memory_summary();
+    } else {
+      EXPECT_TRUE(m->weights_prepared());
+    }
+    const auto got = greedy(*m, 12, [&](int step) {
+      if (step == 3) {
+        EXPECT_EQ(m->weights_prepared(), r.background_bytes == 0) << "swapped before it was let go";
+        gate->let_go();  // the swap now races the next passes
+      }
+      if (step == 7) m->wait_weights_prepared();  // the last four passes run after it
+    });
+    EXPECT_TRUE(m->weights_prepared());
+    EXPECT_EQ(hook_ran.load(), r.background_bytes > 0);
+    EXPECT_EQ(m->weight_memory_summary(), (*prepared)->weight_memory_summary());
+    EXPECT_EQ(got.first, expected.first);
+    ASSERT_EQ(got.second.size(), expected.second.size());
+    EXPECT_EQ(0, std::memcmp(got.second.data(), expected.second.data(), expected.second.size() * sizeof(float)))
+        << "the logits of some pass differ from the prepared model's";
+    if (interleaves_none) {
+      const auto from_mapping = greedy(**mapped, 12);
+      EXPECT_EQ(0, std::memcmp(from_mapping.second.data(), expected.second.data(), expected.second.size() * sizeof(float)))
+          << "the file mapping's logits differ from the copy's";
+    }
+    // The deferred write waits for the copy; a later start reads that file and decodes the same.
+    ASSERT_TRUE(m->save_prepared_weights().is_ok());
+    auto reader = load_model(path.string(), dir / "cache");
+    ASSERT_TRUE(reader);
+    EXPECT_EQ(reader->load_report().weights_cache.rfind("read ", 0), 0u) << reader->load_report().weights_cache;
+    EXPECT_EQ(reader->load_report().background_bytes, 0u);
+    EXPECT_EQ(greedy(*reader, 12).second, expected.second);
   }
 }
 
