@@ -730,8 +730,11 @@ int serve_main(int argc, char** argv) {
     }
     model_path = *demo;
   }
-  // The prepared-weights file of a first start is written after the server listens (below).
+  // The prepared-weights file of a first start is written after the server listens (below), and
+  // the weights that keep their file layout are copied into huge pages while it serves from the
+  // file mapping: the same bits, swapped in between two steps (model.h).
   model_load.defer_weights_cache_write = true;
+  model_load.prepare_in_background = true;
   auto startup = std::make_shared<server::StartupPhases>();
   Expected<std::unique_ptr<Model>> model = Model::load(model_path, model_load);
   if (!model) {
@@ -754,6 +757,24 @@ int serve_main(int argc, char** argv) {
     }
   }
   log_line("serve: " + (*model)->weight_memory_summary());
+  // The background copy's end, in the log and /metrics. Joined before the model goes (declared
+  // after it); the copy ends by itself.
+  struct Join {
+    std::thread thread;
+    ~Join() {
+      if (thread.joinable()) thread.join();
+    }
+  } weights_swap_watch;
+  if (!(*model)->weights_prepared()) {
+    startup->set_weights_preparing(true);
+    weights_swap_watch.thread = std::thread([&m = **model, startup] {
+      char line[160];
+      std::snprintf(line, sizeof line, "serve: weights: copied into huge-page memory in %.3f s in the background, swapped in",
+                    m.wait_weights_prepared());
+      startup->set_weights_preparing(false);
+      log_line(line);
+    });
+  }
   std::unique_ptr<Model> draft_model;  // outlives the engine (declared before it)
   engine_options.pool_pin_max_share = cache_flags.pin_max_share;
   if (Status st = load_draft_model(model_draft, model_load, engine_options.speculative, draft_model); !st) {
@@ -883,7 +904,9 @@ int serve_main(int argc, char** argv) {
     // calibration forwards would come before the first answer (issue 37). Not while the prepared
     // weights are written (their copy would slow the timed forwards).
     engine_options.calibrate_when_idle = true;
-    engine_options.calibration_may_start = [startup] { return !startup->weights_cache_writing(); };
+    engine_options.calibration_may_start = [startup] {
+      return !startup->weights_cache_writing() && !startup->weights_preparing();
+    };
     engine_options.on_step_cost_measured = [step_cost_file, startup](const Expected<StepCostParams>& c) {
       startup->set_step_cost_pending(false);
       if (!c) {

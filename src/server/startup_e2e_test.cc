@@ -69,6 +69,14 @@ TEST_F(StartupE2ETest, SecondStartReadsThePreparedWeightsAndAnswersTheSame) {
     EXPECT_NE(s->log().find("cost model measured in the first idle second"), std::string::npos) << s->log();
     first_answer = greedy(*s);
     ASSERT_FALSE(first_answer.is_null()) << s->last_error();
+    // Where the SIMD path keeps F16's layout (AVX2), the weights are answered from the file mapping
+    // while a thread copies them into huge pages, then swapped in (the answers of the later starts,
+    // from the prepared file, are this one's: asserted below). The tiny model's copy may be done
+    // before the log line.
+    if (s->log().find("while a background thread copies them into huge-page memory") != std::string::npos) {
+      ASSERT_TRUE(log_eventually_has(*s, "serve: weights: copied into huge-page memory in")) << s->log();
+      EXPECT_EQ(s->metric("kvstash_startup_weights_preparing"), 0);
+    }
     ASSERT_TRUE(log_eventually_has(*s, "serve: weights cache: written in")) << s->log();
     EXPECT_EQ(s->metric("kvstash_startup_weights_cache_writing"), 0);
     ASSERT_TRUE(log_eventually_has(*s, "cost model (measured when idle, saved to ")) << s->log();

@@ -45,6 +45,9 @@ std::string StartupPhases::render_metrics() const {
   out.gauge("kvstash_startup_seconds", "Seconds from the start of loading the model to listening", total);
   out.gauge("kvstash_startup_weights_cache_writing",
             "1 while the prepared weights are being written to the cache after start-up", weights_cache_writing_.load());
+  out.gauge("kvstash_startup_weights_preparing",
+            "1 while weights are copied into huge pages in the background, answered from the file mapping meanwhile",
+            weights_preparing_.load());
   out.gauge("kvstash_step_cost_pending",
             "1 until the step budget's cost model is measured (a first start measures it when idle; no budget applies until then)",
             step_cost_pending_.load());

@@ -2,7 +2,8 @@
 // preparing (or reading) the weights, opening the KV store's index, allocating the KV pool and
 // starting to listen each took, for the start-up log line and the /metrics gauges
 // kvstash_startup_phase_seconds{phase="..."} and kvstash_startup_seconds; and whether the
-// prepared-weights file is still being written after the server started listening.
+// prepared-weights file is still being written, or weights still copied, after the server started
+// listening.
 //
 // Thread safety: every method may be called from any thread (a mutex guards the phases); /metrics
 // renders while serve still records its last phases and the weights writer finishes.
@@ -27,6 +28,10 @@ class StartupPhases {
   std::string render_metrics() const;
   void set_weights_cache_writing(bool writing) { weights_cache_writing_ = writing; }
   bool weights_cache_writing() const { return weights_cache_writing_; }
+  // kvstash_startup_weights_preparing: 1 while weights are copied into huge pages in the background
+  // (ModelLoadOptions::prepare_in_background) and served from the file mapping meanwhile.
+  void set_weights_preparing(bool preparing) { weights_preparing_ = preparing; }
+  bool weights_preparing() const { return weights_preparing_; }
   // kvstash_step_cost_pending: 1 while the step budget's cost model is still to be measured (a
   // first start measures it when idle; no step budget applies until then).
   void set_step_cost_pending(bool pending) { step_cost_pending_ = pending; }
@@ -35,6 +40,7 @@ class StartupPhases {
   mutable std::mutex mu_;
   std::vector<std::pair<std::string, double>> phases_;  // guarded by mu_
   std::atomic<bool> weights_cache_writing_{false};
+  std::atomic<bool> weights_preparing_{false};
   std::atomic<bool> step_cost_pending_{false};
 };
 

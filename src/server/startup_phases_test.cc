@@ -26,6 +26,9 @@ TEST(StartupPhases, MetricsHaveAGaugePerPhase) {
   EXPECT_NE(text.find("kvstash_startup_weights_cache_writing 0\n"), std::string::npos) << text;
   p.set_weights_cache_writing(true);
   EXPECT_NE(p.render_metrics().find("kvstash_startup_weights_cache_writing 1\n"), std::string::npos);
+  EXPECT_NE(text.find("kvstash_startup_weights_preparing 0\n"), std::string::npos) << text;
+  p.set_weights_preparing(true);
+  EXPECT_NE(p.render_metrics().find("kvstash_startup_weights_preparing 1\n"), std::string::npos);
 }
 
 }  // namespace
