@@ -253,7 +253,8 @@ void Model::start_background_copy(std::vector<PendingCopy> pending, std::functio
 }
 
 double Model::wait_weights_prepared() const {
-  return background_done_.valid() ? background_done_.get() : 0.0;
+  const std::shared_future<double> done = background_done_;  // a copy per waiting thread
+  return done.valid() ? done.get() : 0.0;
 }
 
 std::string Model::weight_memory_summary() const {
