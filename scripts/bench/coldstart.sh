@@ -7,7 +7,9 @@
 #
 # Modes: "prepared" (the default flags, after one start has written the prepared weights),
 # "first" (the default flags on a very first start: the model under a path never seen, a hard link
-# of it, so no fingerprint is remembered, and an empty weights cache), "no-cache" (--weights-cache
+# of it, so no fingerprint is remembered, and an empty weights cache; with FIRST_BEFORE=1 also
+# "first-before", the same with --prepare-before-serving: every weight copied before listening, as
+# before the background copy), "no-cache" (--weights-cache
 # off: every start copies and interleaves the weights, as before issue 37; the fingerprint
 # remembered), "mmap" (--mmap-weights), and llama-server on the same file when LLAMA_SERVER names
 # one. The modes take turns within each run (each mode's cold start, then its warm one), so that
@@ -55,7 +57,7 @@ declare -A cmd
 cmd[prepared]="${kvstash[*]} --weights-cache $cache_dir"
 cmd[no-cache]="${kvstash[*]} --weights-cache off"
 cmd[mmap]="${kvstash[*]} --mmap-weights"
-modes=(prepared first no-cache mmap)
+modes=(prepared first ${FIRST_BEFORE:+first-before} no-cache mmap)
 if [ -n "${LLAMA_SERVER:-}" ] && [ -x "$LLAMA_SERVER" ]; then
   cmd[llama-server]="$LLAMA_SERVER -m $model --host 127.0.0.1 --port $port -c 4096 -np 1"
   modes+=(llama-server)
@@ -73,14 +75,15 @@ for r in $(seq "$runs"); do
     for cache in cold warm; do  # warm: the page cache as the same mode's cold start left it
       [ "$cache" = cold ] && [ "$can_drop" = 0 ] && continue
       line=${cmd[$mode]:-}
-      if [ "$mode" = first ]; then  # a path never seen (no fingerprint sidecar), nothing prepared
-        ln -f "$model" "$work/first-$r-$cache.gguf"
-        line="${kvstash[*]/$model/$work/first-$r-$cache.gguf} --weights-cache $work/first-$r-$cache"
+      if [ "$mode" = first ] || [ "$mode" = first-before ]; then  # a path never seen (no fingerprint sidecar), nothing prepared
+        ln -f "$model" "$work/$mode-$r-$cache.gguf"
+        line="${kvstash[*]/$model/$work/$mode-$r-$cache.gguf} --weights-cache $work/$mode-$r-$cache"
+        [ "$mode" = first-before ] && line+=" --prepare-before-serving"
       fi
       [ "$cache" = cold ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
       # shellcheck disable=SC2086
       echo "$mode $cache $r $(start_once $line)"
-      [ "$mode" = first ] && rm -rf "$work/first-$r-$cache.gguf" "$work/first-$r-$cache"
+      case "$mode" in first*) rm -rf "$work/$mode-$r-$cache.gguf" "$work/$mode-$r-$cache";; esac
     done
   done
 done

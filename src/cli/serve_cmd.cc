@@ -624,6 +624,12 @@ int serve_main(int argc, char** argv) {
                  "Age after which a response record is a miss: 3600, 30m, 12h, 7d; also its redis expiry (default: none)");
   ModelLoadOptions model_load;
   add_model_load_flags(app, model_load);
+  bool prepare_before_serving = false;
+  app.add_flag("--prepare-before-serving", prepare_before_serving,
+               "when this start prepares the weights (a first start, no usable prepared file), copy every matrix into "
+               "huge pages before listening; by default the ones that keep their file layout are copied while the "
+               "server already answers from the file mapping (the same bits; decode at the mapping's speed until the "
+               "swap: docs/startup.md)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -734,7 +740,7 @@ int serve_main(int argc, char** argv) {
   // the weights that keep their file layout are copied into huge pages while it serves from the
   // file mapping: the same bits, swapped in between two steps (model.h).
   model_load.defer_weights_cache_write = true;
-  model_load.prepare_in_background = true;
+  model_load.prepare_in_background = !prepare_before_serving;
   auto startup = std::make_shared<server::StartupPhases>();
   Expected<std::unique_ptr<Model>> model = Model::load(model_path, model_load);
   if (!model) {
