@@ -22,12 +22,15 @@
 // speculation: its window layers' KV is freed as sequences grow, and every output must still be
 // the request's alone. About a third of the requests pin a prefix of their prompt (prompt caching,
 // block_pool.h pins): pinned blocks are kept over unpinned ones in these tight pools and evicted
-// when nothing else is left, and no output may change.
+// when nothing else is left, and no output may change. One configuration runs each seed on a model
+// whose weights are still being copied in the background (a server's first start) and swaps them
+// in at a step of the seed's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -135,8 +138,10 @@ struct Outcome {
 // counters) follows it; read at once, the stats could miss that step. (Waiting until the stats'
 // decoding steps equalled the records' was not enough: read before that step's accounting, both
 // still agreed on the steps before it.)
+// also_on_step: called on the engine thread before each step too, with the step's number.
 std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workload& w, EngineOptions options, EngineStats* stats_out,
-                                               bool settle_last_step = false) {
+                                               bool settle_last_step = false,
+                                               const std::function<void(std::int64_t)>& also_on_step = {}) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Outcome>> out(w.requests.size());
@@ -167,6 +172,7 @@ std::vector<std::vector<Outcome>> run_workload(const Model& model, const Workloa
   // Arrivals and cancellations due at this step; the engine thread calls this before each step.
   std::int64_t step_base = 0;  // steps run before the engine went idle (arrivals are relative to work)
   options.on_step = [&](std::int64_t step) {
+    if (also_on_step) also_on_step(step);
     std::lock_guard<std::mutex> lock(mu);
     while (next < w.requests.size() && w.requests[next].arrival_step <= step + step_base) submit(next++);
     for (std::size_t i = 0; i < next; ++i) {
@@ -217,6 +223,9 @@ class SchedulerStressTest : public ::testing::Test {
     auto m = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF16));
     ASSERT_TRUE(m.has_value()) << m.status().to_string();
     model_ = std::move(m.value()).release();
+    auto f = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF32));
+    ASSERT_TRUE(f.has_value()) << f.status().to_string();
+    f32_model_ = std::move(f.value()).release();
     auto d = Model::load(testing::test_model_path("tiny", gguf::TensorType::kQ8_0));
     ASSERT_TRUE(d.has_value()) << d.status().to_string();
     draft_model_ = std::move(d.value()).release();
@@ -239,6 +248,7 @@ class SchedulerStressTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete model_;
+    delete f32_model_;
     delete draft_model_;
     delete window_model_;
     grammar_.reset();
@@ -273,7 +283,7 @@ class SchedulerStressTest : public ::testing::Test {
   }
 
   enum class Config { kNoPrefixCache, kPrefixCache, kPrefixCacheAndStore, kKvBudget, kStepBudget, kSpeculative, kDraftModel,
-                      kWindowModel };
+                      kWindowModel, kBackgroundWeights };
 
   // Config::kStepBudget: the step-time budget at its default factor on fixed coefficients (not
   // refined online, so a seed replays the same schedule): about 1 ms of base, 0.1 ms per row, and
@@ -329,7 +339,12 @@ class SchedulerStressTest : public ::testing::Test {
     std::int64_t budgeted_steps = 0, cut_steps = 0, forced_steps = 0, installs_beside_decoding = 0;
     const KvBudgetOptions budget = config == Config::kKvBudget ? stress_budget() : KvBudgetOptions{};
     const bool windowed = config == Config::kWindowModel;
-    const Model& model = windowed ? *window_model_ : *model_;
+    // kBackgroundWeights: the expected outputs from the F32 model prepared at load; each seed's
+    // run on a fresh load of it whose weights are copied in the background (the server's start,
+    // model.h) and swapped in at a step of the seed's.
+    const bool background = config == Config::kBackgroundWeights;
+    const Model& model = windowed ? *window_model_ : background ? *f32_model_ : *model_;
+    std::int64_t swapped_mid_run = 0;
     const auto& used_grammar = windowed ? window_grammar_ : grammar_;
     const bool speculative = config == Config::kSpeculative || windowed;
     std::int64_t window_freed = 0;  // seeds whose window layers held fewer blocks than the others
@@ -358,7 +373,31 @@ class SchedulerStressTest : public ::testing::Test {
         o.chunk_tokens = 2 * kBlock;
       }
       EngineStats stats;
-      const auto got = run_workload(model, w, o, &stats, /*settle_last_step=*/config == Config::kStepBudget);
+      std::vector<std::vector<Outcome>> got;
+      if (background) {
+        auto gate = std::make_shared<SwapGate>();
+        ModelLoadOptions lo;
+        lo.prepare_in_background = true;
+        lo.before_weights_swap = [gate] { gate->wait(); };
+        auto fresh = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF32), lo);
+        ASSERT_TRUE(fresh.has_value()) << fresh.status().to_string();
+        const std::unique_ptr<Model> m = std::move(*fresh);
+        SwapGate::LetGoOnExit let_go_on_exit{gate};
+        ASSERT_FALSE(m->weights_prepared()) << "nothing left to the background copy: the config proves nothing";
+        const std::int64_t swap_step = 3 + static_cast<std::int64_t>(seed % 29);
+        bool let_go = false;
+        got = run_workload(*m, w, o, &stats, false, [&](std::int64_t step) {
+          if (!let_go && step >= swap_step) {
+            let_go = true;
+            gate->let_go();
+          }
+        });
+        swapped_mid_run += let_go;
+        gate->let_go();
+        m->wait_weights_prepared();
+      } else {
+        got = run_workload(model, w, o, &stats, /*settle_last_step=*/config == Config::kStepBudget);
+      }
       window_freed += stats.kv_window_blocks_peak < stats.kv_blocks_used_peak;
       // While sequences decode, no step is planned over its budget, but for the oldest prefill's
       // minimum progress (one block).
@@ -459,6 +498,11 @@ class SchedulerStressTest : public ::testing::Test {
       EXPECT_GT(forced_steps, 0) << "no prefill ever needed its minimum progress";
       EXPECT_GT(installs_beside_decoding, 0) << "no store install beside decoding sequences";
     }
+    if (background) {
+      std::printf("  %lld of %d seeds swapped the weights in while their workload ran\n", static_cast<long long>(swapped_mid_run),
+                  n_seeds);
+      EXPECT_GT(swapped_mid_run, 0) << "no swap while the engine ran: the background copy went unchecked";
+    }
     if (windowed) {
       std::printf("  %lld seeds freed window layers' KV\n", static_cast<long long>(window_freed));
       EXPECT_GT(window_freed, 0) << "no window layers' KV freed: the window model went unchecked";
@@ -501,12 +545,33 @@ class SchedulerStressTest : public ::testing::Test {
     const char* n = std::getenv("KVSTASH_STRESS_SEEDS");
     return n ? std::atoi(n) : 100;
   }
+  // Holds a background copy's swap until let go (kBackgroundWeights).
+  struct SwapGate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    void wait() {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return open; });
+    }
+    void let_go() {
+      std::lock_guard lock(mu);
+      open = true;
+      cv.notify_all();
+    }
+    struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
+      std::shared_ptr<SwapGate> gate;
+      ~LetGoOnExit() { gate->let_go(); }
+    };
+  };
   static Model* model_;
+  static Model* f32_model_;
   static Model* draft_model_;
   static Model* window_model_;
   static std::shared_ptr<const grammar::CompiledGrammar> grammar_, window_grammar_;
 };
 Model* SchedulerStressTest::model_ = nullptr;
+Model* SchedulerStressTest::f32_model_ = nullptr;
 Model* SchedulerStressTest::draft_model_ = nullptr;
 Model* SchedulerStressTest::window_model_ = nullptr;
 std::shared_ptr<const grammar::CompiledGrammar> SchedulerStressTest::grammar_;
@@ -538,6 +603,14 @@ TEST_F(SchedulerStressTest, WithStepBudget) { run_seeds(Config::kStepBudget, fir
 TEST_F(SchedulerStressTest, WindowModelWithPrefixCacheStoreAndSpeculation) {
   // A quarter of the seeds (its model is larger), at least the 6 that reuse a prefix (one seed when replaying one).
   run_seeds(Config::kWindowModel, first_seed(), std::getenv("KVSTASH_STRESS_SEED") ? 1 : std::max(6, n_seeds() / 4));
+}
+
+// Serve while preparing (model.h, prepare_in_background) with the prefix cache: each seed loads
+// the F32 tiny model (its layout kept on every SIMD path: all of it copied in the background) and
+// lets the swap go at a step of its own, under preemption, hits, forks and constrained requests;
+// every output must be the request's alone on the model prepared at load. A quarter of the seeds.
+TEST_F(SchedulerStressTest, WithPrefixCacheAcrossTheBackgroundWeightSwap) {
+  run_seeds(Config::kBackgroundWeights, first_seed(), std::getenv("KVSTASH_STRESS_SEED") ? 1 : std::max(2, n_seeds() / 4));
 }
 
 }  // namespace

@@ -188,7 +188,7 @@ struct ModelLoadOptions {
   // other bits on them, so they must be in place before the first pass) and copies the others into
   // the huge-page memory on a thread of its own, at a low priority, while forward() reads them from
   // the file mapping; they are swapped in between two passes. The same bytes under the same kernels:
-  // no result changes (model_test's BackgroundPreparation). weights_prepared() says when. The
+  // no result changes (weights_cache_test's BackgroundCopyIsSwappedInBetweenPassesWithTheSameBits). weights_prepared() says when. The
   // server's choice: a first start answers without waiting for that copy (issue 37).
   bool prepare_in_background = false;
   // Tests only: called on the preparing thread when the background copy is done, just before the

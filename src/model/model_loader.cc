@@ -245,7 +245,7 @@ void Model::start_background_copy(std::vector<PendingCopy> pending, std::functio
     {
       std::unique_lock swap(weights_swap_);  // between two passes of forward()
       for (const PendingCopy& p : pending) p.view->data = p.to;
-      if (config_.tied_output) token_embd_ = output_;
+      if (config_.tied_output) token_embd_.data = output_.data;  // the one field that moved
     }
     background_.store(false, std::memory_order_release);
     done.set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
