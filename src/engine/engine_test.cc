@@ -12,6 +12,7 @@
 
 #include "cache/kv_events.h"
 #include "model/model.h"
+#include "model/swap_gate_for_test.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -393,30 +394,14 @@ TEST(EngineBackgroundWeights, SwapWhileDecodingChangesNoGreedyOutput) {
     ASSERT_TRUE(engine.has_value());
     for (int i = 0; i < 4; ++i) expected.push_back(generate(**engine, request(i))->tokens);
   }
-  struct Gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    void let_go() {
-      std::lock_guard lock(mu);
-      open = true;
-      cv.notify_all();
-    }
-  };
-  auto gate = std::make_shared<Gate>();
+  auto gate = std::make_shared<testing::SwapGate>();
   ModelLoadOptions o;
   o.prepare_in_background = true;
-  o.before_weights_swap = [gate] {
-    std::unique_lock lock(gate->mu);
-    gate->cv.wait(lock, [&] { return gate->open; });
-  };
+  o.before_weights_swap = [gate] { gate->wait(); };
   auto loaded = Model::load(path, o);
   ASSERT_TRUE(loaded.has_value()) << loaded.status().to_string();
   const std::unique_ptr<Model> model = std::move(*loaded);
-  struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
-    std::shared_ptr<Gate> gate;
-    ~LetGoOnExit() { gate->let_go(); }
-  } let_go_on_exit{gate};
+  testing::SwapGate::LetGoOnExit let_go_on_exit{gate};
   ASSERT_GT(model->load_report().background_bytes, 0u);
   ASSERT_FALSE(model->weights_prepared());
   auto created = Engine::create(*model, eo);

@@ -43,6 +43,7 @@
 #include "grammar/token_matcher.h"
 #include "kernels/simd_dispatch.h"
 #include "model/model.h"
+#include "model/swap_gate_for_test.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -375,14 +376,14 @@ class SchedulerStressTest : public ::testing::Test {
       EngineStats stats;
       std::vector<std::vector<Outcome>> got;
       if (background) {
-        auto gate = std::make_shared<SwapGate>();
+        auto gate = std::make_shared<testing::SwapGate>();
         ModelLoadOptions lo;
         lo.prepare_in_background = true;
         lo.before_weights_swap = [gate] { gate->wait(); };
         auto fresh = Model::load(testing::test_model_path("tiny", gguf::TensorType::kF32), lo);
         ASSERT_TRUE(fresh.has_value()) << fresh.status().to_string();
         const std::unique_ptr<Model> m = std::move(*fresh);
-        SwapGate::LetGoOnExit let_go_on_exit{gate};
+        testing::SwapGate::LetGoOnExit let_go_on_exit{gate};
         ASSERT_FALSE(m->weights_prepared()) << "nothing left to the background copy: the config proves nothing";
         const std::int64_t swap_step = 3 + static_cast<std::int64_t>(seed % 29);
         bool let_go = false;
@@ -545,25 +546,6 @@ class SchedulerStressTest : public ::testing::Test {
     const char* n = std::getenv("KVSTASH_STRESS_SEEDS");
     return n ? std::atoi(n) : 100;
   }
-  // Holds a background copy's swap until let go (kBackgroundWeights).
-  struct SwapGate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    void wait() {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return open; });
-    }
-    void let_go() {
-      std::lock_guard lock(mu);
-      open = true;
-      cv.notify_all();
-    }
-    struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
-      std::shared_ptr<SwapGate> gate;
-      ~LetGoOnExit() { gate->let_go(); }
-    };
-  };
   static Model* model_;
   static Model* f32_model_;
   static Model* draft_model_;

@@ -11,18 +11,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/swap_gate_for_test.h"
 #include "modelgen/test_models.h"
 
 namespace kvstash {
@@ -420,22 +419,12 @@ TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
 // its layout on every path; F16 and Q4_K_M's Q6_K matrices on AVX2 (model_test_avx2); on AVX-512
 // those are interleaved before load() returns and nothing is left to the background.
 TEST(WeightsCacheModel, BackgroundCopyIsSwappedInBetweenPassesWithTheSameBits) {
-  struct Gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    void let_go() {
-      std::lock_guard lock(mu);
-      open = true;
-      cv.notify_all();
-    }
-  };
   for (const std::string kind : {"f32", "f16", "q4_k_m"}) {
     SCOPED_TRACE(kind);
     const fs::path dir = fresh_dir("model-background-" + kind);
     const fs::path path = dir / "model.gguf";  // a path never seen: a first start
     fs::copy_file(kind == "f32" ? testing::test_model_path("tiny", gguf::TensorType::kF32) : test_model(kind), path);
-    auto gate = std::make_shared<Gate>();
+    auto gate = std::make_shared<testing::SwapGate>();
     std::atomic<bool> hook_ran{false};
     ModelLoadOptions o;
     o.prepare_in_background = true;
@@ -443,16 +432,12 @@ TEST(WeightsCacheModel, BackgroundCopyIsSwappedInBetweenPassesWithTheSameBits) {
     o.defer_weights_cache_write = true;
     o.before_weights_swap = [gate, &hook_ran] {
       hook_ran = true;
-      std::unique_lock lock(gate->mu);
-      gate->cv.wait(lock, [&] { return gate->open; });
+      gate->wait();
     };
     auto loaded = Model::load(path.string(), o);
     ASSERT_TRUE(loaded.has_value()) << loaded.status().to_string();
     const std::unique_ptr<Model> m = std::move(*loaded);
-    struct LetGoOnExit {  // an early return must not leave ~Model joining a held swap
-      std::shared_ptr<Gate> gate;
-      ~LetGoOnExit() { gate->let_go(); }
-    } let_go_on_exit{gate};
+    testing::SwapGate::LetGoOnExit let_go_on_exit{gate};
     // The references, loaded after it (the fingerprint is remembered from here on).
     auto prepared = Model::load(path.string(), ModelLoadOptions{});
     ASSERT_TRUE(prepared.has_value()) << prepared.status().to_string();
