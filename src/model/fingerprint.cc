@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "common/thread_pool.h"
 
@@ -172,9 +172,14 @@ Digest hash_fingerprint(const gguf::File& file, const ModelConfig& c, const Dige
   const auto sidecar = sidecar_path(file.path());
   const auto& tensors = file.tensors();
   std::vector<Digest> tensor_digests(tensors.size());
-  default_thread_pool().run(static_cast<int>(tensors.size()), [&](int i) {
-    const auto& t = tensors[static_cast<std::size_t>(i)];
-    tensor_digests[static_cast<std::size_t>(i)] = sha256(t.data, t.n_bytes);
+  // Largest first: the threads take the tensors in turn, and the embedding matrix (a quarter of a
+  // small model's bytes) taken last would leave the other threads idle while one hashes it.
+  std::vector<std::size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensors[a].n_bytes > tensors[b].n_bytes; });
+  default_thread_pool().run(static_cast<int>(tensors.size()), [&](int task) {
+    const std::size_t i = order[static_cast<std::size_t>(task)];
+    tensor_digests[i] = sha256(tensors[i].data, tensors[i].n_bytes);
   });
   Sha256 h;
   h.update("kvstash-model-v1").update_u32(static_cast<std::uint32_t>(c.architecture.size())).update(c.architecture);
