@@ -75,11 +75,11 @@ for r in $(seq "$runs"); do
     for cache in cold warm; do  # warm: the page cache as the same mode's cold start left it
       [ "$cache" = cold ] && [ "$can_drop" = 0 ] && continue
       line=${cmd[$mode]:-}
-      if [ "$mode" = first ] || [ "$mode" = first-before ]; then  # a path never seen (no fingerprint sidecar), nothing prepared
+      case "$mode" in first*)  # a path never seen (no fingerprint sidecar), nothing prepared
         ln -f "$model" "$work/$mode-$r-$cache.gguf"
         line="${kvstash[*]/$model/$work/$mode-$r-$cache.gguf} --weights-cache $work/$mode-$r-$cache"
-        [ "$mode" = first-before ] && line+=" --prepare-before-serving"
-      fi
+        [ "$mode" = first-before ] && line+=" --prepare-before-serving";;
+      esac
       [ "$cache" = cold ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
       # shellcheck disable=SC2086
       echo "$mode $cache $r $(start_once $line)"

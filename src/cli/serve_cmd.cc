@@ -765,15 +765,10 @@ int serve_main(int argc, char** argv) {
   log_line("serve: " + (*model)->weight_memory_summary());
   // The background copy's end, in the log and /metrics. Joined before the model goes (declared
   // after it); the copy ends by itself.
-  struct Join {
-    std::thread thread;
-    ~Join() {
-      if (thread.joinable()) thread.join();
-    }
-  } weights_swap_watch;
+  std::jthread weights_swap_watch;
   if (!(*model)->weights_prepared()) {
     startup->set_weights_preparing(true);
-    weights_swap_watch.thread = std::thread([&m = **model, startup] {
+    weights_swap_watch = std::jthread([&m = **model, startup] {
       char line[160];
       std::snprintf(line, sizeof line, "serve: weights: copied into huge-page memory in %.3f s in the background, swapped in",
                     m.wait_weights_prepared());

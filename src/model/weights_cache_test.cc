@@ -416,7 +416,7 @@ TEST(WeightsCacheModel, BadFileIsNamedAndRebuilt) {
 // gives the logits of a model prepared before load() returned, bit for bit (and, where this SIMD
 // path interleaves none of its matrices, those of the file mapping too). A first start (the
 // fingerprint hashed beside), its prepared file written after the swap and read back. F32 keeps
-// its layout on every path; F16 and Q4_K_M's Q6_K matrices on AVX2 (model_test_avx2); on AVX-512
+// its layout on every path; F16 and Q4_K_M's Q6_K matrices on AVX2 (model_weights_cache_test_avx2); on AVX-512
 // those are interleaved before load() returns and nothing is left to the background.
 TEST(WeightsCacheModel, BackgroundCopyIsSwappedInBetweenPassesWithTheSameBits) {
   for (const std::string kind : {"f32", "f16", "q4_k_m"}) {
